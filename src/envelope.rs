@@ -1,0 +1,288 @@
+//! What travels with a message between attempts and into the DLQ: the `redrive` message attribute.
+//!
+//! A re-sent copy or a DLQ copy keeps the original body byte for byte and the original message
+//! attributes, and adds one attribute, `redrive`, whose String value is a JSON [`Meta`]. When the
+//! original already uses 10 attributes (SQS's limit), its attributes are packed into
+//! `Meta::attributes` instead and the copy carries `redrive` alone; [`crate::Message::attribute`]
+//! and the redrive tools unpack them, so handlers and the origin queue see the original attributes.
+use std::borrow::Cow;
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::ErrorClass;
+use crate::event::{MessageAttribute, MessageAttributes, SqsRecord, Text};
+
+/// Name of the one message attribute redrive adds.
+pub const META_ATTRIBUTE: &str = "redrive";
+/// SQS: at most 10 message attributes per message.
+pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
+/// SQS: at most 1 MiB per message, body and attributes together.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// Error text kept in the metadata; longer messages are cut at a character boundary.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
+/// Version of the metadata schema written by this build.
+pub const META_VERSION: u32 = 1;
+
+/// Milliseconds since the Unix epoch, written as RFC 3339 (`2026-11-22T05:36:16.123Z`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    pub fn to_system_time(self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.0)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_rfc3339_millis(self.to_system_time()))
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = Text::deserialize(deserializer)?;
+        let time = humantime::parse_rfc3339_weak(&text).map_err(serde::de::Error::custom)?;
+        let millis = time.duration_since(UNIX_EPOCH).map_err(serde::de::Error::custom)?.as_millis();
+        Ok(Self(u64::try_from(millis).map_err(serde::de::Error::custom)?))
+    }
+}
+
+/// The failure context a message carries. Field names are the documented schema (README).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Meta<'a> {
+    /// Schema version.
+    pub v: u32,
+    /// Deliveries that have failed so far.
+    pub attempts: u32,
+    /// Not to be handled before this time: set when the wanted wait exceeds SQS's 900 s delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<Timestamp>,
+    #[serde(borrow)]
+    pub origin_queue_arn: Text<'a>,
+    #[serde(borrow)]
+    pub origin_message_id: Text<'a>,
+    pub first_failure_at: Timestamp,
+    pub last_failure_at: Timestamp,
+    pub error_class: ErrorClass,
+    #[serde(borrow)]
+    pub error_kind: Text<'a>,
+    #[serde(borrow)]
+    pub error_message: Text<'a>,
+    /// Times the DLQ reprocessor has sent this message back to its origin.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reprocess_count: u32,
+    /// The original message attributes, when they had to be packed (see the module docs).
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<MessageAttributes<'a>>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl<'a> Meta<'a> {
+    /// The metadata a record carries, if any. `Err` when the attribute is there but unreadable.
+    pub fn of(record: &'a SqsRecord<'a>) -> Option<Result<Self, serde_json::Error>> {
+        let attribute = record.message_attributes.get(META_ATTRIBUTE)?;
+        Some(serde_json::from_str(attribute.string_value.as_deref().unwrap_or_default()))
+    }
+}
+
+/// Cuts `text` to at most `max` bytes at a character boundary, marking the cut.
+pub fn truncate(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    const MARK: &str = "…[truncated]";
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}{MARK}", &text[..end]))
+}
+
+/// A message to send with SendMessageBatch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutgoingMessage<'a> {
+    pub body: Text<'a>,
+    pub attributes: Vec<(Text<'a>, MessageAttribute<'a>)>,
+    pub delay_seconds: u32,
+    pub group_id: Option<Text<'a>>,
+    pub deduplication_id: Option<Text<'a>>,
+}
+
+impl OutgoingMessage<'_> {
+    pub fn into_owned(self) -> OutgoingMessage<'static> {
+        OutgoingMessage {
+            body: self.body.into_owned(),
+            attributes: self.attributes.into_iter().map(|(name, value)| (name.into_owned(), value.into_owned())).collect(),
+            delay_seconds: self.delay_seconds,
+            group_id: self.group_id.map(Text::into_owned),
+            deduplication_id: self.deduplication_id.map(Text::into_owned),
+        }
+    }
+
+    /// The value of a String attribute.
+    pub fn attribute(&self, name: &str) -> Option<&str> {
+        self.attributes.iter().find(|(n, _)| **n == *name).and_then(|(_, value)| value.string_value.as_deref())
+    }
+
+    /// Bytes SQS counts towards its 1 MiB limit.
+    pub fn size(&self) -> usize {
+        self.body.len() + self.attributes.iter().map(|(name, value)| value.size(name)).sum::<usize>()
+    }
+}
+
+/// The message would exceed SQS's size limit once annotated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the annotated copy would be {size} bytes, over SQS's {MAX_MESSAGE_BYTES}-byte limit")]
+pub struct TooLarge {
+    pub size: usize,
+}
+
+/// Builds the copy of `record` that carries `meta`: the original body, the original attributes
+/// (packed into the metadata when they leave no room), and the `redrive` attribute.
+pub fn annotate<'r>(record: &'r SqsRecord<'r>, mut meta: Meta<'r>) -> Result<OutgoingMessage<'r>, TooLarge> {
+    let original: MessageAttributes<'r> = match meta.attributes.take() {
+        Some(packed) => packed,
+        None => record
+            .message_attributes
+            .iter()
+            .filter(|(name, _)| &***name != META_ATTRIBUTE)
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect(),
+    };
+    let mut attributes: Vec<(Text<'r>, MessageAttribute<'r>)> = Vec::with_capacity(original.len().min(9) + 1);
+    if original.len() < MAX_MESSAGE_ATTRIBUTES {
+        attributes.extend(original);
+    } else {
+        meta.attributes = Some(original);
+    }
+    let mut message = OutgoingMessage {
+        body: record.body.clone().unwrap_or_default(),
+        attributes,
+        delay_seconds: 0,
+        group_id: None,
+        deduplication_id: None,
+    };
+    message.attributes.push(meta_attribute(&meta));
+    if message.size() > MAX_MESSAGE_BYTES {
+        // The error text is the one part that may give; the body and attributes may not.
+        meta.error_message = Text::from("");
+        *message.attributes.last_mut().expect("meta attribute was pushed") = meta_attribute(&meta);
+    }
+    match message.size() {
+        size if size > MAX_MESSAGE_BYTES => Err(TooLarge { size }),
+        _ => Ok(message),
+    }
+}
+
+fn meta_attribute<'r>(meta: &Meta<'_>) -> (Text<'r>, MessageAttribute<'r>) {
+    let json = serde_json::to_string(meta).expect("metadata serialises");
+    let value = MessageAttribute {
+        string_value: Some(Text::from(json)),
+        binary_value: None,
+        data_type: Text::from("String"),
+    };
+    (Text::from(META_ATTRIBUTE), value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::SqsEvent;
+
+    fn meta(message: &str) -> Meta<'static> {
+        Meta {
+            v: META_VERSION,
+            attempts: 2,
+            due_at: None,
+            origin_queue_arn: Text::from("arn:aws:sqs:eu-west-1:123456789012:orders"),
+            origin_message_id: Text::from("m-1"),
+            first_failure_at: Timestamp(1_700_000_000_000),
+            last_failure_at: Timestamp(1_700_000_060_000),
+            error_class: ErrorClass::Transient,
+            error_kind: Text::from("payment_timeout"),
+            error_message: Text::from(message.to_owned()),
+            reprocess_count: 0,
+            attributes: None,
+        }
+    }
+
+    fn event_with_attributes(count: usize, body: &str) -> String {
+        let attributes: Vec<String> = (0..count)
+            .map(|i| format!(r#""a{i}":{{"stringValue":"v{i}","dataType":"String"}}"#))
+            .collect();
+        format!(r#"{{"Records":[{{"messageId":"m-1","body":"{body}","messageAttributes":{{{}}}}}]}}"#, attributes.join(","))
+    }
+
+    #[test]
+    fn metadata_is_one_attribute_beside_the_originals() {
+        let json = event_with_attributes(9, "hello");
+        let event = SqsEvent::parse(&json).unwrap();
+        let copy = annotate(&event.records[0], meta("boom")).unwrap();
+        assert_eq!(&*copy.body, "hello");
+        assert_eq!(copy.attributes.len(), 10);
+        let (name, value) = copy.attributes.last().unwrap();
+        assert_eq!(&**name, META_ATTRIBUTE);
+        let written: Meta = serde_json::from_str(value.string_value.as_deref().unwrap()).unwrap();
+        assert_eq!(written, meta("boom"));
+        assert!(value.string_value.as_deref().unwrap().contains(r#""firstFailureAt":"2023-11-14T22:13:20.000Z""#));
+    }
+
+    #[test]
+    fn ten_original_attributes_are_packed_and_come_back_unchanged() {
+        let json = event_with_attributes(10, "hello");
+        let event = SqsEvent::parse(&json).unwrap();
+        let copy = annotate(&event.records[0], meta("boom")).unwrap();
+        assert_eq!(copy.attributes.len(), 1, "only the redrive attribute");
+        let written: Meta = serde_json::from_str(copy.attributes[0].1.string_value.as_deref().unwrap()).unwrap();
+        assert_eq!(written.attributes.as_ref(), Some(&event.records[0].message_attributes));
+
+        // A packed copy annotated again stays packed, with the same originals.
+        let resent = format!(
+            r#"{{"Records":[{{"messageId":"m-2","body":"hello","messageAttributes":{{"redrive":{{"stringValue":{},"dataType":"String"}}}}}}]}}"#,
+            serde_json::to_string(copy.attributes[0].1.string_value.as_deref().unwrap()).unwrap()
+        );
+        let event2 = SqsEvent::parse(&resent).unwrap();
+        let carried = Meta::of(&event2.records[0]).unwrap().unwrap();
+        let again = annotate(&event2.records[0], carried).unwrap();
+        assert_eq!(again.attributes.len(), 1);
+        let rewritten: Meta = serde_json::from_str(again.attributes[0].1.string_value.as_deref().unwrap()).unwrap();
+        assert_eq!(rewritten.attributes, written.attributes);
+    }
+
+    #[test]
+    fn the_error_text_gives_way_before_the_size_limit_and_the_body_never_does() {
+        let body = "x".repeat(MAX_MESSAGE_BYTES - 400);
+        let json = event_with_attributes(0, &body);
+        let event = SqsEvent::parse(&json).unwrap();
+        let copy = annotate(&event.records[0], meta(&"e".repeat(1000))).unwrap();
+        assert_eq!(copy.body.len(), body.len());
+        assert!(copy.size() <= MAX_MESSAGE_BYTES);
+        let written: Meta = serde_json::from_str(copy.attributes[0].1.string_value.as_deref().unwrap()).unwrap();
+        assert_eq!(&*written.error_message, "");
+
+        let full = event_with_attributes(0, &"x".repeat(MAX_MESSAGE_BYTES));
+        let event = SqsEvent::parse(&full).unwrap();
+        assert!(annotate(&event.records[0], meta("boom")).unwrap_err().size > MAX_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn truncation_respects_character_boundaries() {
+        assert_eq!(truncate("short", 10), "short");
+        let long = "é".repeat(600);
+        let cut = truncate(&long, 100);
+        assert!(cut.len() <= 100 && cut.ends_with("…[truncated]"));
+    }
+}

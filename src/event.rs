@@ -1,0 +1,231 @@
+//! The SQS event as Lambda delivers it, parsed without copying: strings borrow from the event bytes
+//! whenever JSON escaping allows it.
+//!
+//! Every field is optional on purpose: one odd record must not fail the deserialisation of the whole
+//! batch (a typed `SqsEventObj<T>` would); the processor decides what a missing field means.
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Deref;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+
+/// A string that borrows from the event when it can.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl Deref for Text<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Text<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl Text<'_> {
+    pub fn into_owned(self) -> Text<'static> {
+        Text(Cow::Owned(self.0.into_owned()))
+    }
+}
+
+impl<'a> From<&'a str> for Text<'a> {
+    fn from(text: &'a str) -> Self {
+        Self(Cow::Borrowed(text))
+    }
+}
+
+impl From<String> for Text<'_> {
+    fn from(text: String) -> Self {
+        Self(Cow::Owned(text))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct SqsEvent<'a> {
+    #[serde(rename = "Records", borrow, default)]
+    pub records: Vec<SqsRecord<'a>>,
+}
+
+impl<'a> SqsEvent<'a> {
+    /// Parses the event bytes Lambda passed to the function.
+    pub fn parse(json: &'a str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SqsRecord<'a> {
+    #[serde(borrow, default)]
+    pub message_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub receipt_handle: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub body: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub attributes: SystemAttributes<'a>,
+    #[serde(borrow, default)]
+    pub message_attributes: MessageAttributes<'a>,
+    #[serde(rename = "eventSourceARN", borrow, default)]
+    pub event_source_arn: Option<Text<'a>>,
+}
+
+/// The SQS system attributes Lambda copies into each record (values are strings).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SystemAttributes<'a> {
+    #[serde(borrow, default)]
+    pub approximate_receive_count: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub sent_timestamp: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub message_group_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub message_deduplication_id: Option<Text<'a>>,
+    #[serde(rename = "AWSTraceHeader", borrow, default)]
+    pub aws_trace_header: Option<Text<'a>>,
+}
+
+pub type MessageAttributes<'a> = BTreeMap<Text<'a>, MessageAttribute<'a>>;
+
+/// A message attribute as it appears in the Lambda event. Binary values are base64 text.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageAttribute<'a> {
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub string_value: Option<Text<'a>>,
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub binary_value: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub data_type: Text<'a>,
+}
+
+impl MessageAttribute<'_> {
+    /// Bytes SQS counts for this attribute towards the message size limit.
+    pub fn size(&self, name: &str) -> usize {
+        let value = match (&self.string_value, &self.binary_value) {
+            (Some(text), _) => text.len(),
+            (None, Some(base64)) => base64.len() / 4 * 3,
+            (None, None) => 0,
+        };
+        name.len() + self.data_type.len() + value
+    }
+
+    pub fn into_owned(self) -> MessageAttribute<'static> {
+        MessageAttribute {
+            string_value: self.string_value.map(Text::into_owned),
+            binary_value: self.binary_value.map(Text::into_owned),
+            data_type: self.data_type.into_owned(),
+        }
+    }
+}
+
+impl SqsRecord<'_> {
+    /// True for records of a FIFO queue. Decided by the source ARN: standard "fair" queues carry a
+    /// MessageGroupId too.
+    pub fn is_fifo(&self) -> bool {
+        self.event_source_arn.as_deref().is_some_and(|arn| arn.ends_with(".fifo"))
+    }
+
+    /// SQS's own count of deliveries of this copy (1 on the first delivery).
+    pub fn receive_count(&self) -> u32 {
+        self.attributes.approximate_receive_count.as_deref().and_then(|n| n.parse().ok()).unwrap_or(1)
+    }
+}
+
+/// Lets users of `aws_lambda_events`'s owned types hand their records to the processor.
+impl<'a> From<&'a aws_lambda_events::sqs::SqsMessage> for SqsRecord<'a> {
+    fn from(message: &'a aws_lambda_events::sqs::SqsMessage) -> Self {
+        let text = |value: &'a Option<String>| value.as_deref().map(Text::from);
+        let system = |name: &str| message.attributes.get(name).map(|value| Text::from(value.as_str()));
+        SqsRecord {
+            message_id: text(&message.message_id),
+            receipt_handle: text(&message.receipt_handle),
+            body: text(&message.body),
+            attributes: SystemAttributes {
+                approximate_receive_count: system("ApproximateReceiveCount"),
+                sent_timestamp: system("SentTimestamp"),
+                message_group_id: system("MessageGroupId"),
+                message_deduplication_id: system("MessageDeduplicationId"),
+                aws_trace_header: system("AWSTraceHeader"),
+            },
+            message_attributes: message
+                .message_attributes
+                .iter()
+                .map(|(name, attribute)| {
+                    let value = MessageAttribute {
+                        string_value: text(&attribute.string_value),
+                        binary_value: attribute.binary_value.as_ref().map(|bytes| {
+                            Text::from(aws_smithy_types::base64::encode(bytes.as_slice()))
+                        }),
+                        data_type: text(&attribute.data_type).unwrap_or_default(),
+                    };
+                    (Text::from(name.as_str()), value)
+                })
+                .collect(),
+            event_source_arn: text(&message.event_source_arn),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_without_escapes_are_borrowed_from_the_event() {
+        let json = r#"{"Records":[{"messageId":"m-1","body":"{\"a\":1}","eventSourceARN":"arn:aws:sqs:eu-west-1:1:q.fifo",
+            "attributes":{"ApproximateReceiveCount":"3"},"messageAttributes":{"k":{"stringValue":"v","dataType":"String"}}}]}"#;
+        let event = SqsEvent::parse(json).unwrap();
+        let record = &event.records[0];
+        assert!(matches!(record.message_id.as_ref().unwrap().0, Cow::Borrowed("m-1")));
+        assert!(matches!(record.body.as_ref().unwrap().0, Cow::Owned(_)), "escaped body is unescaped");
+        assert_eq!(record.body.as_deref(), Some(r#"{"a":1}"#));
+        assert!(record.is_fifo());
+        assert_eq!(record.receive_count(), 3);
+        assert_eq!(record.message_attributes["k"].string_value.as_deref(), Some("v"));
+    }
+
+    #[test]
+    fn missing_and_null_fields_do_not_fail_the_batch() {
+        let event = SqsEvent::parse(r#"{"Records":[{"messageId":null},{}]}"#).unwrap();
+        assert_eq!(event.records.len(), 2);
+        assert!(event.records[0].message_id.is_none());
+        assert_eq!(event.records[1].receive_count(), 1);
+    }
+}

@@ -1,0 +1,210 @@
+//! The one place that decides what happens to a record. See the record-fate table in the README.
+use std::time::Duration;
+
+use crate::backoff::RetryPolicy;
+use crate::error::{ErrorClass, RecordError};
+
+/// What happened when the record was (or was not) handled.
+#[derive(Debug)]
+pub enum Outcome<'e> {
+    Succeeded,
+    Failed(&'e RecordError),
+    /// Not started: the Lambda deadline (minus the margin) was reached first.
+    NotStarted,
+    /// An earlier record of the same FIFO message group did not succeed in this batch.
+    GroupBlocked,
+    /// The record carries a due time that has not come yet; this much of the wait is left.
+    NotDue(Duration),
+    /// The record has no body: there is nothing to handle or to copy.
+    NoBody,
+}
+
+/// A record's fate. Every record of a batch gets exactly one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fate {
+    /// Handled: Lambda deletes it.
+    Done,
+    /// Re-send a copy that carries `attempts` and waits `delay` (hops past 900 s).
+    Retry { attempts: u32, delay: Duration },
+    /// Send to the DLQ with the failure metadata.
+    DeadLetter { attempts: u32 },
+    /// Re-send a copy that waits `delay`, attempt count unchanged.
+    Defer { delay: Duration },
+    /// Report as a batchItemFailure: SQS delivers it again, and the queue's own redrive policy is
+    /// the last net. `visibility` asks for a ChangeMessageVisibility first (FIFO backoff).
+    GiveBack { reason: GiveBackReason, visibility: Option<Duration> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBackReason {
+    /// Not started before the deadline.
+    Deadline,
+    /// FIFO: a transient failure, retried in place (a re-sent copy would jump the group's order).
+    FifoRetry,
+    /// FIFO: deferred in place.
+    FifoDefer,
+    /// FIFO: an earlier record of its group did not succeed.
+    GroupBlocked,
+    /// The re-send or DLQ send was not confirmed.
+    SendFailed,
+    /// The annotated copy would exceed SQS's size limit: SQS's redrive policy dead-letters it as is.
+    TooLarge,
+    /// The record has no body to handle or to copy.
+    NoBody,
+}
+
+impl GiveBackReason {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Deadline => "deadline",
+            Self::FifoRetry => "fifo_retry",
+            Self::FifoDefer => "fifo_defer",
+            Self::GroupBlocked => "group_blocked",
+            Self::SendFailed => "send_failed",
+            Self::TooLarge => "too_large",
+            Self::NoBody => "no_body",
+        }
+    }
+}
+
+/// Decides fates for one batch. It remembers the FIFO message groups that must stop.
+pub struct Judge<'p> {
+    policy: &'p RetryPolicy,
+    fifo: bool,
+    blocked_groups: Vec<String>,
+}
+
+impl<'p> Judge<'p> {
+    pub fn new(policy: &'p RetryPolicy, fifo: bool) -> Self {
+        Self { policy, fifo, blocked_groups: Vec::new() }
+    }
+
+    /// FIFO: true when an earlier record of `group` did not succeed, so this one must not start.
+    pub fn is_blocked(&self, group: Option<&str>) -> bool {
+        self.fifo && group.is_some_and(|group| self.blocked_groups.iter().any(|g| g == group))
+    }
+
+    /// The fate of a record whose earlier deliveries failed `attempts_before` times.
+    /// `jitter` is a uniform random number in [0, 1).
+    pub fn decide(&mut self, group: Option<&str>, outcome: Outcome<'_>, attempts_before: u32, jitter: f64) -> Fate {
+        let outcome = if self.is_blocked(group) { Outcome::GroupBlocked } else { outcome };
+        let fate = self.fate(outcome, attempts_before, jitter);
+        if self.fifo && fate != Fate::Done {
+            if let Some(group) = group {
+                if !self.blocked_groups.iter().any(|g| g == group) {
+                    self.blocked_groups.push(group.to_owned());
+                }
+            }
+        }
+        fate
+    }
+
+    fn fate(&self, outcome: Outcome<'_>, attempts_before: u32, jitter: f64) -> Fate {
+        let give_back = |reason, visibility| Fate::GiveBack { reason, visibility };
+        match outcome {
+            Outcome::Succeeded => Fate::Done,
+            Outcome::NotStarted => give_back(GiveBackReason::Deadline, None),
+            Outcome::NoBody => give_back(GiveBackReason::NoBody, None),
+            Outcome::GroupBlocked => give_back(GiveBackReason::GroupBlocked, Some(Duration::ZERO)),
+            Outcome::NotDue(left) if self.fifo => give_back(GiveBackReason::FifoDefer, Some(left)),
+            Outcome::NotDue(left) => Fate::Defer { delay: left },
+            Outcome::Failed(error) if error.is_deferral() => {
+                let delay = error.retry_after_hint().unwrap_or_default();
+                match self.fifo {
+                    true => give_back(GiveBackReason::FifoDefer, Some(delay)),
+                    false => Fate::Defer { delay },
+                }
+            }
+            Outcome::Failed(error) => {
+                let attempts = attempts_before.saturating_add(1);
+                if error.class() != ErrorClass::Transient || attempts >= self.policy.max_attempts {
+                    return Fate::DeadLetter { attempts };
+                }
+                let delay = error.retry_after_hint().unwrap_or_else(|| self.policy.delay(attempts, jitter));
+                match self.fifo {
+                    true => give_back(GiveBackReason::FifoRetry, Some(delay)),
+                    false => Fate::Retry { attempts, delay },
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transient() -> RecordError {
+        RecordError::transient("timeout", "slow")
+    }
+
+    #[test]
+    fn transient_failures_retry_until_attempts_run_out() {
+        let policy = RetryPolicy::default();
+        let mut judge = Judge::new(&policy, false);
+        let error = transient();
+        assert_eq!(
+            judge.decide(None, Outcome::Failed(&error), 0, 0.5),
+            Fate::Retry { attempts: 1, delay: Duration::from_secs(1) }
+        );
+        assert_eq!(
+            judge.decide(None, Outcome::Failed(&error), 3, 1.0),
+            Fate::Retry { attempts: 4, delay: Duration::from_secs(16) }
+        );
+        assert_eq!(judge.decide(None, Outcome::Failed(&error), 4, 0.5), Fate::DeadLetter { attempts: 5 });
+    }
+
+    #[test]
+    fn permanent_errors_and_panics_are_dead_lettered_at_once() {
+        let policy = RetryPolicy::default();
+        let mut judge = Judge::new(&policy, false);
+        let permanent = RecordError::permanent("invalid", "no");
+        let panic = RecordError::panic("boom".into());
+        assert_eq!(judge.decide(None, Outcome::Failed(&permanent), 0, 0.5), Fate::DeadLetter { attempts: 1 });
+        assert_eq!(judge.decide(None, Outcome::Failed(&panic), 2, 0.5), Fate::DeadLetter { attempts: 3 });
+    }
+
+    #[test]
+    fn a_retry_after_hint_replaces_the_backoff_and_a_deferral_spends_no_attempt() {
+        let policy = RetryPolicy::default();
+        let mut judge = Judge::new(&policy, false);
+        let hinted = transient().retry_after(Duration::from_secs(3600));
+        assert_eq!(
+            judge.decide(None, Outcome::Failed(&hinted), 0, 0.5),
+            Fate::Retry { attempts: 1, delay: Duration::from_secs(3600) }
+        );
+        let deferred = RecordError::defer("circuit_open", Duration::from_secs(30));
+        assert_eq!(judge.decide(None, Outcome::Failed(&deferred), 4, 0.5), Fate::Defer { delay: Duration::from_secs(30) });
+        assert_eq!(
+            judge.decide(None, Outcome::NotDue(Duration::from_secs(60)), 1, 0.5),
+            Fate::Defer { delay: Duration::from_secs(60) }
+        );
+    }
+
+    #[test]
+    fn fifo_retries_in_place_and_blocks_the_rest_of_the_group_only() {
+        let policy = RetryPolicy::default();
+        let mut judge = Judge::new(&policy, true);
+        let error = transient();
+        assert_eq!(
+            judge.decide(Some("a"), Outcome::Failed(&error), 0, 1.0),
+            Fate::GiveBack { reason: GiveBackReason::FifoRetry, visibility: Some(Duration::from_secs(2)) }
+        );
+        assert!(judge.is_blocked(Some("a")));
+        assert!(!judge.is_blocked(Some("b")));
+        assert_eq!(
+            judge.decide(Some("a"), Outcome::GroupBlocked, 0, 0.5),
+            Fate::GiveBack { reason: GiveBackReason::GroupBlocked, visibility: Some(Duration::ZERO) }
+        );
+        assert_eq!(judge.decide(Some("b"), Outcome::Succeeded, 0, 0.5), Fate::Done);
+        assert!(!judge.is_blocked(Some("b")));
+    }
+
+    #[test]
+    fn standard_queues_never_block_groups() {
+        let policy = RetryPolicy::default();
+        let mut judge = Judge::new(&policy, false);
+        judge.decide(Some("a"), Outcome::NotStarted, 0, 0.5);
+        assert!(!judge.is_blocked(Some("a")));
+    }
+}

@@ -1,0 +1,103 @@
+//! Per-batch figures, written as one CloudWatch Embedded Metric Format log line: CloudWatch turns
+//! the line into metrics with no API call from the function.
+use serde::Serialize;
+
+use crate::error::ErrorClass;
+use crate::fate::Fate;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct BatchReport {
+    pub records: u32,
+    pub done: u32,
+    pub retried: u32,
+    pub dead_lettered: u32,
+    pub deferred: u32,
+    pub given_back: u32,
+    pub transient_errors: u32,
+    pub permanent_errors: u32,
+    pub panics: u32,
+    /// Sends (re-sends and DLQ sends) that SQS refused or that failed as a call.
+    pub send_failures: u32,
+    /// SQS requests this batch made.
+    pub sqs_requests: u32,
+    pub retry_delay_max_seconds: u32,
+    pub retry_delay_sum_seconds: u64,
+}
+
+const COUNTS: [&str; 11] = [
+    "Records",
+    "Done",
+    "Retried",
+    "DeadLettered",
+    "Deferred",
+    "GivenBack",
+    "TransientErrors",
+    "PermanentErrors",
+    "Panics",
+    "SendFailures",
+    "SqsRequests",
+];
+
+impl BatchReport {
+    pub(crate) fn count_fate(&mut self, fate: &Fate, delay_seconds: u32) {
+        match fate {
+            Fate::Done => self.done += 1,
+            Fate::Retry { .. } => {
+                self.retried += 1;
+                self.retry_delay_max_seconds = self.retry_delay_max_seconds.max(delay_seconds);
+                self.retry_delay_sum_seconds += u64::from(delay_seconds);
+            }
+            Fate::DeadLetter { .. } => self.dead_lettered += 1,
+            Fate::Defer { .. } => self.deferred += 1,
+            Fate::GiveBack { .. } => self.given_back += 1,
+        }
+    }
+
+    pub(crate) fn count_error(&mut self, class: ErrorClass) {
+        match class {
+            ErrorClass::Transient => self.transient_errors += 1,
+            ErrorClass::Permanent => self.permanent_errors += 1,
+            ErrorClass::Panic => self.panics += 1,
+        }
+    }
+
+    /// The EMF log line: metrics in `namespace` with the dimension `Function`.
+    pub fn emf_line(&self, namespace: &str, function: &str, timestamp_ms: u64) -> String {
+        let metrics: Vec<serde_json::Value> = COUNTS
+            .iter()
+            .map(|name| serde_json::json!({ "Name": name, "Unit": "Count" }))
+            .chain(["RetryDelayMaxSeconds", "RetryDelaySumSeconds"].map(|name| serde_json::json!({ "Name": name, "Unit": "Seconds" })))
+            .collect();
+        let mut line = serde_json::to_value(self).expect("report serialises");
+        let fields = line.as_object_mut().expect("report is an object");
+        fields.insert("Function".into(), function.into());
+        fields.insert(
+            "_aws".into(),
+            serde_json::json!({
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{ "Namespace": namespace, "Dimensions": [["Function"]], "Metrics": metrics }],
+            }),
+        );
+        line.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_emf_line_declares_every_figure_it_carries() {
+        let report = BatchReport { records: 3, done: 2, dead_lettered: 1, permanent_errors: 1, ..Default::default() };
+        let line: serde_json::Value = serde_json::from_str(&report.emf_line("redrive", "orders", 1_700_000_000_000)).unwrap();
+        assert_eq!(line["Function"], "orders");
+        assert_eq!(line["DeadLettered"], 1);
+        let declared = line["_aws"]["CloudWatchMetrics"][0]["Metrics"].as_array().unwrap();
+        for metric in declared {
+            let name = metric["Name"].as_str().unwrap();
+            assert!(line.get(name).is_some(), "{name} is declared but not present");
+        }
+        assert_eq!(declared.len(), line.as_object().unwrap().len() - 2, "every figure is declared");
+    }
+}
