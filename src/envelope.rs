@@ -91,6 +91,19 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl<'a> Meta<'a> {
+    pub fn into_owned(self) -> Meta<'static> {
+        Meta {
+            origin_queue_arn: self.origin_queue_arn.into_owned(),
+            origin_message_id: self.origin_message_id.into_owned(),
+            error_kind: self.error_kind.into_owned(),
+            error_message: self.error_message.into_owned(),
+            attributes: self.attributes.map(|attributes| {
+                attributes.into_iter().map(|(name, value)| (name.into_owned(), value.into_owned())).collect()
+            }),
+            ..self
+        }
+    }
+
     /// The metadata a record carries, if any. `Err` when the attribute is there but unreadable.
     pub fn of(record: &'a SqsRecord<'a>) -> Option<Result<Self, serde_json::Error>> {
         let attribute = record.message_attributes.get(META_ATTRIBUTE)?;
