@@ -192,6 +192,10 @@ impl<Q: QueuePort> Processor<Q> {
         &self.queue
     }
 
+    pub fn into_queue(self) -> Q {
+        self.queue
+    }
+
     /// Handles each record with `handler`, one after the other, and settles every record's fate.
     /// `deadline_ms` is the Lambda deadline (`Context::deadline`, ms since the epoch).
     pub async fn process<H: RecordHandler>(&self, handler: &H, records: &[SqsRecord<'_>], deadline_ms: u64) -> Result<Processed, BatchError> {

@@ -1,1 +1,22 @@
-fn main(){}
+use lambda_runtime::{service_fn, LambdaEvent};
+use redrive::{CircuitBreaker, Processor, ProcessorConfig, Settings, SqsQueue};
+use serde_json::value::RawValue;
+use sqs_consumer::orders::OrdersHandler;
+use sqs_consumer::payments::SimulatedPayments;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    // A panic fails only its record (the processor catches it); log it as JSON like everything else.
+    std::panic::set_hook(Box::new(|panic| tracing::error!(%panic, "record handler panicked")));
+
+    let settings = Settings::from_env()?;
+    let handler = OrdersHandler::new(SimulatedPayments::from_env()?, CircuitBreaker::new("payments", settings.breaker));
+    let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings));
+    let namespace = settings.metrics_namespace.as_str();
+
+    lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| async {
+        sqs_consumer::handle_batch(event, &processor, &handler, namespace).await.map_err(lambda_runtime::Error::from)
+    }))
+    .await
+}

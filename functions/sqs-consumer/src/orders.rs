@@ -1,0 +1,69 @@
+//! The orders domain: what a valid order is, and the record handler that charges it.
+use std::borrow::Cow;
+
+use redrive::{CircuitBreaker, Message, RecordError, RecordHandler};
+use serde::Deserialize;
+
+use crate::payments::{PaymentError, PaymentGateway};
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Order<'a> {
+    #[serde(borrow)]
+    pub order_id: Cow<'a, str>,
+    #[serde(borrow)]
+    pub customer_id: Cow<'a, str>,
+    pub amount: f64,
+    #[serde(borrow)]
+    pub currency: Cow<'a, str>,
+}
+
+impl Order<'_> {
+    /// Business rules; a violation is permanent (retrying will not fix the order).
+    pub fn validate(&self) -> Result<(), RecordError> {
+        let invalid = |reason: String| Err(RecordError::permanent("invalid_order", reason));
+        if self.order_id.trim().is_empty() {
+            return invalid("orderId is empty".into());
+        }
+        if self.customer_id.trim().is_empty() {
+            return invalid(format!("order {}: customerId is empty", self.order_id));
+        }
+        if !(self.amount.is_finite() && self.amount > 0.0) {
+            return invalid(format!("order {}: amount must be positive, got {}", self.order_id, self.amount));
+        }
+        if self.currency.len() != 3 || !self.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            return invalid(format!("order {}: currency must be an ISO 4217 code, got {:?}", self.order_id, self.currency));
+        }
+        Ok(())
+    }
+}
+
+impl From<PaymentError> for RecordError {
+    fn from(error: PaymentError) -> Self {
+        match error {
+            PaymentError::Timeout => RecordError::transient("payment_timeout", error),
+            PaymentError::Unavailable(_) => RecordError::transient("payment_unavailable", error),
+            PaymentError::Declined(_) => RecordError::permanent("payment_declined", error),
+        }
+    }
+}
+
+/// Validates each order and charges it; the payment calls go through a circuit breaker.
+pub struct OrdersHandler<P> {
+    payments: P,
+    breaker: CircuitBreaker,
+}
+
+impl<P: PaymentGateway> OrdersHandler<P> {
+    pub fn new(payments: P, breaker: CircuitBreaker) -> Self {
+        Self { payments, breaker }
+    }
+}
+
+impl<P: PaymentGateway> RecordHandler for OrdersHandler<P> {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        let order: Order<'_> = message.json()?;
+        order.validate()?;
+        self.breaker.call(|| async { Ok(self.payments.charge(&order, message.attempt()).await?) }).await
+    }
+}

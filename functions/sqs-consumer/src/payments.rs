@@ -1,0 +1,165 @@
+//! The payment downstream the orders consumer calls, and a simulator with fault knobs for tests and
+//! demos. A real deployment implements [`PaymentGateway`] over its payment API.
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redrive::backoff::parse_duration;
+use redrive::ConfigError;
+
+use crate::orders::Order;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PaymentError {
+    #[error("the payment service did not answer in time")]
+    Timeout,
+    #[error("the payment service answered HTTP {0}")]
+    Unavailable(u16),
+    #[error("the payment was declined: {0}")]
+    Declined(String),
+}
+
+pub trait PaymentGateway: Send + Sync {
+    /// Charges the order. `attempt` is the delivery attempt (1 on the first), for idempotency keys.
+    fn charge(&self, order: &Order<'_>, attempt: u32) -> impl Future<Output = Result<(), PaymentError>> + Send;
+}
+
+/// Every knob, its meaning and default (listed in the README).
+pub const KNOBS: &[(&str, &str)] = &[
+    ("PAYMENTS_FAILURE_RATE", "0: share of calls (0 to 1) that answer HTTP 503"),
+    ("PAYMENTS_TIMEOUT_RATE", "0: share of calls (0 to 1) that time out"),
+    ("PAYMENTS_OUTAGE_UNTIL", "unset: Unix time (seconds) before which every call times out"),
+    ("PAYMENTS_OUTAGE_FILE", "unset: every call times out while this file exists (delete it to heal)"),
+    ("PAYMENTS_FLAKY_ORDERS", "unset: orderId:N,... such orders time out on their first N attempts"),
+    ("PAYMENTS_POISON_ORDERS", "unset: orderId,... the handler panics on these (a bug)"),
+    ("PAYMENTS_DECLINE_ABOVE", "unset: amounts above this are declined (permanent)"),
+    ("PAYMENTS_LATENCY", "0ms: time each call takes"),
+    ("PAYMENTS_SEED", "random: seed of the failure-rate dice"),
+];
+
+#[derive(Debug, Default)]
+pub struct SimulatedPayments {
+    pub failure_rate: f64,
+    pub timeout_rate: f64,
+    pub outage_until: Option<SystemTime>,
+    pub outage_file: Option<PathBuf>,
+    pub flaky_orders: Vec<(String, u32)>,
+    pub poison_orders: Vec<String>,
+    pub decline_above: Option<f64>,
+    pub latency: Duration,
+    pub dice: Mutex<fastrand::Rng>,
+}
+
+impl SimulatedPayments {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok().filter(|value| !value.trim().is_empty()))
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let rate = |name: &str| match get(name) {
+            None => Ok(0.0),
+            Some(text) => text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|rate| (0.0..=1.0).contains(rate))
+                .ok_or_else(|| ConfigError::new(name, &text, "expected a share from 0 to 1")),
+        };
+        let list = |name: &str| -> Vec<String> {
+            get(name).map(|text| text.split(',').map(|item| item.trim().to_owned()).filter(|item| !item.is_empty()).collect()).unwrap_or_default()
+        };
+        let flaky_orders = list("PAYMENTS_FLAKY_ORDERS")
+            .into_iter()
+            .map(|item| match item.rsplit_once(':').map(|(id, n)| (id.to_owned(), n.parse::<u32>())) {
+                Some((id, Ok(n))) if !id.is_empty() => Ok((id, n)),
+                _ => Err(ConfigError::new("PAYMENTS_FLAKY_ORDERS", &item, "expected orderId:failures, e.g. o-7:2")),
+            })
+            .collect::<Result<_, _>>()?;
+        let outage_until = match get("PAYMENTS_OUTAGE_UNTIL") {
+            None => None,
+            Some(text) => Some(
+                text.trim()
+                    .parse::<u64>()
+                    .map(|secs| UNIX_EPOCH + Duration::from_secs(secs))
+                    .map_err(|_| ConfigError::new("PAYMENTS_OUTAGE_UNTIL", &text, "expected Unix time in seconds"))?,
+            ),
+        };
+        let decline_above = match get("PAYMENTS_DECLINE_ABOVE") {
+            None => None,
+            Some(text) => Some(text.trim().parse::<f64>().map_err(|_| ConfigError::new("PAYMENTS_DECLINE_ABOVE", &text, "expected an amount"))?),
+        };
+        let latency = match get("PAYMENTS_LATENCY") {
+            None => Duration::ZERO,
+            Some(text) => parse_duration(&text).ok_or_else(|| ConfigError::new("PAYMENTS_LATENCY", &text, "expected a duration such as 20ms"))?,
+        };
+        let dice = match get("PAYMENTS_SEED") {
+            None => fastrand::Rng::new(),
+            Some(text) => fastrand::Rng::with_seed(text.trim().parse().map_err(|_| ConfigError::new("PAYMENTS_SEED", &text, "expected a whole number"))?),
+        };
+        Ok(Self {
+            failure_rate: rate("PAYMENTS_FAILURE_RATE")?,
+            timeout_rate: rate("PAYMENTS_TIMEOUT_RATE")?,
+            outage_until,
+            outage_file: get("PAYMENTS_OUTAGE_FILE").map(PathBuf::from),
+            flaky_orders,
+            poison_orders: list("PAYMENTS_POISON_ORDERS"),
+            decline_above,
+            latency,
+            dice: Mutex::new(dice),
+        })
+    }
+
+    fn in_outage(&self) -> bool {
+        self.outage_until.is_some_and(|until| SystemTime::now() < until) || self.outage_file.as_ref().is_some_and(|file| file.exists())
+    }
+}
+
+impl PaymentGateway for SimulatedPayments {
+    async fn charge(&self, order: &Order<'_>, attempt: u32) -> Result<(), PaymentError> {
+        if self.poison_orders.iter().any(|id| *id == *order.order_id) {
+            panic!("order {} hit a bug in the payment client", order.order_id);
+        }
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        if self.in_outage() {
+            return Err(PaymentError::Timeout);
+        }
+        if self.flaky_orders.iter().any(|(id, failures)| *id == *order.order_id && attempt <= *failures) {
+            return Err(PaymentError::Timeout);
+        }
+        if self.decline_above.is_some_and(|limit| order.amount > limit) {
+            return Err(PaymentError::Declined(format!("amount {} is above the card limit", order.amount)));
+        }
+        let roll = self.dice.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).f64();
+        if roll < self.timeout_rate {
+            return Err(PaymentError::Timeout);
+        }
+        if roll < self.timeout_rate + self.failure_rate {
+            return Err(PaymentError::Unavailable(503));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knobs_are_validated_with_the_variable_named() {
+        let bad = [
+            ("PAYMENTS_FAILURE_RATE", "1.5"),
+            ("PAYMENTS_FLAKY_ORDERS", "o-1"),
+            ("PAYMENTS_OUTAGE_UNTIL", "tomorrow"),
+            ("PAYMENTS_LATENCY", "fast"),
+        ];
+        for (name, value) in bad {
+            let error = SimulatedPayments::from_lookup(|n| (n == name).then(|| value.to_owned())).unwrap_err();
+            assert_eq!(error.name, name);
+        }
+        let ok = SimulatedPayments::from_lookup(|n| (n == "PAYMENTS_FLAKY_ORDERS").then(|| "o-1:2, o-2:0".to_owned())).unwrap();
+        assert_eq!(ok.flaky_orders, [("o-1".to_owned(), 2), ("o-2".to_owned(), 0)]);
+    }
+}
