@@ -58,6 +58,10 @@ impl<P: PaymentGateway> OrdersHandler<P> {
     pub fn new(payments: P, breaker: CircuitBreaker) -> Self {
         Self { payments, breaker }
     }
+
+    pub fn payments(&self) -> &P {
+        &self.payments
+    }
 }
 
 impl<P: PaymentGateway> RecordHandler for OrdersHandler<P> {

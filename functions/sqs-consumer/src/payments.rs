@@ -49,6 +49,8 @@ pub struct SimulatedPayments {
     pub decline_above: Option<f64>,
     pub latency: Duration,
     pub dice: Mutex<fastrand::Rng>,
+    /// Order ids charged so far, in order (what tests and the demo count as processed).
+    pub charged: Mutex<Vec<String>>,
 }
 
 impl SimulatedPayments {
@@ -107,6 +109,7 @@ impl SimulatedPayments {
             decline_above,
             latency,
             dice: Mutex::new(dice),
+            charged: Mutex::default(),
         })
     }
 
@@ -139,6 +142,7 @@ impl PaymentGateway for SimulatedPayments {
         if roll < self.timeout_rate + self.failure_rate {
             return Err(PaymentError::Unavailable(503));
         }
+        self.charged.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(order.order_id.to_string());
         Ok(())
     }
 }

@@ -1,0 +1,207 @@
+//! End-to-end harness: real queues on moto server, the real SDK, the local poller and the real
+//! orders consumer invoked in process. `make test` starts moto and sets `AWS_ENDPOINT_URL`.
+#![allow(dead_code)]
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::Client;
+use lambda_runtime::{Context, LambdaEvent};
+use redrive::clock::{Clock, SystemClock};
+use redrive::{BreakerSettings, CircuitBreaker, Meta, Processor, ProcessorConfig, Settings, SqsQueue};
+use redrive_local::poller::{Poll, Poller};
+use redrive_local::provision::{depth, provision, QueuePair};
+use redrive_local::topology::{self, Topology};
+use serde_json::value::RawValue;
+use sqs_consumer::orders::OrdersHandler;
+use sqs_consumer::payments::SimulatedPayments;
+
+pub fn require_emulator() {
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok_and(|url| url.starts_with("http://127.0.0.1")),
+        "these tests need moto server: run them with `make test` (it starts moto and sets AWS_ENDPOINT_URL), \
+         or start `.venv/bin/moto_server -p 5000` and set AWS_ENDPOINT_URL=http://127.0.0.1:5000"
+    );
+}
+
+/// One test's queues (named after the test, so tests can run side by side) and consumer.
+pub struct Stack {
+    pub client: Client,
+    pub queue: QueuePair,
+    pub topology: Topology,
+    pub consumer: OrdersHandler<SimulatedPayments>,
+    pub processor: Processor<SqsQueue>,
+    pub timeout: Duration,
+}
+
+pub struct Options<'a> {
+    pub fifo: bool,
+    pub max_receive_count: u32,
+    pub visibility_timeout_seconds: u32,
+    /// Extra or overriding `REDRIVE_*` settings.
+    pub settings: &'a [(&'a str, &'a str)],
+    /// `PAYMENTS_*` fault knobs.
+    pub knobs: &'a [(&'a str, &'a str)],
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Self { fifo: false, max_receive_count: 10, visibility_timeout_seconds: 2, settings: &[("REDRIVE_RETRY_SEQUENCE", "1s")], knobs: &[] }
+    }
+}
+
+impl Stack {
+    pub async fn new(test: &str, options: Options<'_>) -> Self {
+        require_emulator();
+        let mut topology = Topology::load(&topology::default_path()).unwrap();
+        topology.name_prefix = format!("t{}-{test}", std::process::id());
+        let key = if options.fifo { "payments" } else { "orders" };
+        topology.consumers.retain(|k, _| k == key);
+        let consumer = topology.consumers.get_mut(key).unwrap();
+        assert_eq!(consumer.fifo, options.fifo, "the tfvars define `{key}` as the {} consumer", if options.fifo { "FIFO" } else { "standard" });
+        consumer.max_receive_count = options.max_receive_count;
+        consumer.visibility_timeout_seconds = options.visibility_timeout_seconds;
+
+        let client = redrive_local::sqs_client().await;
+        let queue = provision(&client, &topology).await.unwrap().remove(0);
+        let settings = settings(&topology, &queue, options.settings);
+        let knobs = options.knobs;
+        let payments = SimulatedPayments::from_lookup(|name| knobs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())).unwrap();
+        let consumer = OrdersHandler::new(payments, CircuitBreaker::new("payments", BreakerSettings { threshold: 0, ..settings.breaker }));
+        let processor = Processor::new(SqsQueue::with_client(client.clone()), ProcessorConfig::from(&settings));
+        let timeout = Duration::from_secs(u64::from(topology.consumers[key].function_timeout_seconds));
+        Self { client, queue, topology, consumer, processor, timeout }
+    }
+
+    /// Replaces the consumer's `REDRIVE_*` overrides (a fix deployed mid-test).
+    pub fn reconfigure(&mut self, overrides: &[(&str, &str)]) {
+        let settings = settings(&self.topology, &self.queue, overrides);
+        self.processor = Processor::new(SqsQueue::with_client(self.client.clone()), ProcessorConfig::from(&settings));
+    }
+
+    /// Sends orders (or raw bodies) to the source queue; FIFO messages go to `group`.
+    pub async fn send(&self, bodies: &[String], group: Option<&str>) {
+        for (chunk_index, chunk) in bodies.chunks(10).enumerate() {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, body)| {
+                    let tenant = MessageAttributeValue::builder().data_type("String").string_value("acme").build().unwrap();
+                    SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(body)
+                        .message_attributes("tenant", tenant)
+                        .set_message_group_id(group.map(str::to_owned))
+                        .set_message_deduplication_id(group.map(|g| format!("{g}-{chunk_index}-{i}")))
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            let output = self.client.send_message_batch().queue_url(&self.queue.url).set_entries(Some(entries)).send().await.unwrap();
+            assert!(output.failed().is_empty(), "{:?}", output.failed());
+        }
+    }
+
+    pub fn poller(&self) -> Poller {
+        Poller::new(self.client.clone(), &self.queue, 10, Duration::ZERO)
+    }
+
+    /// Invokes the consumer in process, as Lambda would, with the function timeout as deadline.
+    pub async fn invoke(&self, event: String) -> Result<String, String> {
+        self.invoke_with_deadline(event, SystemClock.now_ms() + self.timeout.as_millis() as u64).await
+    }
+
+    pub async fn invoke_with_deadline(&self, event: String, deadline_ms: u64) -> Result<String, String> {
+        let mut context = Context::default();
+        context.deadline = deadline_ms;
+        let event = LambdaEvent::new(RawValue::from_string(event).unwrap(), context);
+        let response = sqs_consumer::handle_batch(event, &self.processor, &self.consumer, "redrive-test").await.map_err(|e| e.to_string())?;
+        Ok(serde_json::to_string(&response).unwrap())
+    }
+
+    /// Polls until the source queue is empty (nothing visible, in flight or delayed), or `limit`.
+    pub async fn drain(&self, limit: Duration) -> Vec<Poll> {
+        let poller = self.poller();
+        let started = Instant::now();
+        let mut polls = Vec::new();
+        while started.elapsed() < limit {
+            let poll = poller.poll(Duration::from_secs(1), |event| self.invoke(event)).await.unwrap();
+            if poll.received > 0 {
+                polls.push(poll);
+            } else if self.source_depth().await == 0 {
+                break;
+            }
+        }
+        polls
+    }
+
+    pub async fn source_depth(&self) -> u64 {
+        let (visible, in_flight, delayed) = depth(&self.client, &self.queue.url).await.unwrap();
+        visible + in_flight + delayed
+    }
+
+    pub async fn delayed(&self) -> u64 {
+        depth(&self.client, &self.queue.url).await.unwrap().2
+    }
+
+    /// Takes every message out of the DLQ.
+    pub async fn dlq_messages(&self) -> Vec<Message> {
+        let mut all = Vec::new();
+        loop {
+            let output = self
+                .client
+                .receive_message()
+                .queue_url(&self.queue.dlq_url)
+                .max_number_of_messages(10)
+                .visibility_timeout(60)
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .unwrap();
+            let batch = output.messages.unwrap_or_default();
+            if batch.is_empty() {
+                return all;
+            }
+            all.extend(batch);
+        }
+    }
+
+    pub fn charged(&self) -> Vec<String> {
+        self.consumer.payments().charged.lock().unwrap().clone()
+    }
+
+    /// Messages in = charged + still in the source + in the DLQ.
+    pub async fn assert_accounted(&self, sent: usize, dead: &[Message]) {
+        let charged = self.charged();
+        let mut unique = charged.clone();
+        unique.sort();
+        unique.dedup();
+        let left = self.source_depth().await as usize;
+        assert_eq!(sent, unique.len() + left + dead.len(), "charged {charged:?}, {left} left in the source, {} in the DLQ", dead.len());
+    }
+}
+
+/// The settings Terraform's environment gives the function, with `overrides`.
+fn settings(topology: &Topology, queue: &QueuePair, overrides: &[(&str, &str)]) -> Settings {
+    let mut env = topology.function_env(&queue.dlq_url);
+    for (name, value) in overrides {
+        env.retain(|(n, _)| n != name);
+        env.push((name.to_string(), value.to_string()));
+    }
+    let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+    Settings::from_lookup(env.iter().map(|(n, _)| n.as_str()), lookup).unwrap()
+}
+
+pub fn order(id: &str) -> String {
+    format!(r#"{{"orderId":"{id}","customerId":"c-1","amount":10.5,"currency":"EUR"}}"#)
+}
+
+pub fn meta(message: &Message) -> Option<Meta<'static>> {
+    let value = message.message_attributes()?.get("redrive")?.string_value()?;
+    Some(serde_json::from_str::<Meta<'_>>(value).unwrap().into_owned())
+}
+
+pub fn order_id(message: &Message) -> String {
+    let body: serde_json::Value = serde_json::from_str(message.body().unwrap_or_default()).unwrap_or_default();
+    body["orderId"].as_str().unwrap_or_default().to_owned()
+}

@@ -1,0 +1,26 @@
+//! redrive's local stack: the topology from the Terraform tfvars, provisioning on an SQS emulator
+//! (moto server), and a poller that does what Lambda's SQS event source mapping does.
+pub mod poller;
+pub mod provision;
+pub mod topology;
+
+use aws_sdk_sqs::Client;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("SQS call failed: {0}")]
+    Sqs(String),
+    #[error("{0}")]
+    Emulator(String),
+}
+
+impl Error {
+    pub fn sdk<E: std::error::Error + Send + Sync + 'static>(error: E) -> Self {
+        Self::Sqs(aws_sdk_sqs::error::DisplayErrorContext(error).to_string())
+    }
+}
+
+/// An SQS client for the endpoint in `AWS_ENDPOINT_URL` (the emulator) or AWS.
+pub async fn sqs_client() -> Client {
+    Client::new(&redrive::sqs::load_aws_config().await)
+}

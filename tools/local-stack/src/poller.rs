@@ -1,0 +1,173 @@
+//! A local stand-in for Lambda's SQS event source mapping: long-polls a queue, builds the SQS
+//! event exactly as Lambda does, invokes the function, and deletes what the partial batch response
+//! does not list. A whole-batch error or timeout deletes nothing; given-back records reappear after
+//! the visibility timeout.
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
+use aws_sdk_sqs::Client;
+use serde_json::{json, Map, Value};
+
+use crate::provision::QueuePair;
+use crate::Error;
+
+#[derive(Debug, Clone)]
+pub struct Poller {
+    client: Client,
+    queue_url: String,
+    queue_arn: String,
+    region: String,
+    batch_size: usize,
+    window: Duration,
+}
+
+/// What one poll did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Poll {
+    pub received: usize,
+    pub deleted: usize,
+    /// Listed in the partial batch response, or part of a batch whose invocation failed.
+    pub given_back: usize,
+    pub whole_batch_failed: bool,
+}
+
+impl Poller {
+    pub fn new(client: Client, queue: &QueuePair, batch_size: u32, window: Duration) -> Self {
+        Self {
+            client,
+            queue_url: queue.url.clone(),
+            queue_arn: queue.arn.clone(),
+            region: queue.arn.split(':').nth(3).unwrap_or("us-east-1").to_owned(),
+            batch_size: batch_size.clamp(1, 10_000) as usize,
+            window,
+        }
+    }
+
+    /// Receives one batch (waiting up to `wait` for the first message, then up to the batching
+    /// window for more), invokes `invoke` with the event JSON and settles the batch from its answer.
+    /// `invoke` returns the function's response JSON, or `Err` for a function error or timeout.
+    pub async fn poll<F, Fut>(&self, wait: Duration, invoke: F) -> Result<Poll, Error>
+    where
+        F: FnOnce(String) -> Fut,
+        Fut: Future<Output = Result<String, String>>,
+    {
+        let messages = self.receive(wait).await?;
+        if messages.is_empty() {
+            return Ok(Poll::default());
+        }
+        let event = lambda_event(&messages, &self.queue_arn, &self.region);
+        let mut poll = Poll { received: messages.len(), ..Poll::default() };
+        let failed: Vec<String> = match invoke(event).await.map_err(|error| error).and_then(|response| failed_ids(&response, &messages)) {
+            Ok(ids) => ids,
+            Err(error) => {
+                tracing::warn!(%error, "whole batch failed: nothing deleted");
+                poll.whole_batch_failed = true;
+                poll.given_back = messages.len();
+                return Ok(poll);
+            }
+        };
+        let done: Vec<&Message> = messages.iter().filter(|m| !failed.iter().any(|id| Some(id.as_str()) == m.message_id())).collect();
+        for chunk in done.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, m)| DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(m.receipt_handle().unwrap_or_default()).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Error::Emulator(e.to_string()))?;
+            let output = self.client.delete_message_batch().queue_url(&self.queue_url).set_entries(Some(entries)).send().await.map_err(Error::sdk)?;
+            poll.deleted += output.successful().len();
+        }
+        poll.given_back = poll.received - poll.deleted;
+        Ok(poll)
+    }
+
+    async fn receive(&self, wait: Duration) -> Result<Vec<Message>, Error> {
+        let started = Instant::now();
+        let mut messages: Vec<Message> = Vec::new();
+        loop {
+            let left = self.batch_size - messages.len();
+            let wait_seconds = if messages.is_empty() { wait } else { self.window.saturating_sub(started.elapsed()) };
+            let output = self
+                .client
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(left.min(10) as i32)
+                .wait_time_seconds(wait_seconds.as_secs().min(20) as i32)
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .map_err(Error::sdk)?;
+            let received = output.messages.unwrap_or_default();
+            let got_none = received.is_empty();
+            messages.extend(received);
+            if messages.len() >= self.batch_size || (got_none && !messages.is_empty()) || started.elapsed() >= self.window.max(wait) {
+                return Ok(messages);
+            }
+            if messages.is_empty() && got_none {
+                return Ok(messages);
+            }
+        }
+    }
+}
+
+/// The ids listed in a partial batch response. An empty or unknown identifier fails the whole
+/// batch, as it does in Lambda.
+fn failed_ids(response: &str, messages: &[Message]) -> Result<Vec<String>, String> {
+    let value: Value = serde_json::from_str(response).map_err(|e| format!("response is not JSON: {e}"))?;
+    let Some(failures) = value.get("batchItemFailures") else { return Ok(Vec::new()) };
+    let failures = failures.as_array().ok_or("batchItemFailures is not a list")?;
+    failures
+        .iter()
+        .map(|failure| {
+            let id = failure.get("itemIdentifier").and_then(Value::as_str).unwrap_or_default();
+            match messages.iter().any(|m| m.message_id() == Some(id)) {
+                true => Ok(id.to_owned()),
+                false => Err(format!("itemIdentifier {id:?} is empty or not in the batch: the whole batch fails")),
+            }
+        })
+        .collect()
+}
+
+/// The SQS event as Lambda builds it (field names and casing as in AWS's sample events).
+pub fn lambda_event(messages: &[Message], queue_arn: &str, region: &str) -> String {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|message| {
+            let attributes: Map<String, Value> = message
+                .attributes()
+                .into_iter()
+                .flatten()
+                .map(|(name, value)| (name.as_str().to_owned(), Value::String(value.clone())))
+                .collect();
+            let message_attributes: Map<String, Value> = message
+                .message_attributes()
+                .into_iter()
+                .flatten()
+                .map(|(name, value)| {
+                    let mut attribute = json!({ "stringListValues": [], "binaryListValues": [], "dataType": value.data_type() });
+                    if let Some(text) = value.string_value() {
+                        attribute["stringValue"] = text.into();
+                    }
+                    if let Some(blob) = value.binary_value() {
+                        attribute["binaryValue"] = aws_smithy_types::base64::encode(blob.as_ref()).into();
+                    }
+                    (name.clone(), attribute)
+                })
+                .collect();
+            json!({
+                "messageId": message.message_id(),
+                "receiptHandle": message.receipt_handle(),
+                "body": message.body(),
+                "attributes": attributes,
+                "messageAttributes": message_attributes,
+                "md5OfBody": message.md5_of_body(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": region,
+            })
+        })
+        .collect();
+    json!({ "Records": records }).to_string()
+}

@@ -1,0 +1,112 @@
+//! The topology: `infra/redrive.auto.tfvars.json`, the one file Terraform and the local stack read.
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Topology {
+    pub name_prefix: String,
+    pub consumers: BTreeMap<String, Consumer>,
+    pub retry: Retry,
+    pub deadline_margin_seconds: u32,
+    pub breaker: Breaker,
+    pub alarms: Alarms,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Consumer {
+    pub fifo: bool,
+    pub function_timeout_seconds: u32,
+    pub visibility_timeout_seconds: u32,
+    pub message_retention_seconds: u32,
+    pub dlq_message_retention_seconds: u32,
+    pub max_receive_count: u32,
+    pub batch_size: u32,
+    pub batching_window_seconds: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Retry {
+    pub max_attempts: u32,
+    pub backoff_base_seconds: f64,
+    pub backoff_factor: f64,
+    pub backoff_cap_seconds: f64,
+    pub sequence_seconds: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Breaker {
+    pub threshold: u32,
+    pub open_for_seconds: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Alarms {
+    pub period_seconds: u32,
+    pub dlq_depth_threshold: u32,
+    pub oldest_message_age_seconds: u32,
+    pub lambda_errors_threshold: u32,
+    pub lambda_throttles_threshold: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path} is not a valid topology: {source}")]
+    Parse { path: String, source: serde_json::Error },
+}
+
+/// The tfvars file of this checkout.
+pub fn default_path() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/redrive.auto.tfvars.json")
+}
+
+impl Topology {
+    pub fn load(path: &Path) -> Result<Self, TopologyError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read { path: shown.clone(), source })?;
+        serde_json::from_str(&text).map_err(|source| TopologyError::Parse { path: shown, source })
+    }
+
+    /// Queue names as Terraform creates them: `<prefix>-<key>` and `<prefix>-<key>-dlq`, with
+    /// `.fifo` for FIFO consumers.
+    pub fn queue_names(&self, key: &str) -> (String, String) {
+        let suffix = if self.consumers[key].fifo { ".fifo" } else { "" };
+        (format!("{}-{key}{suffix}", self.name_prefix), format!("{}-{key}-dlq{suffix}", self.name_prefix))
+    }
+
+    /// The `REDRIVE_*` environment Terraform gives the consumer functions (see infra/).
+    pub fn function_env(&self, dlq_url: &str) -> Vec<(String, String)> {
+        let seconds = |s: f64| format!("{s}s");
+        let mut env = vec![
+            ("REDRIVE_DLQ_URL".to_owned(), dlq_url.to_owned()),
+            ("REDRIVE_MAX_ATTEMPTS".to_owned(), self.retry.max_attempts.to_string()),
+            ("REDRIVE_BACKOFF_BASE".to_owned(), seconds(self.retry.backoff_base_seconds)),
+            ("REDRIVE_BACKOFF_FACTOR".to_owned(), self.retry.backoff_factor.to_string()),
+            ("REDRIVE_BACKOFF_CAP".to_owned(), seconds(self.retry.backoff_cap_seconds)),
+            ("REDRIVE_DEADLINE_MARGIN".to_owned(), seconds(f64::from(self.deadline_margin_seconds))),
+            ("REDRIVE_BREAKER_THRESHOLD".to_owned(), self.breaker.threshold.to_string()),
+            ("REDRIVE_BREAKER_OPEN_FOR".to_owned(), seconds(self.breaker.open_for_seconds)),
+        ];
+        if !self.retry.sequence_seconds.is_empty() {
+            let sequence: Vec<String> = self.retry.sequence_seconds.iter().map(|s| seconds(*s)).collect();
+            env.push(("REDRIVE_RETRY_SEQUENCE".to_owned(), sequence.join(",")));
+        }
+        env
+    }
+
+    /// Divides every wait by `factor` (the demo runs minutes of retries in seconds).
+    pub fn scale_time(&mut self, factor: f64) {
+        let scale = |s: &mut f64| *s /= factor;
+        scale(&mut self.retry.backoff_base_seconds);
+        scale(&mut self.retry.backoff_cap_seconds);
+        self.retry.sequence_seconds.iter_mut().for_each(scale);
+        self.breaker.open_for_seconds = (self.breaker.open_for_seconds / factor).max(1.0);
+        for consumer in self.consumers.values_mut() {
+            let shrink = |s: u32| ((f64::from(s) / factor).ceil() as u32).max(1);
+            consumer.visibility_timeout_seconds = shrink(consumer.visibility_timeout_seconds);
+        }
+    }
+}
