@@ -19,8 +19,20 @@ pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
 ) -> Result<SqsBatchResponse, BatchError> {
     let (payload, context) = event.into_parts();
     let sqs = SqsEvent::parse(payload.get())?;
-    let processed = processor.process(handler, &sqs.records, context.deadline).await?;
+    tracing::debug!(records = sqs.records.len(), deadline_ms = context.deadline, "batch received");
+    let now = SystemClock.now_ms();
+    let processed = processor.process(handler, &sqs.records, absolute_deadline(context.deadline, now)).await?;
     let function = &context.env_config.function_name;
     println!("{}", processed.report.emf_line(metrics_namespace, function, SystemClock.now_ms()));
     Ok(processed.response)
+}
+
+/// Lambda sends the deadline in ms since the epoch; `cargo lambda watch` sends its timeout
+/// (600000) instead. No real deadline lies before 2001, so such a value is read as relative.
+fn absolute_deadline(deadline_ms: u64, now_ms: u64) -> u64 {
+    const YEAR_2001_MS: u64 = 978_307_200_000;
+    match deadline_ms < YEAR_2001_MS {
+        true => now_ms.saturating_add(deadline_ms),
+        false => deadline_ms,
+    }
 }

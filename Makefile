@@ -1,0 +1,37 @@
+# redrive: `make demo` shows the whole flow on a fresh machine; `make test` runs every check.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+CARGO       ?= cargo
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help venv test test-rust test-watch lint build demo clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): tools/requirements.txt
+	@command -v python3 >/dev/null || { echo "python3 is required (apt-get install python3 python3-venv)"; exit 1; }
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+	@touch $@
+
+venv: $(STAMP) ## Project-local virtualenv with pinned moto[server], cargo-lambda and zig
+
+test: $(STAMP) ## Unit, fixture, end-to-end (moto) and cargo-lambda watch/invoke tests
+	tools/with-moto $(CARGO) test --workspace --locked
+
+lint: ## cargo fmt --check and clippy with warnings denied
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+build: $(STAMP) ## Release arm64 zips for Lambda (target/lambda/<function>/bootstrap.zip)
+	rustup target add aarch64-unknown-linux-gnu
+	cargo lambda build --release --arm64 --output-format zip --lambda-dir target/lambda
+
+clean: ## Remove build output and local state
+	$(CARGO) clean
+	rm -rf .local
