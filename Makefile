@@ -8,7 +8,7 @@ STAMP       := $(VENV)/.installed
 CARGO       ?= cargo
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv test test-rust test-watch lint build demo clean
+.PHONY: help venv test lint build demo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -20,6 +20,10 @@ $(STAMP): tools/requirements.txt
 	@touch $@
 
 venv: $(STAMP) ## Project-local virtualenv with pinned moto[server], cargo-lambda and zig
+
+demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, print a report
+	@start=$$(date +%s); $(CARGO) build --locked -p redrive-local --bin redrive-demo && echo "demo build took $$(( $$(date +%s) - start ))s"
+	tools/with-moto $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
 
 test: $(STAMP) ## Unit, fixture, end-to-end (moto) and cargo-lambda watch/invoke tests
 	tools/with-moto $(CARGO) test --workspace --locked

@@ -12,7 +12,11 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(12 * 3600);
 pub enum Backoff {
     /// `random(0, min(cap, base * factor^(n-1)))` before retry `n`: "full jitter", which spreads
     /// a burst of failures over the whole window instead of re-synchronising them.
-    Exponential { base: Duration, factor: f64, cap: Duration },
+    Exponential {
+        base: Duration,
+        factor: f64,
+        cap: Duration,
+    },
     /// Fixed waits before retry 1, 2, ... (the last one repeats): `5m,5m,30m,30m,30m,1h`.
     Sequence(Vec<Duration>),
 }
@@ -79,7 +83,9 @@ impl RetryPolicy {
             }
             Backoff::Sequence(delays) => {
                 if delays.is_empty() || delays.iter().any(|d| *d > MAX_RETRY_DELAY) {
-                    return Err(invalid("a retry sequence needs at least one delay, each at most 12h"));
+                    return Err(invalid(
+                        "a retry sequence needs at least one delay, each at most 12h",
+                    ));
                 }
             }
         }
@@ -90,9 +96,14 @@ impl RetryPolicy {
 /// Parses `500ms`, `30s`, `5m`, `1h`, `2d`, or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok().filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
+    let number: f64 = number
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
     let seconds = match unit {
         "ms" => number / 1000.0,
         "" | "s" => number,
@@ -129,7 +140,9 @@ mod tests {
             backoff: Backoff::Sequence(parse_sequence("5m,5m,30m,1h").unwrap()),
             max_attempts: 7,
         };
-        let minutes: Vec<u64> = (1..=6).map(|n| policy.delay(n, 0.3).as_secs() / 60).collect();
+        let minutes: Vec<u64> = (1..=6)
+            .map(|n| policy.delay(n, 0.3).as_secs() / 60)
+            .collect();
         assert_eq!(minutes, [5, 5, 30, 60, 60, 60]);
     }
 
@@ -147,9 +160,15 @@ mod tests {
 
     #[test]
     fn validation_rejects_out_of_range_policies() {
-        let zero = RetryPolicy { max_attempts: 0, ..RetryPolicy::default() };
+        let zero = RetryPolicy {
+            max_attempts: 0,
+            ..RetryPolicy::default()
+        };
         assert!(zero.validate().unwrap_err().reason.contains("max attempts"));
-        let long = RetryPolicy { backoff: Backoff::Sequence(vec![Duration::from_secs(50_000)]), max_attempts: 2 };
+        let long = RetryPolicy {
+            backoff: Backoff::Sequence(vec![Duration::from_secs(50_000)]),
+            max_attempts: 2,
+        };
         assert!(long.validate().is_err());
         assert!(RetryPolicy::default().validate().is_ok());
     }

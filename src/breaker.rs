@@ -19,16 +19,25 @@ pub struct BreakerSettings {
 
 impl Default for BreakerSettings {
     fn default() -> Self {
-        Self { threshold: 5, open_for: Duration::from_secs(30) }
+        Self {
+            threshold: 5,
+            open_for: Duration::from_secs(30),
+        }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
-    Closed { failures: u32 },
-    Open { until_ms: u64 },
+    Closed {
+        failures: u32,
+    },
+    Open {
+        until_ms: u64,
+    },
     /// One probe is in flight since `since_ms`; others wait for its result.
-    HalfOpen { since_ms: u64 },
+    HalfOpen {
+        since_ms: u64,
+    },
 }
 
 pub struct CircuitBreaker {
@@ -43,12 +52,24 @@ impl CircuitBreaker {
         Self::with_clock(downstream, settings, Arc::new(SystemClock))
     }
 
-    pub fn with_clock(downstream: &'static str, settings: BreakerSettings, clock: Arc<dyn Clock>) -> Self {
-        Self { downstream, settings, clock, state: Mutex::new(BreakerState::Closed { failures: 0 }) }
+    pub fn with_clock(
+        downstream: &'static str,
+        settings: BreakerSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            downstream,
+            settings,
+            clock,
+            state: Mutex::new(BreakerState::Closed { failures: 0 }),
+        }
     }
 
     pub fn state(&self) -> BreakerState {
-        *self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        *self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs `call` if the breaker lets it through; otherwise returns a deferral without calling.
@@ -71,7 +92,10 @@ impl CircuitBreaker {
     fn admit(&self) -> Result<(), RecordError> {
         let now = self.clock.now_ms();
         let open_for = duration_ms(self.settings.open_for);
-        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let wait_ms = match *state {
             BreakerState::Closed { .. } => return Ok(()),
             BreakerState::Open { until_ms } if now >= until_ms => {
@@ -87,21 +111,35 @@ impl CircuitBreaker {
             }
             BreakerState::HalfOpen { since_ms } => since_ms + open_for - now,
         };
-        let error = RecordError::defer(format!("{}_circuit_open", self.downstream), Duration::from_millis(wait_ms.max(1000)));
+        let error = RecordError::defer(
+            format!("{}_circuit_open", self.downstream),
+            Duration::from_millis(wait_ms.max(1000)),
+        );
         Err(error)
     }
 
     fn record(&self, transient_failure: bool) {
         let now = self.clock.now_ms();
-        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         *state = match (*state, transient_failure) {
             (_, false) => BreakerState::Closed { failures: 0 },
             (BreakerState::Closed { failures }, true) if failures + 1 < self.settings.threshold => {
-                BreakerState::Closed { failures: failures + 1 }
+                BreakerState::Closed {
+                    failures: failures + 1,
+                }
             }
             (_, true) => {
-                tracing::warn!(downstream = self.downstream, open_for_s = self.settings.open_for.as_secs(), "circuit opened");
-                BreakerState::Open { until_ms: now + duration_ms(self.settings.open_for) }
+                tracing::warn!(
+                    downstream = self.downstream,
+                    open_for_s = self.settings.open_for.as_secs(),
+                    "circuit opened"
+                );
+                BreakerState::Open {
+                    until_ms: now + duration_ms(self.settings.open_for),
+                }
             }
         };
     }
@@ -128,13 +166,21 @@ mod tests {
     #[tokio::test]
     async fn opens_after_the_threshold_defers_without_calling_then_probes_once() {
         let clock = Arc::new(ManualClock::at(1_000_000));
-        let settings = BreakerSettings { threshold: 3, open_for: Duration::from_secs(10) };
+        let settings = BreakerSettings {
+            threshold: 3,
+            open_for: Duration::from_secs(10),
+        };
         let breaker = CircuitBreaker::with_clock("payments", settings, clock.clone());
         let mut calls = 0;
         for _ in 0..3 {
             assert!(!fail(&breaker, &mut calls).await.unwrap_err().is_deferral());
         }
-        assert_eq!(breaker.state(), BreakerState::Open { until_ms: 1_010_000 });
+        assert_eq!(
+            breaker.state(),
+            BreakerState::Open {
+                until_ms: 1_010_000
+            }
+        );
 
         let deferred = fail(&breaker, &mut calls).await.unwrap_err();
         assert!(deferred.is_deferral());
@@ -149,18 +195,35 @@ mod tests {
         assert!(matches!(breaker.state(), BreakerState::Open { .. }));
 
         clock.advance(10_000);
-        breaker.call(|| async { Ok::<_, RecordError>(()) }).await.unwrap();
+        breaker
+            .call(|| async { Ok::<_, RecordError>(()) })
+            .await
+            .unwrap();
         assert_eq!(breaker.state(), BreakerState::Closed { failures: 0 });
     }
 
     #[tokio::test]
     async fn permanent_failures_do_not_open_it_and_zero_threshold_disables_it() {
-        let breaker = CircuitBreaker::new("payments", BreakerSettings { threshold: 1, open_for: Duration::from_secs(10) });
-        let result = breaker.call(|| async { Err::<(), _>(RecordError::permanent("invalid", "no")) }).await;
+        let breaker = CircuitBreaker::new(
+            "payments",
+            BreakerSettings {
+                threshold: 1,
+                open_for: Duration::from_secs(10),
+            },
+        );
+        let result = breaker
+            .call(|| async { Err::<(), _>(RecordError::permanent("invalid", "no")) })
+            .await;
         assert!(result.is_err());
         assert_eq!(breaker.state(), BreakerState::Closed { failures: 0 });
 
-        let disabled = CircuitBreaker::new("payments", BreakerSettings { threshold: 0, open_for: Duration::from_secs(10) });
+        let disabled = CircuitBreaker::new(
+            "payments",
+            BreakerSettings {
+                threshold: 0,
+                open_for: Duration::from_secs(10),
+            },
+        );
         let mut calls = 0;
         for _ in 0..5 {
             fail(&disabled, &mut calls).await.unwrap_err();
@@ -171,11 +234,21 @@ mod tests {
     #[tokio::test]
     async fn only_one_probe_goes_through_while_half_open() {
         let clock = Arc::new(ManualClock::at(0));
-        let breaker = CircuitBreaker::with_clock("payments", BreakerSettings { threshold: 1, open_for: Duration::from_secs(5) }, clock.clone());
+        let breaker = CircuitBreaker::with_clock(
+            "payments",
+            BreakerSettings {
+                threshold: 1,
+                open_for: Duration::from_secs(5),
+            },
+            clock.clone(),
+        );
         let mut calls = 0;
         fail(&breaker, &mut calls).await.unwrap_err();
         clock.advance(5_000);
         assert!(breaker.admit().is_ok(), "the probe");
-        assert!(breaker.admit().unwrap_err().is_deferral(), "a second caller waits for the probe");
+        assert!(
+            breaker.admit().unwrap_err().is_deferral(),
+            "a second caller waits for the probe"
+        );
     }
 }

@@ -37,7 +37,11 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", humantime::format_rfc3339_millis(self.to_system_time()))
+        write!(
+            f,
+            "{}",
+            humantime::format_rfc3339_millis(self.to_system_time())
+        )
     }
 }
 
@@ -51,8 +55,13 @@ impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = Text::deserialize(deserializer)?;
         let time = humantime::parse_rfc3339_weak(&text).map_err(serde::de::Error::custom)?;
-        let millis = time.duration_since(UNIX_EPOCH).map_err(serde::de::Error::custom)?.as_millis();
-        Ok(Self(u64::try_from(millis).map_err(serde::de::Error::custom)?))
+        let millis = time
+            .duration_since(UNIX_EPOCH)
+            .map_err(serde::de::Error::custom)?
+            .as_millis();
+        Ok(Self(
+            u64::try_from(millis).map_err(serde::de::Error::custom)?,
+        ))
     }
 }
 
@@ -98,7 +107,10 @@ impl<'a> Meta<'a> {
             error_kind: self.error_kind.into_owned(),
             error_message: self.error_message.into_owned(),
             attributes: self.attributes.map(|attributes| {
-                attributes.into_iter().map(|(name, value)| (name.into_owned(), value.into_owned())).collect()
+                attributes
+                    .into_iter()
+                    .map(|(name, value)| (name.into_owned(), value.into_owned()))
+                    .collect()
             }),
             ..self
         }
@@ -107,7 +119,9 @@ impl<'a> Meta<'a> {
     /// The metadata a record carries, if any. `Err` when the attribute is there but unreadable.
     pub fn of(record: &'a SqsRecord<'a>) -> Option<Result<Self, serde_json::Error>> {
         let attribute = record.message_attributes.get(META_ATTRIBUTE)?;
-        Some(serde_json::from_str(attribute.string_value.as_deref().unwrap_or_default()))
+        Some(serde_json::from_str(
+            attribute.string_value.as_deref().unwrap_or_default(),
+        ))
     }
 }
 
@@ -138,7 +152,11 @@ impl OutgoingMessage<'_> {
     pub fn into_owned(self) -> OutgoingMessage<'static> {
         OutgoingMessage {
             body: self.body.into_owned(),
-            attributes: self.attributes.into_iter().map(|(name, value)| (name.into_owned(), value.into_owned())).collect(),
+            attributes: self
+                .attributes
+                .into_iter()
+                .map(|(name, value)| (name.into_owned(), value.into_owned()))
+                .collect(),
             delay_seconds: self.delay_seconds,
             group_id: self.group_id.map(Text::into_owned),
             deduplication_id: self.deduplication_id.map(Text::into_owned),
@@ -147,12 +165,20 @@ impl OutgoingMessage<'_> {
 
     /// The value of a String attribute.
     pub fn attribute(&self, name: &str) -> Option<&str> {
-        self.attributes.iter().find(|(n, _)| **n == *name).and_then(|(_, value)| value.string_value.as_deref())
+        self.attributes
+            .iter()
+            .find(|(n, _)| **n == *name)
+            .and_then(|(_, value)| value.string_value.as_deref())
     }
 
     /// Bytes SQS counts towards its 1 MiB limit.
     pub fn size(&self) -> usize {
-        self.body.len() + self.attributes.iter().map(|(name, value)| value.size(name)).sum::<usize>()
+        self.body.len()
+            + self
+                .attributes
+                .iter()
+                .map(|(name, value)| value.size(name))
+                .sum::<usize>()
     }
 }
 
@@ -165,7 +191,10 @@ pub struct TooLarge {
 
 /// Builds the copy of `record` that carries `meta`: the original body, the original attributes
 /// (packed into the metadata when they leave no room), and the `redrive` attribute.
-pub fn annotate<'r>(record: &'r SqsRecord<'r>, mut meta: Meta<'r>) -> Result<OutgoingMessage<'r>, TooLarge> {
+pub fn annotate<'r>(
+    record: &'r SqsRecord<'r>,
+    mut meta: Meta<'r>,
+) -> Result<OutgoingMessage<'r>, TooLarge> {
     let original: MessageAttributes<'r> = match meta.attributes.take() {
         Some(packed) => packed,
         None => record
@@ -175,7 +204,8 @@ pub fn annotate<'r>(record: &'r SqsRecord<'r>, mut meta: Meta<'r>) -> Result<Out
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect(),
     };
-    let mut attributes: Vec<(Text<'r>, MessageAttribute<'r>)> = Vec::with_capacity(original.len().min(9) + 1);
+    let mut attributes: Vec<(Text<'r>, MessageAttribute<'r>)> =
+        Vec::with_capacity(original.len().min(9) + 1);
     if original.len() < MAX_MESSAGE_ATTRIBUTES {
         attributes.extend(original);
     } else {
@@ -192,7 +222,10 @@ pub fn annotate<'r>(record: &'r SqsRecord<'r>, mut meta: Meta<'r>) -> Result<Out
     if message.size() > MAX_MESSAGE_BYTES {
         // The error text is the one part that may give; the body and attributes may not.
         meta.error_message = Text::from("");
-        *message.attributes.last_mut().expect("meta attribute was pushed") = meta_attribute(&meta);
+        *message
+            .attributes
+            .last_mut()
+            .expect("meta attribute was pushed") = meta_attribute(&meta);
     }
     match message.size() {
         size if size > MAX_MESSAGE_BYTES => Err(TooLarge { size }),
@@ -236,7 +269,10 @@ mod tests {
         let attributes: Vec<String> = (0..count)
             .map(|i| format!(r#""a{i}":{{"stringValue":"v{i}","dataType":"String"}}"#))
             .collect();
-        format!(r#"{{"Records":[{{"messageId":"m-1","body":"{body}","messageAttributes":{{{}}}}}]}}"#, attributes.join(","))
+        format!(
+            r#"{{"Records":[{{"messageId":"m-1","body":"{body}","messageAttributes":{{{}}}}}]}}"#,
+            attributes.join(",")
+        )
     }
 
     #[test]
@@ -250,7 +286,11 @@ mod tests {
         assert_eq!(&**name, META_ATTRIBUTE);
         let written: Meta = serde_json::from_str(value.string_value.as_deref().unwrap()).unwrap();
         assert_eq!(written, meta("boom"));
-        assert!(value.string_value.as_deref().unwrap().contains(r#""firstFailureAt":"2023-11-14T22:13:20.000Z""#));
+        assert!(value
+            .string_value
+            .as_deref()
+            .unwrap()
+            .contains(r#""firstFailureAt":"2023-11-14T22:13:20.000Z""#));
     }
 
     #[test]
@@ -259,8 +299,12 @@ mod tests {
         let event = SqsEvent::parse(&json).unwrap();
         let copy = annotate(&event.records[0], meta("boom")).unwrap();
         assert_eq!(copy.attributes.len(), 1, "only the redrive attribute");
-        let written: Meta = serde_json::from_str(copy.attributes[0].1.string_value.as_deref().unwrap()).unwrap();
-        assert_eq!(written.attributes.as_ref(), Some(&event.records[0].message_attributes));
+        let written: Meta =
+            serde_json::from_str(copy.attributes[0].1.string_value.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            written.attributes.as_ref(),
+            Some(&event.records[0].message_attributes)
+        );
 
         // A packed copy annotated again stays packed, with the same originals.
         let resent = format!(
@@ -271,7 +315,8 @@ mod tests {
         let carried = Meta::of(&event2.records[0]).unwrap().unwrap();
         let again = annotate(&event2.records[0], carried).unwrap();
         assert_eq!(again.attributes.len(), 1);
-        let rewritten: Meta = serde_json::from_str(again.attributes[0].1.string_value.as_deref().unwrap()).unwrap();
+        let rewritten: Meta =
+            serde_json::from_str(again.attributes[0].1.string_value.as_deref().unwrap()).unwrap();
         assert_eq!(rewritten.attributes, written.attributes);
     }
 
@@ -283,7 +328,8 @@ mod tests {
         let copy = annotate(&event.records[0], meta(&"e".repeat(1000))).unwrap();
         assert_eq!(copy.body.len(), body.len());
         assert!(copy.size() <= MAX_MESSAGE_BYTES);
-        let written: Meta = serde_json::from_str(copy.attributes[0].1.string_value.as_deref().unwrap()).unwrap();
+        let written: Meta =
+            serde_json::from_str(copy.attributes[0].1.string_value.as_deref().unwrap()).unwrap();
         assert_eq!(&*written.error_message, "");
 
         let full = event_with_attributes(0, &"x".repeat(MAX_MESSAGE_BYTES));

@@ -70,8 +70,18 @@ impl RecordError {
         Self::new(ErrorClass::Panic, "panic", message)
     }
 
-    fn new(class: ErrorClass, kind: impl Into<Cow<'static, str>>, message: impl fmt::Display) -> Self {
-        Self { class, kind: kind.into(), message: message.to_string(), retry_after: None, defer: false }
+    fn new(
+        class: ErrorClass,
+        kind: impl Into<Cow<'static, str>>,
+        message: impl fmt::Display,
+    ) -> Self {
+        Self {
+            class,
+            kind: kind.into(),
+            message: message.to_string(),
+            retry_after: None,
+            defer: false,
+        }
     }
 
     /// Ask for this delay before the next attempt instead of the policy's backoff (a `Retry-After`).
@@ -116,7 +126,10 @@ pub struct PortError {
 
 impl PortError {
     pub fn new(operation: &'static str, message: impl fmt::Display) -> Self {
-        Self { operation, message: message.to_string() }
+        Self {
+            operation,
+            message: message.to_string(),
+        }
     }
 }
 
@@ -144,6 +157,10 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub fn new(name: &str, value: &str, reason: impl fmt::Display) -> Self {
-        Self { name: name.to_owned(), value: value.to_owned(), reason: reason.to_string() }
+        Self {
+            name: name.to_owned(),
+            value: value.to_owned(),
+            reason: reason.to_string(),
+        }
     }
 }

@@ -165,12 +165,18 @@ impl SqsRecord<'_> {
     /// True for records of a FIFO queue. Decided by the source ARN: standard "fair" queues carry a
     /// MessageGroupId too.
     pub fn is_fifo(&self) -> bool {
-        self.event_source_arn.as_deref().is_some_and(|arn| arn.ends_with(".fifo"))
+        self.event_source_arn
+            .as_deref()
+            .is_some_and(|arn| arn.ends_with(".fifo"))
     }
 
     /// SQS's own count of deliveries of this copy (1 on the first delivery).
     pub fn receive_count(&self) -> u32 {
-        self.attributes.approximate_receive_count.as_deref().and_then(|n| n.parse().ok()).unwrap_or(1)
+        self.attributes
+            .approximate_receive_count
+            .as_deref()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1)
     }
 }
 
@@ -178,7 +184,12 @@ impl SqsRecord<'_> {
 impl<'a> From<&'a aws_lambda_events::sqs::SqsMessage> for SqsRecord<'a> {
     fn from(message: &'a aws_lambda_events::sqs::SqsMessage) -> Self {
         let text = |value: &'a Option<String>| value.as_deref().map(Text::from);
-        let system = |name: &str| message.attributes.get(name).map(|value| Text::from(value.as_str()));
+        let system = |name: &str| {
+            message
+                .attributes
+                .get(name)
+                .map(|value| Text::from(value.as_str()))
+        };
         SqsRecord {
             message_id: text(&message.message_id),
             receipt_handle: text(&message.receipt_handle),
@@ -219,12 +230,21 @@ mod tests {
             "attributes":{"ApproximateReceiveCount":"3"},"messageAttributes":{"k":{"stringValue":"v","dataType":"String"}}}]}"#;
         let event = SqsEvent::parse(json).unwrap();
         let record = &event.records[0];
-        assert!(matches!(record.message_id.as_ref().unwrap().0, Cow::Borrowed("m-1")));
-        assert!(matches!(record.body.as_ref().unwrap().0, Cow::Owned(_)), "escaped body is unescaped");
+        assert!(matches!(
+            record.message_id.as_ref().unwrap().0,
+            Cow::Borrowed("m-1")
+        ));
+        assert!(
+            matches!(record.body.as_ref().unwrap().0, Cow::Owned(_)),
+            "escaped body is unescaped"
+        );
         assert_eq!(record.body.as_deref(), Some(r#"{"a":1}"#));
         assert!(record.is_fifo());
         assert_eq!(record.receive_count(), 3);
-        assert_eq!(record.message_attributes["k"].string_value.as_deref(), Some("v"));
+        assert_eq!(
+            record.message_attributes["k"].string_value.as_deref(),
+            Some("v")
+        );
     }
 
     #[test]

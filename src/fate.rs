@@ -32,7 +32,10 @@ pub enum Fate {
     Defer { delay: Duration },
     /// Report as a batchItemFailure: SQS delivers it again, and the queue's own redrive policy is
     /// the last net. `visibility` asks for a ChangeMessageVisibility first (FIFO backoff).
-    GiveBack { reason: GiveBackReason, visibility: Option<Duration> },
+    GiveBack {
+        reason: GiveBackReason,
+        visibility: Option<Duration>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +79,11 @@ pub struct Judge<'p> {
 
 impl<'p> Judge<'p> {
     pub fn new(policy: &'p RetryPolicy, fifo: bool) -> Self {
-        Self { policy, fifo, blocked_groups: Vec::new() }
+        Self {
+            policy,
+            fifo,
+            blocked_groups: Vec::new(),
+        }
     }
 
     /// FIFO: true when an earlier record of `group` did not succeed, so this one must not start.
@@ -86,8 +93,18 @@ impl<'p> Judge<'p> {
 
     /// The fate of a record whose earlier deliveries failed `attempts_before` times.
     /// `jitter` is a uniform random number in [0, 1).
-    pub fn decide(&mut self, group: Option<&str>, outcome: Outcome<'_>, attempts_before: u32, jitter: f64) -> Fate {
-        let outcome = if self.is_blocked(group) { Outcome::GroupBlocked } else { outcome };
+    pub fn decide(
+        &mut self,
+        group: Option<&str>,
+        outcome: Outcome<'_>,
+        attempts_before: u32,
+        jitter: f64,
+    ) -> Fate {
+        let outcome = if self.is_blocked(group) {
+            Outcome::GroupBlocked
+        } else {
+            outcome
+        };
         let fate = self.fate(outcome, attempts_before, jitter);
         if self.fifo && fate != Fate::Done {
             if let Some(group) = group {
@@ -120,7 +137,9 @@ impl<'p> Judge<'p> {
                 if error.class() != ErrorClass::Transient || attempts >= self.policy.max_attempts {
                     return Fate::DeadLetter { attempts };
                 }
-                let delay = error.retry_after_hint().unwrap_or_else(|| self.policy.delay(attempts, jitter));
+                let delay = error
+                    .retry_after_hint()
+                    .unwrap_or_else(|| self.policy.delay(attempts, jitter));
                 match self.fifo {
                     true => give_back(GiveBackReason::FifoRetry, Some(delay)),
                     false => Fate::Retry { attempts, delay },
@@ -145,13 +164,22 @@ mod tests {
         let error = transient();
         assert_eq!(
             judge.decide(None, Outcome::Failed(&error), 0, 0.5),
-            Fate::Retry { attempts: 1, delay: Duration::from_secs(1) }
+            Fate::Retry {
+                attempts: 1,
+                delay: Duration::from_secs(1)
+            }
         );
         assert_eq!(
             judge.decide(None, Outcome::Failed(&error), 3, 1.0),
-            Fate::Retry { attempts: 4, delay: Duration::from_secs(16) }
+            Fate::Retry {
+                attempts: 4,
+                delay: Duration::from_secs(16)
+            }
         );
-        assert_eq!(judge.decide(None, Outcome::Failed(&error), 4, 0.5), Fate::DeadLetter { attempts: 5 });
+        assert_eq!(
+            judge.decide(None, Outcome::Failed(&error), 4, 0.5),
+            Fate::DeadLetter { attempts: 5 }
+        );
     }
 
     #[test]
@@ -160,8 +188,14 @@ mod tests {
         let mut judge = Judge::new(&policy, false);
         let permanent = RecordError::permanent("invalid", "no");
         let panic = RecordError::panic("boom".into());
-        assert_eq!(judge.decide(None, Outcome::Failed(&permanent), 0, 0.5), Fate::DeadLetter { attempts: 1 });
-        assert_eq!(judge.decide(None, Outcome::Failed(&panic), 2, 0.5), Fate::DeadLetter { attempts: 3 });
+        assert_eq!(
+            judge.decide(None, Outcome::Failed(&permanent), 0, 0.5),
+            Fate::DeadLetter { attempts: 1 }
+        );
+        assert_eq!(
+            judge.decide(None, Outcome::Failed(&panic), 2, 0.5),
+            Fate::DeadLetter { attempts: 3 }
+        );
     }
 
     #[test]
@@ -171,13 +205,23 @@ mod tests {
         let hinted = transient().retry_after(Duration::from_secs(3600));
         assert_eq!(
             judge.decide(None, Outcome::Failed(&hinted), 0, 0.5),
-            Fate::Retry { attempts: 1, delay: Duration::from_secs(3600) }
+            Fate::Retry {
+                attempts: 1,
+                delay: Duration::from_secs(3600)
+            }
         );
         let deferred = RecordError::defer("circuit_open", Duration::from_secs(30));
-        assert_eq!(judge.decide(None, Outcome::Failed(&deferred), 4, 0.5), Fate::Defer { delay: Duration::from_secs(30) });
+        assert_eq!(
+            judge.decide(None, Outcome::Failed(&deferred), 4, 0.5),
+            Fate::Defer {
+                delay: Duration::from_secs(30)
+            }
+        );
         assert_eq!(
             judge.decide(None, Outcome::NotDue(Duration::from_secs(60)), 1, 0.5),
-            Fate::Defer { delay: Duration::from_secs(60) }
+            Fate::Defer {
+                delay: Duration::from_secs(60)
+            }
         );
     }
 
@@ -188,15 +232,24 @@ mod tests {
         let error = transient();
         assert_eq!(
             judge.decide(Some("a"), Outcome::Failed(&error), 0, 1.0),
-            Fate::GiveBack { reason: GiveBackReason::FifoRetry, visibility: Some(Duration::from_secs(2)) }
+            Fate::GiveBack {
+                reason: GiveBackReason::FifoRetry,
+                visibility: Some(Duration::from_secs(2))
+            }
         );
         assert!(judge.is_blocked(Some("a")));
         assert!(!judge.is_blocked(Some("b")));
         assert_eq!(
             judge.decide(Some("a"), Outcome::GroupBlocked, 0, 0.5),
-            Fate::GiveBack { reason: GiveBackReason::GroupBlocked, visibility: Some(Duration::ZERO) }
+            Fate::GiveBack {
+                reason: GiveBackReason::GroupBlocked,
+                visibility: Some(Duration::ZERO)
+            }
         );
-        assert_eq!(judge.decide(Some("b"), Outcome::Succeeded, 0, 0.5), Fate::Done);
+        assert_eq!(
+            judge.decide(Some("b"), Outcome::Succeeded, 0, 0.5),
+            Fate::Done
+        );
         assert!(!judge.is_blocked(Some("b")));
     }
 

@@ -40,6 +40,25 @@ const COUNTS: [&str; 11] = [
 ];
 
 impl BatchReport {
+    /// Adds another batch's figures (totals over many batches).
+    pub fn absorb(&mut self, other: &BatchReport) {
+        self.records += other.records;
+        self.done += other.done;
+        self.retried += other.retried;
+        self.dead_lettered += other.dead_lettered;
+        self.deferred += other.deferred;
+        self.given_back += other.given_back;
+        self.transient_errors += other.transient_errors;
+        self.permanent_errors += other.permanent_errors;
+        self.panics += other.panics;
+        self.send_failures += other.send_failures;
+        self.sqs_requests += other.sqs_requests;
+        self.retry_delay_max_seconds = self
+            .retry_delay_max_seconds
+            .max(other.retry_delay_max_seconds);
+        self.retry_delay_sum_seconds += other.retry_delay_sum_seconds;
+    }
+
     pub(crate) fn count_fate(&mut self, fate: &Fate, delay_seconds: u32) {
         match fate {
             Fate::Done => self.done += 1,
@@ -67,7 +86,10 @@ impl BatchReport {
         let metrics: Vec<serde_json::Value> = COUNTS
             .iter()
             .map(|name| serde_json::json!({ "Name": name, "Unit": "Count" }))
-            .chain(["RetryDelayMaxSeconds", "RetryDelaySumSeconds"].map(|name| serde_json::json!({ "Name": name, "Unit": "Seconds" })))
+            .chain(
+                ["RetryDelayMaxSeconds", "RetryDelaySumSeconds"]
+                    .map(|name| serde_json::json!({ "Name": name, "Unit": "Seconds" })),
+            )
             .collect();
         let mut line = serde_json::to_value(self).expect("report serialises");
         let fields = line.as_object_mut().expect("report is an object");
@@ -89,15 +111,31 @@ mod tests {
 
     #[test]
     fn the_emf_line_declares_every_figure_it_carries() {
-        let report = BatchReport { records: 3, done: 2, dead_lettered: 1, permanent_errors: 1, ..Default::default() };
-        let line: serde_json::Value = serde_json::from_str(&report.emf_line("redrive", "orders", 1_700_000_000_000)).unwrap();
+        let report = BatchReport {
+            records: 3,
+            done: 2,
+            dead_lettered: 1,
+            permanent_errors: 1,
+            ..Default::default()
+        };
+        let line: serde_json::Value =
+            serde_json::from_str(&report.emf_line("redrive", "orders", 1_700_000_000_000)).unwrap();
         assert_eq!(line["Function"], "orders");
         assert_eq!(line["DeadLettered"], 1);
-        let declared = line["_aws"]["CloudWatchMetrics"][0]["Metrics"].as_array().unwrap();
+        let declared = line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap();
         for metric in declared {
             let name = metric["Name"].as_str().unwrap();
-            assert!(line.get(name).is_some(), "{name} is declared but not present");
+            assert!(
+                line.get(name).is_some(),
+                "{name} is declared but not present"
+            );
         }
-        assert_eq!(declared.len(), line.as_object().unwrap().len() - 2, "every figure is declared");
+        assert_eq!(
+            declared.len(),
+            line.as_object().unwrap().len() - 2,
+            "every figure is declared"
+        );
     }
 }

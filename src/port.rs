@@ -50,8 +50,14 @@ pub struct RecordingQueue {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Call {
-    Send { queue_url: String, messages: Vec<OutgoingMessage<'static>> },
-    ChangeVisibility { queue_url: String, changes: Vec<(String, Duration)> },
+    Send {
+        queue_url: String,
+        messages: Vec<OutgoingMessage<'static>>,
+    },
+    ChangeVisibility {
+        queue_url: String,
+        changes: Vec<(String, Duration)>,
+    },
 }
 
 impl RecordingQueue {
@@ -74,7 +80,10 @@ impl RecordingQueue {
         self.calls()
             .into_iter()
             .filter_map(|call| match call {
-                Call::Send { queue_url: url, messages } if url == queue_url => Some(messages),
+                Call::Send {
+                    queue_url: url,
+                    messages,
+                } if url == queue_url => Some(messages),
                 _ => None,
             })
             .flatten()
@@ -95,24 +104,59 @@ impl QueuePort for RecordingQueue {
         Ok(format!("https://sqs.local/123456789012/{name}"))
     }
 
-    async fn send_batch(&self, queue_url: &str, messages: &[OutgoingMessage<'_>]) -> Result<Vec<EntryFailure>, PortError> {
-        assert!(messages.len() <= 10, "SendMessageBatch takes at most 10 entries");
-        let owned: Vec<_> = messages.iter().cloned().map(OutgoingMessage::into_owned).collect();
-        self.calls.lock().unwrap().push(Call::Send { queue_url: queue_url.to_owned(), messages: owned });
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        messages: &[OutgoingMessage<'_>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        assert!(
+            messages.len() <= 10,
+            "SendMessageBatch takes at most 10 entries"
+        );
+        let owned: Vec<_> = messages
+            .iter()
+            .cloned()
+            .map(OutgoingMessage::into_owned)
+            .collect();
+        self.calls.lock().unwrap().push(Call::Send {
+            queue_url: queue_url.to_owned(),
+            messages: owned,
+        });
         self.check_call(queue_url, "SendMessageBatch")?;
         let refuse = self.refuse_body.lock().unwrap().clone();
         Ok(messages
             .iter()
             .enumerate()
-            .filter(|(_, message)| refuse.as_deref().is_some_and(|needle| message.body.contains(needle)))
-            .map(|(index, _)| EntryFailure { index, code: "InternalError".into(), message: "injected".into() })
+            .filter(|(_, message)| {
+                refuse
+                    .as_deref()
+                    .is_some_and(|needle| message.body.contains(needle))
+            })
+            .map(|(index, _)| EntryFailure {
+                index,
+                code: "InternalError".into(),
+                message: "injected".into(),
+            })
             .collect())
     }
 
-    async fn change_visibility_batch(&self, queue_url: &str, changes: &[VisibilityChange<'_>]) -> Result<Vec<EntryFailure>, PortError> {
-        assert!(changes.len() <= 10, "ChangeMessageVisibilityBatch takes at most 10 entries");
-        let changes = changes.iter().map(|c| (c.receipt_handle.to_owned(), c.timeout)).collect();
-        self.calls.lock().unwrap().push(Call::ChangeVisibility { queue_url: queue_url.to_owned(), changes });
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        changes: &[VisibilityChange<'_>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        assert!(
+            changes.len() <= 10,
+            "ChangeMessageVisibilityBatch takes at most 10 entries"
+        );
+        let changes = changes
+            .iter()
+            .map(|c| (c.receipt_handle.to_owned(), c.timeout))
+            .collect();
+        self.calls.lock().unwrap().push(Call::ChangeVisibility {
+            queue_url: queue_url.to_owned(),
+            changes,
+        });
         self.check_call(queue_url, "ChangeMessageVisibilityBatch")?;
         Ok(Vec::new())
     }

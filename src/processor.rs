@@ -16,7 +16,10 @@ use serde::Deserialize;
 use crate::backoff::{RetryPolicy, MAX_DELAY_SECONDS};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Settings;
-use crate::envelope::{annotate, truncate, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES, MAX_MESSAGE_BYTES, META_ATTRIBUTE, META_VERSION};
+use crate::envelope::{
+    annotate, truncate, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES,
+    MAX_MESSAGE_BYTES, META_ATTRIBUTE, META_VERSION,
+};
 use crate::error::{BatchError, ErrorClass, RecordError};
 use crate::event::{MessageAttribute, MessageAttributes, SqsRecord, Text};
 use crate::fate::{Fate, GiveBackReason, Judge, Outcome};
@@ -26,14 +29,18 @@ use crate::port::{QueuePort, VisibilityChange};
 /// Handles one message. Return a [`RecordError`] saying whether the failure is transient or
 /// permanent; a panic is caught and treated as permanent (class `panic`).
 pub trait RecordHandler: Sync {
-    fn handle(&self, message: &Message<'_>) -> impl Future<Output = Result<(), RecordError>> + Send;
+    fn handle(&self, message: &Message<'_>)
+        -> impl Future<Output = Result<(), RecordError>> + Send;
 }
 
 /// Handles a whole batch at once (a bulk write). When it fails, the processor splits the batch in
 /// halves and calls it again on each half until the failing records stand alone; so records of a
 /// failed call may be handed over again, and the handler must be idempotent.
 pub trait BatchHandler: Sync {
-    fn handle_batch(&self, messages: &[Message<'_>]) -> impl Future<Output = Result<(), RecordError>> + Send;
+    fn handle_batch(
+        &self,
+        messages: &[Message<'_>],
+    ) -> impl Future<Output = Result<(), RecordError>> + Send;
 }
 
 /// What a handler sees of a record.
@@ -56,7 +63,8 @@ impl<'r> Message<'r> {
 
     /// Parses the body as JSON. A body that does not parse is a permanent `malformed_body` error.
     pub fn json<T: Deserialize<'r>>(&self) -> Result<T, RecordError> {
-        serde_json::from_str(self.body()).map_err(|error| RecordError::permanent("malformed_body", error))
+        serde_json::from_str(self.body())
+            .map_err(|error| RecordError::permanent("malformed_body", error))
     }
 
     /// 1 on the first delivery, 2 on the first retry, ...
@@ -74,7 +82,10 @@ impl<'r> Message<'r> {
 
     /// The original message attributes; the `redrive` attribute is left out.
     pub fn attributes(&self) -> impl Iterator<Item = (&'r str, &'r MessageAttribute<'r>)> {
-        self.original_attributes().iter().filter(|(name, _)| &***name != META_ATTRIBUTE).map(|(name, value)| (&**name, value))
+        self.original_attributes()
+            .iter()
+            .filter(|(name, _)| &***name != META_ATTRIBUTE)
+            .map(|(name, value)| (&**name, value))
     }
 
     /// The failure context this message carries from earlier attempts, if any.
@@ -91,7 +102,9 @@ impl<'r> Message<'r> {
     }
 
     fn original_attributes(&self) -> &'r MessageAttributes<'r> {
-        self.meta.and_then(|meta| meta.attributes.as_ref()).unwrap_or(&self.record.message_attributes)
+        self.meta
+            .and_then(|meta| meta.attributes.as_ref())
+            .unwrap_or(&self.record.message_attributes)
     }
 }
 
@@ -142,7 +155,12 @@ struct Item<'r> {
 
 impl<'r> Item<'r> {
     fn message(&'r self) -> Message<'r> {
-        Message { record: self.record, id: self.id, meta: self.meta.as_ref(), attempt: self.attempts_before + 1 }
+        Message {
+            record: self.record,
+            id: self.id,
+            meta: self.meta.as_ref(),
+            attempt: self.attempts_before + 1,
+        }
     }
     fn group(&self) -> Option<&'r str> {
         self.record.attributes.message_group_id.as_deref()
@@ -184,7 +202,10 @@ impl<Q: QueuePort> Processor<Q> {
     /// Fixes the jitter's random sequence (tests, reproducible runs).
     #[must_use]
     pub fn with_seed(self, seed: u64) -> Self {
-        *self.rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = fastrand::Rng::with_seed(seed);
+        *self
+            .rng
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = fastrand::Rng::with_seed(seed);
         self
     }
 
@@ -198,7 +219,12 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// Handles each record with `handler`, one after the other, and settles every record's fate.
     /// `deadline_ms` is the Lambda deadline (`Context::deadline`, ms since the epoch).
-    pub async fn process<H: RecordHandler>(&self, handler: &H, records: &[SqsRecord<'_>], deadline_ms: u64) -> Result<Processed, BatchError> {
+    pub async fn process<H: RecordHandler>(
+        &self,
+        handler: &H,
+        records: &[SqsRecord<'_>],
+        deadline_ms: u64,
+    ) -> Result<Processed, BatchError> {
         let items = self.prepare(records)?;
         let mut judge = Judge::new(&self.config.retry, records.iter().any(SqsRecord::is_fifo));
         let mut decided = Vec::with_capacity(items.len());
@@ -208,7 +234,9 @@ impl<Q: QueuePort> Processor<Q> {
             } else {
                 let handled = match self.precheck(item, deadline_ms) {
                     Some(handled) => handled,
-                    None => guarded(handler.handle(&item.message()), self.budget(deadline_ms)).await.into(),
+                    None => guarded(handler.handle(&item.message()), self.budget(deadline_ms))
+                        .await
+                        .into(),
                 };
                 Some(handled)
             };
@@ -219,25 +247,46 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// Hands the whole batch to `handler`; on failure, bisects until the failing records are
     /// isolated, then settles every record's fate as [`Processor::process`] does.
-    pub async fn process_batch<B: BatchHandler>(&self, handler: &B, records: &[SqsRecord<'_>], deadline_ms: u64) -> Result<Processed, BatchError> {
+    pub async fn process_batch<B: BatchHandler>(
+        &self,
+        handler: &B,
+        records: &[SqsRecord<'_>],
+        deadline_ms: u64,
+    ) -> Result<Processed, BatchError> {
         let items = self.prepare(records)?;
-        let mut handled: Vec<Option<Handled>> = items.iter().map(|item| self.precheck(item, deadline_ms)).collect();
+        let mut handled: Vec<Option<Handled>> = items
+            .iter()
+            .map(|item| self.precheck(item, deadline_ms))
+            .collect();
         let eligible: Vec<usize> = (0..items.len()).filter(|&i| handled[i].is_none()).collect();
         let messages: Vec<Message<'_>> = eligible.iter().map(|&i| items[i].message()).collect();
-        let mut pending: Vec<Range<usize>> = vec![0..messages.len()];
+        // Ranges of `messages` still to hand over, as a stack: the first half is taken first.
+        let mut pending: Vec<Range<usize>> = Vec::with_capacity(8);
+        pending.push(0..messages.len());
         while let Some(range) = pending.pop() {
             if range.is_empty() {
                 continue;
             }
-            let mut mark = |outcome: &dyn Fn() -> Handled| range.clone().for_each(|m| handled[eligible[m]] = Some(outcome()));
+            let mut mark = |outcome: &dyn Fn() -> Handled| {
+                range
+                    .clone()
+                    .for_each(|m| handled[eligible[m]] = Some(outcome()))
+            };
             if self.budget(deadline_ms).is_zero() {
                 mark(&|| Handled::NotStarted);
                 continue;
             }
-            match guarded(handler.handle_batch(&messages[range.clone()]), self.budget(deadline_ms)).await {
+            match guarded(
+                handler.handle_batch(&messages[range.clone()]),
+                self.budget(deadline_ms),
+            )
+            .await
+            {
                 Ok(()) => mark(&|| Handled::Succeeded),
                 // One record, or a deferral (the downstream is down for all of them): no halving.
-                Err(error) if range.len() == 1 || error.is_deferral() => mark(&|| Handled::Failed(error.clone())),
+                Err(error) if range.len() == 1 || error.is_deferral() => {
+                    mark(&|| Handled::Failed(error.clone()))
+                }
                 Err(_) => {
                     let middle = range.start + range.len() / 2;
                     pending.push(middle..range.end);
@@ -246,7 +295,11 @@ impl<Q: QueuePort> Processor<Q> {
             }
         }
         let mut judge = Judge::new(&self.config.retry, records.iter().any(SqsRecord::is_fifo));
-        let decided = items.iter().zip(handled).map(|(item, handled)| self.decide(&mut judge, item, handled)).collect();
+        let decided = items
+            .iter()
+            .zip(handled)
+            .map(|(item, handled)| self.decide(&mut judge, item, handled))
+            .collect();
         Ok(self.settle(&items, decided).await)
     }
 
@@ -280,51 +333,113 @@ impl<Q: QueuePort> Processor<Q> {
             return Some(Handled::NoBody);
         }
         let now = self.clock.now_ms();
-        if let Some(due) = item.meta.as_ref().and_then(|meta| meta.due_at).filter(|due| due.0 > now) {
+        if let Some(due) = item
+            .meta
+            .as_ref()
+            .and_then(|meta| meta.due_at)
+            .filter(|due| due.0 > now)
+        {
             return Some(Handled::NotDue(Duration::from_millis(due.0 - now)));
         }
-        self.budget(deadline_ms).is_zero().then_some(Handled::NotStarted)
+        self.budget(deadline_ms)
+            .is_zero()
+            .then_some(Handled::NotStarted)
     }
 
     /// Time left for handling before the deadline margin.
     fn budget(&self, deadline_ms: u64) -> Duration {
         let margin = u64::try_from(self.config.deadline_margin.as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(deadline_ms.saturating_sub(margin).saturating_sub(self.clock.now_ms()))
+        Duration::from_millis(
+            deadline_ms
+                .saturating_sub(margin)
+                .saturating_sub(self.clock.now_ms()),
+        )
     }
 
-    fn decide(&self, judge: &mut Judge<'_>, item: &Item<'_>, handled: Option<Handled>) -> (Fate, Option<RecordError>) {
-        let jitter = self.rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).f64();
+    fn decide(
+        &self,
+        judge: &mut Judge<'_>,
+        item: &Item<'_>,
+        handled: Option<Handled>,
+    ) -> (Fate, Option<RecordError>) {
+        let jitter = self
+            .rng
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .f64();
         let (outcome, error) = match handled {
             None => (Outcome::GroupBlocked, None),
-            Some(Handled::Failed(error)) => return (judge.decide(item.group(), Outcome::Failed(&error), item.attempts_before, jitter), Some(error)),
+            Some(Handled::Failed(error)) => {
+                return (
+                    judge.decide(
+                        item.group(),
+                        Outcome::Failed(&error),
+                        item.attempts_before,
+                        jitter,
+                    ),
+                    Some(error),
+                )
+            }
             Some(Handled::Succeeded) => (Outcome::Succeeded, None),
             Some(Handled::NotStarted) => (Outcome::NotStarted, None),
             Some(Handled::NotDue(left)) => (Outcome::NotDue(left), None),
             Some(Handled::NoBody) => (Outcome::NoBody, None),
         };
-        (judge.decide(item.group(), outcome, item.attempts_before, jitter), error)
+        (
+            judge.decide(item.group(), outcome, item.attempts_before, jitter),
+            error,
+        )
     }
 
     /// Carries the fates out: sends re-sent copies and dead letters (batched), changes FIFO
     /// visibility, and turns every send that was not confirmed into a batchItemFailure.
-    async fn settle<'r>(&self, items: &'r [Item<'r>], decided: Vec<(Fate, Option<RecordError>)>) -> Processed {
+    async fn settle<'r>(
+        &self,
+        items: &'r [Item<'r>],
+        decided: Vec<(Fate, Option<RecordError>)>,
+    ) -> Processed {
         let now = self.clock.now_ms();
-        let mut report = BatchReport { records: u32::try_from(items.len()).unwrap_or(u32::MAX), ..BatchReport::default() };
+        let mut report = BatchReport {
+            records: u32::try_from(items.len()).unwrap_or(u32::MAX),
+            ..BatchReport::default()
+        };
         let mut fates = Vec::with_capacity(decided.len());
         let mut errors = Vec::with_capacity(decided.len());
-        let (mut to_source, mut to_dlq, mut visibility) = (Outbox::default(), Outbox::default(), Vec::new());
+        let (mut to_source, mut to_dlq, mut visibility) =
+            (Outbox::default(), Outbox::default(), Vec::new());
         for (index, (item, (fate, error))) in items.iter().zip(decided).enumerate() {
             let outgoing = match &fate {
-                Fate::Retry { attempts, delay } => Some((Destination::Source, self.copy(item, now, error.as_ref(), *attempts, *delay))),
-                Fate::Defer { delay } => Some((Destination::Source, self.copy(item, now, error.as_ref(), item.attempts_before, *delay))),
-                Fate::DeadLetter { attempts } => Some((Destination::DeadLetter, self.dead_letter(item, now, error.as_ref(), *attempts))),
-                Fate::GiveBack { visibility: Some(timeout), .. } => {
+                Fate::Retry { attempts, delay } => Some((
+                    Destination::Source,
+                    self.copy(item, now, error.as_ref(), *attempts, *delay),
+                )),
+                Fate::Defer { delay } => Some((
+                    Destination::Source,
+                    self.copy(item, now, error.as_ref(), item.attempts_before, *delay),
+                )),
+                Fate::DeadLetter { attempts } => Some((
+                    Destination::DeadLetter,
+                    self.dead_letter(item, now, error.as_ref(), *attempts),
+                )),
+                Fate::GiveBack {
+                    visibility: Some(timeout),
+                    ..
+                } => {
                     if let Some(receipt_handle) = item.record.receipt_handle.as_deref() {
-                        visibility.push((index, VisibilityChange { receipt_handle, timeout: *timeout }));
+                        visibility.push((
+                            index,
+                            VisibilityChange {
+                                receipt_handle,
+                                timeout: *timeout,
+                            },
+                        ));
                     }
                     None
                 }
-                Fate::Done | Fate::GiveBack { visibility: None, .. } => None,
+                Fate::Done
+                | Fate::GiveBack {
+                    visibility: None, ..
+                } => None,
             };
             let fate = match outgoing {
                 Some((destination, Ok(message))) => {
@@ -336,7 +451,10 @@ impl<Q: QueuePort> Processor<Q> {
                 }
                 Some((_, Err(too_large))) => {
                     tracing::error!(message_id = item.id, size = too_large.size, "cannot annotate the message within SQS's size limit: given back for the queue's redrive policy");
-                    Fate::GiveBack { reason: GiveBackReason::TooLarge, visibility: None }
+                    Fate::GiveBack {
+                        reason: GiveBackReason::TooLarge,
+                        visibility: None,
+                    }
                 }
                 None => fate,
             };
@@ -347,18 +465,36 @@ impl<Q: QueuePort> Processor<Q> {
         let mut failed_sends: Vec<(usize, String)> = Vec::new();
         if !to_source.is_empty() {
             match self.source_url(items).await {
-                Ok(url) => to_source.flush(&self.queue, &url, &mut failed_sends, &mut report).await,
-                Err(error) => to_source.indexes.iter().for_each(|&i| failed_sends.push((i, error.to_string()))),
+                Ok(url) => {
+                    to_source
+                        .flush(&self.queue, &url, &mut failed_sends, &mut report)
+                        .await
+                }
+                Err(error) => to_source
+                    .indexes
+                    .iter()
+                    .for_each(|&i| failed_sends.push((i, error.to_string()))),
             }
         }
-        to_dlq.flush(&self.queue, &self.config.dlq_url, &mut failed_sends, &mut report).await;
+        to_dlq
+            .flush(
+                &self.queue,
+                &self.config.dlq_url,
+                &mut failed_sends,
+                &mut report,
+            )
+            .await;
         for (index, reason) in failed_sends {
             tracing::error!(message_id = items[index].id, fate = fate_name(&fates[index]), error = %reason, "send not confirmed: record given back to SQS");
             report.send_failures += 1;
-            fates[index] = Fate::GiveBack { reason: GiveBackReason::SendFailed, visibility: None };
+            fates[index] = Fate::GiveBack {
+                reason: GiveBackReason::SendFailed,
+                visibility: None,
+            };
         }
         if !visibility.is_empty() {
-            self.change_visibility(items, &visibility, &mut report).await;
+            self.change_visibility(items, &visibility, &mut report)
+                .await;
         }
 
         let mut response = SqsBatchResponse::default();
@@ -378,7 +514,14 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// The re-sent copy for a retry or a deferral.
-    fn copy<'r>(&self, item: &'r Item<'r>, now: u64, error: Option<&RecordError>, attempts: u32, delay: Duration) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
+    fn copy<'r>(
+        &self,
+        item: &'r Item<'r>,
+        now: u64,
+        error: Option<&RecordError>,
+        attempts: u32,
+        delay: Duration,
+    ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
         let wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         let hop = delay_seconds_of(delay) > MAX_DELAY_SECONDS;
         let due_at = hop.then(|| Timestamp(now.saturating_add(wait_ms)));
@@ -387,7 +530,13 @@ impl<Q: QueuePort> Processor<Q> {
         Ok(message)
     }
 
-    fn dead_letter<'r>(&self, item: &'r Item<'r>, now: u64, error: Option<&RecordError>, attempts: u32) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
+    fn dead_letter<'r>(
+        &self,
+        item: &'r Item<'r>,
+        now: u64,
+        error: Option<&RecordError>,
+        attempts: u32,
+    ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
         let mut message = annotate(item.record, self.meta(item, now, error, attempts, None))?;
         if self.config.dlq_url.ends_with(".fifo") {
             // A FIFO DLQ needs a group and a deduplication id; the message id is unique per message.
@@ -397,7 +546,14 @@ impl<Q: QueuePort> Processor<Q> {
         Ok(message)
     }
 
-    fn meta<'r>(&self, item: &Item<'r>, now: u64, error: Option<&RecordError>, attempts: u32, due_at: Option<Timestamp>) -> Meta<'r> {
+    fn meta<'r>(
+        &self,
+        item: &Item<'r>,
+        now: u64,
+        error: Option<&RecordError>,
+        attempts: u32,
+        due_at: Option<Timestamp>,
+    ) -> Meta<'r> {
         let mut meta = item.meta.clone().unwrap_or_else(|| Meta {
             v: META_VERSION,
             attempts: 0,
@@ -419,7 +575,8 @@ impl<Q: QueuePort> Processor<Q> {
             meta.last_failure_at = Timestamp(now);
             meta.error_class = error.class();
             meta.error_kind = Text::from(error.kind().to_owned());
-            meta.error_message = Text::from(truncate(error.message(), MAX_ERROR_MESSAGE_BYTES).into_owned());
+            meta.error_message =
+                Text::from(truncate(error.message(), MAX_ERROR_MESSAGE_BYTES).into_owned());
         }
         meta
     }
@@ -428,28 +585,54 @@ impl<Q: QueuePort> Processor<Q> {
         if let Some(url) = &self.config.source_queue_url {
             return Ok(url.clone());
         }
-        let arn = items.iter().find_map(|item| item.record.event_source_arn.as_deref()).unwrap_or_default();
-        if let Some((_, url)) = self.source_urls.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(a, _)| a == arn) {
+        let arn = items
+            .iter()
+            .find_map(|item| item.record.event_source_arn.as_deref())
+            .unwrap_or_default();
+        if let Some((_, url)) = self
+            .source_urls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(a, _)| a == arn)
+        {
             return Ok(url.clone());
         }
         let url = self.queue.queue_url(arn).await?;
-        self.source_urls.lock().unwrap_or_else(|p| p.into_inner()).push((arn.to_owned(), url.clone()));
+        self.source_urls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((arn.to_owned(), url.clone()));
         Ok(url)
     }
 
-    async fn change_visibility(&self, items: &[Item<'_>], changes: &[(usize, VisibilityChange<'_>)], report: &mut BatchReport) {
+    async fn change_visibility(
+        &self,
+        items: &[Item<'_>],
+        changes: &[(usize, VisibilityChange<'_>)],
+        report: &mut BatchReport,
+    ) {
         let url = match self.source_url(items).await {
             Ok(url) => url,
-            Err(error) => return tracing::warn!(%error, "visibility not changed: the records reappear after the visibility timeout"),
+            Err(error) => {
+                return tracing::warn!(%error, "visibility not changed: the records reappear after the visibility timeout")
+            }
         };
         for chunk in changes.chunks(10) {
             report.sqs_requests += 1;
-            let entries: Vec<VisibilityChange<'_>> = chunk.iter().map(|(_, change)| *change).collect();
+            let entries: Vec<VisibilityChange<'_>> =
+                chunk.iter().map(|(_, change)| *change).collect();
             match self.queue.change_visibility_batch(&url, &entries).await {
                 Ok(failures) => failures.iter().for_each(|failure| {
-                    tracing::warn!(message_id = items[chunk[failure.index].0].id, code = failure.code, "visibility not changed")
+                    tracing::warn!(
+                        message_id = items[chunk[failure.index].0].id,
+                        code = failure.code,
+                        "visibility not changed"
+                    )
                 }),
-                Err(error) => tracing::warn!(%error, "visibility not changed: the records reappear after the visibility timeout"),
+                Err(error) => {
+                    tracing::warn!(%error, "visibility not changed: the records reappear after the visibility timeout")
+                }
             }
         }
     }
@@ -474,12 +657,21 @@ impl<'r> Outbox<'r> {
 
     /// Sends in SendMessageBatch calls of at most 10 entries and 1 MiB; records every entry that
     /// was not confirmed.
-    async fn flush<Q: QueuePort>(&self, queue: &Q, url: &str, failed: &mut Vec<(usize, String)>, report: &mut BatchReport) {
+    async fn flush<Q: QueuePort>(
+        &self,
+        queue: &Q,
+        url: &str,
+        failed: &mut Vec<(usize, String)>,
+        report: &mut BatchReport,
+    ) {
         let mut start = 0;
         while start < self.messages.len() {
             let mut end = start;
             let mut bytes = 0;
-            while end < self.messages.len() && end - start < 10 && (end == start || bytes + self.messages[end].size() <= MAX_MESSAGE_BYTES) {
+            while end < self.messages.len()
+                && end - start < 10
+                && (end == start || bytes + self.messages[end].size() <= MAX_MESSAGE_BYTES)
+            {
                 bytes += self.messages[end].size();
                 end += 1;
             }
@@ -492,7 +684,9 @@ impl<'r> Outbox<'r> {
                         }
                     }
                 }
-                Err(error) => self.indexes[start..end].iter().for_each(|&index| failed.push((index, error.to_string()))),
+                Err(error) => self.indexes[start..end]
+                    .iter()
+                    .for_each(|&index| failed.push((index, error.to_string()))),
             }
             start = end;
         }
@@ -510,20 +704,31 @@ impl From<Result<(), RecordError>> for Handled {
 
 /// Runs a handler future: a panic becomes a `panic` error for this record only, and a handler still
 /// running when `budget` is spent is abandoned with a transient `deadline` error.
-async fn guarded(future: impl Future<Output = Result<(), RecordError>>, budget: Duration) -> Result<(), RecordError> {
+async fn guarded(
+    future: impl Future<Output = Result<(), RecordError>>,
+    budget: Duration,
+) -> Result<(), RecordError> {
     let mut future = pin!(future);
-    let caught = poll_fn(|cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-        Ok(poll) => poll,
-        Err(payload) => Poll::Ready(Err(RecordError::panic(panic_message(payload.as_ref())))),
-    });
+    let caught = poll_fn(
+        |cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(payload) => Poll::Ready(Err(RecordError::panic(panic_message(payload.as_ref())))),
+        },
+    );
     match tokio::time::timeout(budget, caught).await {
         Ok(result) => result,
-        Err(_) => Err(RecordError::transient("deadline", "the handler was still running at the Lambda deadline margin")),
+        Err(_) => Err(RecordError::transient(
+            "deadline",
+            "the handler was still running at the Lambda deadline margin",
+        )),
     }
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
-    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
         (Some(text), _) => (*text).to_owned(),
         (_, Some(text)) => text.clone(),
         _ => "panic with a non-string payload".to_owned(),
@@ -554,7 +759,11 @@ fn fate_name(fate: &Fate) -> &'static str {
 /// One line per record that did not succeed; none on the happy path.
 fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
     let (error_class, error_kind, message) = match error {
-        Some(error) => (error.class().as_str(), error.kind(), truncate(error.message(), 512)),
+        Some(error) => (
+            error.class().as_str(),
+            error.kind(),
+            truncate(error.message(), 512),
+        ),
         None => ("", "", Default::default()),
     };
     let attempt = item.attempts_before + 1;
@@ -564,7 +773,14 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
             tracing::warn!(message_id = item.id, attempt, next_attempt = attempts + 1, delay_s = delay_seconds(fate), error_class, error_kind, error = %message, fate = "retry", "record failed, retry scheduled")
         }
         Fate::Defer { .. } => {
-            tracing::info!(message_id = item.id, attempt, delay_s = delay_seconds(fate), error_kind, fate = "defer", "record deferred")
+            tracing::info!(
+                message_id = item.id,
+                attempt,
+                delay_s = delay_seconds(fate),
+                error_kind,
+                fate = "defer",
+                "record deferred"
+            )
         }
         Fate::DeadLetter { attempts } => {
             tracing::error!(message_id = item.id, attempt, attempts, error_class, error_kind, error = %message, fate = "dead_letter", "record dead-lettered")

@@ -25,14 +25,40 @@ async fn successes_are_deleted_and_nothing_is_re_sent() {
 #[tokio::test]
 async fn a_transient_failure_is_re_sent_with_its_delay_and_attributes_then_succeeds() {
     let knobs = [("PAYMENTS_FLAKY_ORDERS", "o-flaky:2")];
-    let stack = Stack::new("transient", Options { knobs: &knobs, settings: &[("REDRIVE_RETRY_SEQUENCE", "2s")], ..Options::default() }).await;
+    let stack = Stack::new(
+        "transient",
+        Options {
+            knobs: &knobs,
+            settings: &[("REDRIVE_RETRY_SEQUENCE", "2s")],
+            ..Options::default()
+        },
+    )
+    .await;
     stack.send(&[order("o-flaky")], None).await;
 
-    let first = stack.poller().poll(Duration::from_secs(1), |event| stack.invoke(event)).await.unwrap();
-    assert_eq!((first.received, first.deleted, first.given_back), (1, 1, 0), "the original is not listed as failed");
-    assert_eq!(stack.delayed().await, 1, "the re-sent copy waits out its DelaySeconds");
+    let first = stack
+        .poller()
+        .poll(Duration::from_secs(1), |event| stack.invoke(event))
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.received, first.deleted, first.given_back),
+        (1, 1, 0),
+        "the original is not listed as failed"
+    );
+    assert_eq!(
+        stack.delayed().await,
+        1,
+        "the re-sent copy waits out its DelaySeconds"
+    );
     // Not visible before its delay, visible after.
-    let early = stack.poller().poll(Duration::ZERO, |_| async { unreachable!("delivered before its delay") }).await.unwrap();
+    let early = stack
+        .poller()
+        .poll(Duration::ZERO, |_| async {
+            unreachable!("delivered before its delay")
+        })
+        .await
+        .unwrap();
     assert_eq!(early.received, 0);
     tokio::time::sleep(Duration::from_millis(2200)).await;
 
@@ -47,8 +73,15 @@ async fn a_transient_failure_is_re_sent_with_its_delay_and_attributes_then_succe
         .unwrap();
     let copy = &output.messages.unwrap()[0];
     let carried = meta(copy).expect("the copy carries the redrive attribute");
-    assert_eq!((carried.attempts, carried.error_class, &*carried.error_kind), (1, ErrorClass::Transient, "payment_timeout"));
-    assert_eq!(copy.message_attributes().unwrap()["tenant"].string_value(), Some("acme"), "original attributes kept");
+    assert_eq!(
+        (carried.attempts, carried.error_class, &*carried.error_kind),
+        (1, ErrorClass::Transient, "payment_timeout")
+    );
+    assert_eq!(
+        copy.message_attributes().unwrap()["tenant"].string_value(),
+        Some("acme"),
+        "original attributes kept"
+    );
     assert_eq!(copy.body(), Some(order("o-flaky").as_str()));
 
     stack.drain(LIMIT).await;
@@ -61,14 +94,28 @@ async fn a_transient_failure_is_re_sent_with_its_delay_and_attributes_then_succe
 #[tokio::test]
 async fn transient_failures_that_exhaust_their_attempts_land_in_the_dlq_with_metadata() {
     let knobs = [("PAYMENTS_FLAKY_ORDERS", "o-down:99")];
-    let settings = [("REDRIVE_RETRY_SEQUENCE", "1s"), ("REDRIVE_MAX_ATTEMPTS", "3")];
-    let stack = Stack::new("exhausted", Options { knobs: &knobs, settings: &settings, ..Options::default() }).await;
+    let settings = [
+        ("REDRIVE_RETRY_SEQUENCE", "1s"),
+        ("REDRIVE_MAX_ATTEMPTS", "3"),
+    ];
+    let stack = Stack::new(
+        "exhausted",
+        Options {
+            knobs: &knobs,
+            settings: &settings,
+            ..Options::default()
+        },
+    )
+    .await;
     stack.send(&[order("o-down"), order("o-fine")], None).await;
     stack.drain(LIMIT).await;
     let dead = stack.dlq_messages().await;
     assert_eq!(dead.len(), 1);
     let carried = meta(&dead[0]).unwrap();
-    assert_eq!((carried.attempts, carried.error_class, &*carried.error_kind), (3, ErrorClass::Transient, "payment_timeout"));
+    assert_eq!(
+        (carried.attempts, carried.error_class, &*carried.error_kind),
+        (3, ErrorClass::Transient, "payment_timeout")
+    );
     assert!(carried.last_failure_at > carried.first_failure_at);
     assert_eq!(&*carried.origin_queue_arn, stack.queue.arn);
     assert_eq!(stack.charged(), ["o-fine"]);
@@ -80,14 +127,37 @@ async fn permanent_failures_go_to_the_dlq_at_once_with_the_body_byte_for_byte() 
     let stack = Stack::new("permanent", Options::default()).await;
     let invalid = "{\"orderId\" : \"o-ü-1\",\n \"customerId\":\"c-1\", \"amount\": -3, \"currency\":\"EUR\", \"note\":\"tab\\there \u{1F600}\"}";
     let malformed = "{\"orderId\": \"o-2\", \"amount\": 1,,}";
-    stack.send(&[invalid.to_owned(), malformed.to_owned(), order("o-3")], None).await;
+    stack
+        .send(
+            &[invalid.to_owned(), malformed.to_owned(), order("o-3")],
+            None,
+        )
+        .await;
     let polls = stack.drain(LIMIT).await;
     assert_eq!(polls.len(), 1, "no retries: one batch settles all");
     let mut dead = stack.dlq_messages().await;
     dead.sort_by_key(|m| meta(m).unwrap().error_kind.to_string());
-    let kinds: Vec<_> = dead.iter().map(|m| (m.body().unwrap().to_owned(), meta(m).unwrap().error_kind.to_string(), meta(m).unwrap().attempts)).collect();
-    assert_eq!(kinds, [(invalid.to_owned(), "invalid_order".into(), 1), (malformed.to_owned(), "malformed_body".into(), 1)]);
-    assert_eq!(dead[0].message_attributes().unwrap()["tenant"].string_value(), Some("acme"));
+    let kinds: Vec<_> = dead
+        .iter()
+        .map(|m| {
+            (
+                m.body().unwrap().to_owned(),
+                meta(m).unwrap().error_kind.to_string(),
+                meta(m).unwrap().attempts,
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (invalid.to_owned(), "invalid_order".into(), 1),
+            (malformed.to_owned(), "malformed_body".into(), 1)
+        ]
+    );
+    assert_eq!(
+        dead[0].message_attributes().unwrap()["tenant"].string_value(),
+        Some("acme")
+    );
     assert_eq!(stack.charged(), ["o-3"]);
     stack.assert_accounted(3, &dead).await;
 }
@@ -95,14 +165,27 @@ async fn permanent_failures_go_to_the_dlq_at_once_with_the_body_byte_for_byte() 
 #[tokio::test]
 async fn a_panic_fails_only_its_record() {
     let knobs = [("PAYMENTS_POISON_ORDERS", "o-poison")];
-    let stack = Stack::new("panic", Options { knobs: &knobs, ..Options::default() }).await;
-    stack.send(&[order("o-1"), order("o-poison"), order("o-2")], None).await;
+    let stack = Stack::new(
+        "panic",
+        Options {
+            knobs: &knobs,
+            ..Options::default()
+        },
+    )
+    .await;
+    stack
+        .send(&[order("o-1"), order("o-poison"), order("o-2")], None)
+        .await;
     stack.drain(LIMIT).await;
     let dead = stack.dlq_messages().await;
     assert_eq!(dead.len(), 1);
     let carried = meta(&dead[0]).unwrap();
     assert_eq!(carried.error_class, ErrorClass::Panic);
-    assert!(carried.error_message.contains("o-poison"), "{}", carried.error_message);
+    assert!(
+        carried.error_message.contains("o-poison"),
+        "{}",
+        carried.error_message
+    );
     assert_eq!(stack.charged(), ["o-1", "o-2"]);
     stack.assert_accounted(3, &dead).await;
 }
@@ -110,19 +193,46 @@ async fn a_panic_fails_only_its_record() {
 #[tokio::test]
 async fn fifo_keeps_group_order_under_failure_while_other_groups_advance() {
     let knobs = [("PAYMENTS_FLAKY_ORDERS", "a-2:1")];
-    let stack = Stack::new("fifo", Options { fifo: true, knobs: &knobs, visibility_timeout_seconds: 2, ..Options::default() }).await;
-    stack.send(&["a-1", "a-2", "a-3"].map(order), Some("A")).await;
+    let stack = Stack::new(
+        "fifo",
+        Options {
+            fifo: true,
+            knobs: &knobs,
+            visibility_timeout_seconds: 2,
+            ..Options::default()
+        },
+    )
+    .await;
+    stack
+        .send(&["a-1", "a-2", "a-3"].map(order), Some("A"))
+        .await;
     stack.send(&["b-1", "b-2"].map(order), Some("B")).await;
 
     let polls = stack.drain(LIMIT).await;
-    assert!(polls.len() >= 2, "a-2 and a-3 come back in a later batch: {polls:?}");
+    assert!(
+        polls.len() >= 2,
+        "a-2 and a-3 come back in a later batch: {polls:?}"
+    );
     let charged = stack.charged();
-    let group = |prefix: &str| charged.iter().filter(|id| id.starts_with(prefix)).cloned().collect::<Vec<_>>();
-    assert_eq!(group("a-"), ["a-1", "a-2", "a-3"], "group A in order, a-3 only after a-2");
+    let group = |prefix: &str| {
+        charged
+            .iter()
+            .filter(|id| id.starts_with(prefix))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        group("a-"),
+        ["a-1", "a-2", "a-3"],
+        "group A in order, a-3 only after a-2"
+    );
     assert_eq!(group("b-"), ["b-1", "b-2"]);
     let b_done = charged.iter().position(|id| id == "b-2").unwrap();
     let a2_done = charged.iter().position(|id| id == "a-2").unwrap();
-    assert!(b_done < a2_done, "group B did not wait for group A: {charged:?}");
+    assert!(
+        b_done < a2_done,
+        "group B did not wait for group A: {charged:?}"
+    );
     let dead = stack.dlq_messages().await;
     assert!(dead.is_empty());
     stack.assert_accounted(5, &dead).await;
@@ -131,12 +241,38 @@ async fn fifo_keeps_group_order_under_failure_while_other_groups_advance() {
 #[tokio::test]
 async fn a_failing_retry_send_gives_the_record_back_and_nothing_is_lost() {
     let knobs = [("PAYMENTS_FLAKY_ORDERS", "o-flaky:1")];
-    let broken = [("REDRIVE_SOURCE_QUEUE_URL", "http://127.0.0.1:1/123456789012/no-such-queue"), ("REDRIVE_RETRY_SEQUENCE", "1s")];
-    let stack = Stack::new("sendfail", Options { knobs: &knobs, settings: &broken, ..Options::default() }).await;
+    let broken = [
+        (
+            "REDRIVE_SOURCE_QUEUE_URL",
+            "http://127.0.0.1:1/123456789012/no-such-queue",
+        ),
+        ("REDRIVE_RETRY_SEQUENCE", "1s"),
+    ];
+    let stack = Stack::new(
+        "sendfail",
+        Options {
+            knobs: &knobs,
+            settings: &broken,
+            ..Options::default()
+        },
+    )
+    .await;
     stack.send(&[order("o-flaky"), order("o-ok")], None).await;
-    let poll = stack.poller().poll(Duration::from_secs(1), |event| stack.invoke(event)).await.unwrap();
-    assert_eq!((poll.received, poll.deleted, poll.given_back), (2, 1, 1), "the record whose re-send failed is listed");
-    assert_eq!(stack.source_depth().await, 1, "still in the source queue, in flight");
+    let poll = stack
+        .poller()
+        .poll(Duration::from_secs(1), |event| stack.invoke(event))
+        .await
+        .unwrap();
+    assert_eq!(
+        (poll.received, poll.deleted, poll.given_back),
+        (2, 1, 1),
+        "the record whose re-send failed is listed"
+    );
+    assert_eq!(
+        stack.source_depth().await,
+        1,
+        "still in the source queue, in flight"
+    );
 
     // With the send path repaired, the record comes back after its visibility timeout and is retried.
     let mut stack = stack;
@@ -152,20 +288,43 @@ async fn a_failing_retry_send_gives_the_record_back_and_nothing_is_lost() {
 
 #[tokio::test]
 async fn a_record_given_back_max_receive_count_times_is_dead_lettered_by_the_queue_itself() {
-    let stack = Stack::new("redrivepolicy", Options { max_receive_count: 2, visibility_timeout_seconds: 1, ..Options::default() }).await;
+    let stack = Stack::new(
+        "redrivepolicy",
+        Options {
+            max_receive_count: 2,
+            visibility_timeout_seconds: 1,
+            ..Options::default()
+        },
+    )
+    .await;
     stack.send(&[order("o-late")], None).await;
     // Every invocation arrives past its deadline: the record is never started and always given back.
     for _ in 0..2 {
-        let poll = stack.poller().poll(Duration::from_secs(3), |event| stack.invoke_with_deadline(event, 0)).await.unwrap();
+        let poll = stack
+            .poller()
+            .poll(Duration::from_secs(3), |event| {
+                stack.invoke_with_deadline(event, 0)
+            })
+            .await
+            .unwrap();
         assert_eq!((poll.received, poll.given_back), (1, 1));
     }
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let third = stack.poller().poll(Duration::from_secs(1), |_| async { unreachable!("moved to the DLQ by SQS") }).await.unwrap();
+    let third = stack
+        .poller()
+        .poll(Duration::from_secs(1), |_| async {
+            unreachable!("moved to the DLQ by SQS")
+        })
+        .await
+        .unwrap();
     assert_eq!(third.received, 0);
     let dead = stack.dlq_messages().await;
     assert_eq!(dead.len(), 1);
     assert_eq!(order_id(&dead[0]), "o-late");
-    assert!(meta(&dead[0]).is_none(), "moved by SQS's redrive policy, without redrive metadata");
+    assert!(
+        meta(&dead[0]).is_none(),
+        "moved by SQS's redrive policy, without redrive metadata"
+    );
     assert!(stack.charged().is_empty());
     stack.assert_accounted(1, &dead).await;
 }
@@ -174,12 +333,22 @@ async fn a_record_given_back_max_receive_count_times_is_dead_lettered_by_the_que
 async fn a_whole_batch_error_deletes_nothing() {
     let stack = Stack::new("wholebatch", Options::default()).await;
     stack.send(&[order("o-1"), order("o-2")], None).await;
-    let poll = stack.poller().poll(Duration::from_secs(1), |_| async { Err("function error".to_owned()) }).await.unwrap();
+    let poll = stack
+        .poller()
+        .poll(Duration::from_secs(1), |_| async {
+            Err("function error".to_owned())
+        })
+        .await
+        .unwrap();
     assert!(poll.whole_batch_failed);
     assert_eq!((poll.received, poll.deleted), (2, 0));
     stack.drain(LIMIT).await;
     let mut charged = stack.charged();
     charged.sort();
-    assert_eq!(charged, ["o-1", "o-2"], "redelivered after the visibility timeout and processed");
+    assert_eq!(
+        charged,
+        ["o-1", "o-2"],
+        "redelivered after the visibility timeout and processed"
+    );
     stack.assert_accounted(2, &[]).await;
 }

@@ -7,8 +7,8 @@ use redrive::clock::ManualClock;
 use redrive::envelope::OutgoingMessage;
 use redrive::port::{Call, RecordingQueue};
 use redrive::{
-    BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig, RecordError, RecordHandler,
-    RetryPolicy, SqsEvent,
+    BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig,
+    RecordError, RecordHandler, RetryPolicy, SqsEvent,
 };
 
 const NOW: u64 = 1_763_790_000_000;
@@ -28,27 +28,46 @@ impl RecordHandler for ByBody {
         let body = message.body();
         match body.split(':').collect::<Vec<_>>().as_slice() {
             ["ok", ..] => Ok(()),
-            ["transient", ..] => Err(RecordError::transient("payment_timeout", "the payment service timed out")),
-            ["permanent", ..] => Err(RecordError::permanent("invalid_order", "amount must be positive")),
+            ["transient", ..] => Err(RecordError::transient(
+                "payment_timeout",
+                "the payment service timed out",
+            )),
+            ["permanent", ..] => Err(RecordError::permanent(
+                "invalid_order",
+                "amount must be positive",
+            )),
             ["panic", ..] => panic!("poison order"),
             ["slow", ..] => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 Ok(())
             }
-            ["hint", secs] => Err(RecordError::transient("throttled", "429").retry_after(Duration::from_secs(secs.parse().unwrap()))),
-            ["defer", secs] => Err(RecordError::defer("payments_circuit_open", Duration::from_secs(secs.parse().unwrap()))),
+            ["hint", secs] => Err(RecordError::transient("throttled", "429")
+                .retry_after(Duration::from_secs(secs.parse().unwrap()))),
+            ["defer", secs] => Err(RecordError::defer(
+                "payments_circuit_open",
+                Duration::from_secs(secs.parse().unwrap()),
+            )),
             _ => message.json::<serde_json::Value>().map(|_| ()),
         }
     }
 }
 
 fn handler() -> ByBody {
-    ByBody { calls: AtomicU32::new(0) }
+    ByBody {
+        calls: AtomicU32::new(0),
+    }
 }
 
 fn processor(retry: RetryPolicy) -> Processor<RecordingQueue> {
-    let config = ProcessorConfig { dlq_url: DLQ.into(), source_queue_url: None, retry, deadline_margin: Duration::from_secs(2) };
-    Processor::new(RecordingQueue::default(), config).with_clock(Arc::new(ManualClock::at(NOW))).with_seed(7)
+    let config = ProcessorConfig {
+        dlq_url: DLQ.into(),
+        source_queue_url: None,
+        retry,
+        deadline_margin: Duration::from_secs(2),
+    };
+    Processor::new(RecordingQueue::default(), config)
+        .with_clock(Arc::new(ManualClock::at(NOW)))
+        .with_seed(7)
 }
 
 fn record(id: &str, body: &str) -> serde_json::Value {
@@ -66,45 +85,113 @@ fn event(records: Vec<serde_json::Value>) -> String {
 
 async fn run(processor: &Processor<RecordingQueue>, handler: &ByBody, json: &str) -> Processed {
     let event = SqsEvent::parse(json).unwrap();
-    processor.process(handler, &event.records, DEADLINE).await.unwrap()
+    processor
+        .process(handler, &event.records, DEADLINE)
+        .await
+        .unwrap()
 }
 
 fn failures(processed: &Processed) -> Vec<String> {
-    processed.response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect()
+    processed
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
 }
 
 fn meta_of(message: &OutgoingMessage<'_>) -> Meta<'static> {
-    let json = message.attribute("redrive").expect("redrive attribute").to_owned();
-    serde_json::from_str::<Meta<'_>>(&json).unwrap().into_owned()
+    let json = message
+        .attribute("redrive")
+        .expect("redrive attribute")
+        .to_owned();
+    serde_json::from_str::<Meta<'_>>(&json)
+        .unwrap()
+        .into_owned()
 }
 
 #[tokio::test]
 async fn every_record_of_a_mixed_batch_gets_its_fate_and_none_is_given_back() {
     let processor = processor(RetryPolicy::default());
     let handler = handler();
-    let json = event(vec![record("m-ok", "ok"), record("m-tr", "transient"), record("m-pe", "permanent"), record("m-pa", "panic")]);
+    let json = event(vec![
+        record("m-ok", "ok"),
+        record("m-tr", "transient"),
+        record("m-pe", "permanent"),
+        record("m-pa", "panic"),
+    ]);
     let processed = run(&processor, &handler, &json).await;
 
-    assert_eq!(failures(&processed), Vec::<String>::new(), "every send was confirmed");
+    assert_eq!(
+        failures(&processed),
+        Vec::<String>::new(),
+        "every send was confirmed"
+    );
     let retried = processor.queue().sent_to(SOURCE);
     assert_eq!(retried.len(), 1);
     assert_eq!(&*retried[0].body, "transient");
-    assert!(retried[0].delay_seconds <= 2, "first retry within the full-jitter envelope of 2 s");
-    assert_eq!(retried[0].attribute("tenant"), Some("acme"), "original attributes travel");
+    assert!(
+        retried[0].delay_seconds <= 2,
+        "first retry within the full-jitter envelope of 2 s"
+    );
+    assert_eq!(
+        retried[0].attribute("tenant"),
+        Some("acme"),
+        "original attributes travel"
+    );
     let meta = meta_of(&retried[0]);
-    assert_eq!((meta.attempts, meta.error_class, &*meta.error_kind), (1, ErrorClass::Transient, "payment_timeout"));
-    assert_eq!((&*meta.origin_message_id, &*meta.origin_queue_arn), ("m-tr", ARN));
+    assert_eq!(
+        (meta.attempts, meta.error_class, &*meta.error_kind),
+        (1, ErrorClass::Transient, "payment_timeout")
+    );
+    assert_eq!(
+        (&*meta.origin_message_id, &*meta.origin_queue_arn),
+        ("m-tr", ARN)
+    );
 
     let dead = processor.queue().sent_to(DLQ);
-    let classes: Vec<_> = dead.iter().map(|m| (m.body.to_string(), meta_of(m).error_class, meta_of(m).attempts)).collect();
-    assert_eq!(classes, [("permanent".into(), ErrorClass::Permanent, 1), ("panic".into(), ErrorClass::Panic, 1)]);
+    let classes: Vec<_> = dead
+        .iter()
+        .map(|m| {
+            (
+                m.body.to_string(),
+                meta_of(m).error_class,
+                meta_of(m).attempts,
+            )
+        })
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            ("permanent".into(), ErrorClass::Permanent, 1),
+            ("panic".into(), ErrorClass::Panic, 1)
+        ]
+    );
     assert_eq!(&*meta_of(&dead[1]).error_message, "poison order");
     assert_eq!(meta_of(&dead[1]).first_failure_at.0, NOW);
 
     let report = &processed.report;
-    assert_eq!((report.done, report.retried, report.dead_lettered, report.given_back), (1, 1, 2, 0));
-    assert_eq!((report.transient_errors, report.permanent_errors, report.panics), (1, 1, 1));
-    assert_eq!(report.sqs_requests, 2, "one SendMessageBatch per destination, no deletes");
+    assert_eq!(
+        (
+            report.done,
+            report.retried,
+            report.dead_lettered,
+            report.given_back
+        ),
+        (1, 1, 2, 0)
+    );
+    assert_eq!(
+        (
+            report.transient_errors,
+            report.permanent_errors,
+            report.panics
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        report.sqs_requests, 2,
+        "one SendMessageBatch per destination, no deletes"
+    );
 }
 
 #[tokio::test]
@@ -116,19 +203,33 @@ async fn delays_grow_exponentially_inside_the_jitter_envelope_and_attempts_run_o
     for attempt in 1..=5u32 {
         let mut rec = record(&format!("m-{attempt}"), &body);
         if let Some(value) = &redrive_attribute {
-            rec["messageAttributes"]["redrive"] = serde_json::json!({"stringValue": value, "dataType": "String"});
+            rec["messageAttributes"]["redrive"] =
+                serde_json::json!({"stringValue": value, "dataType": "String"});
         }
         let before = processor.queue().calls().len();
         let processed = run(&processor, &handler, &event(vec![rec])).await;
         assert!(failures(&processed).is_empty());
-        let Call::Send { queue_url, messages } = &processor.queue().calls()[before] else { panic!("a send") };
+        let Call::Send {
+            queue_url,
+            messages,
+        } = &processor.queue().calls()[before]
+        else {
+            panic!("a send")
+        };
         let meta = meta_of(&messages[0]);
         assert_eq!(meta.attempts, attempt);
-        assert_eq!(&*meta.origin_message_id, "m-1", "the first message id is kept across copies");
+        assert_eq!(
+            &*meta.origin_message_id, "m-1",
+            "the first message id is kept across copies"
+        );
         if attempt < 5 {
             assert_eq!(queue_url, SOURCE);
             let ceiling = RetryPolicy::default().ceiling(attempt).as_secs() as u32;
-            assert!(messages[0].delay_seconds <= ceiling, "attempt {attempt}: {} > {ceiling}", messages[0].delay_seconds);
+            assert!(
+                messages[0].delay_seconds <= ceiling,
+                "attempt {attempt}: {} > {ceiling}",
+                messages[0].delay_seconds
+            );
         } else {
             assert_eq!(queue_url, DLQ, "the fifth failure is the last");
             assert_eq!(meta.error_class, ErrorClass::Transient);
@@ -140,10 +241,18 @@ async fn delays_grow_exponentially_inside_the_jitter_envelope_and_attempts_run_o
 
 #[tokio::test]
 async fn a_retry_sequence_past_fifteen_minutes_hops_without_spending_attempts() {
-    let policy = RetryPolicy { backoff: redrive::Backoff::Sequence(vec![Duration::from_secs(3600)]), max_attempts: 3 };
+    let policy = RetryPolicy {
+        backoff: redrive::Backoff::Sequence(vec![Duration::from_secs(3600)]),
+        max_attempts: 3,
+    };
     let processor = processor(policy);
     let handler = handler();
-    let processed = run(&processor, &handler, &event(vec![record("m-1", "transient")])).await;
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![record("m-1", "transient")]),
+    )
+    .await;
     assert!(failures(&processed).is_empty());
     let sent = processor.queue().sent_to(SOURCE);
     assert_eq!(sent[0].delay_seconds, 900, "SQS's longest delay");
@@ -156,7 +265,11 @@ async fn a_retry_sequence_past_fifteen_minutes_hops_without_spending_attempts() 
     let calls_before = handler.calls.load(Ordering::SeqCst);
     let processed = run(&processor, &handler, &event(vec![rec])).await;
     assert!(failures(&processed).is_empty());
-    assert_eq!(handler.calls.load(Ordering::SeqCst), calls_before, "not handled before it is due");
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        calls_before,
+        "not handled before it is due"
+    );
     let hop = &processor.queue().sent_to(SOURCE)[1];
     assert_eq!(hop.delay_seconds, 900);
     assert_eq!(meta_of(hop).attempts, 1);
@@ -171,9 +284,19 @@ async fn retry_after_hints_and_deferrals_set_the_delay() {
     let processed = run(&processor, &handler, &json).await;
     assert!(failures(&processed).is_empty());
     let sent = processor.queue().sent_to(SOURCE);
-    assert_eq!((sent[0].delay_seconds, meta_of(&sent[0]).attempts), (120, 1));
-    assert_eq!((sent[1].delay_seconds, meta_of(&sent[1]).attempts), (30, 0), "a deferral spends no attempt");
-    assert_eq!((processed.report.retried, processed.report.deferred), (1, 1));
+    assert_eq!(
+        (sent[0].delay_seconds, meta_of(&sent[0]).attempts),
+        (120, 1)
+    );
+    assert_eq!(
+        (sent[1].delay_seconds, meta_of(&sent[1]).attempts),
+        (30, 0),
+        "a deferral spends no attempt"
+    );
+    assert_eq!(
+        (processed.report.retried, processed.report.deferred),
+        (1, 1)
+    );
 }
 
 #[tokio::test]
@@ -181,7 +304,11 @@ async fn a_refused_entry_or_a_failed_call_gives_the_record_back() {
     let processor = processor(RetryPolicy::default());
     processor.queue().refuse_entries_containing("permanent");
     let handler = handler();
-    let json = event(vec![record("m-1", "transient"), record("m-2", "permanent"), record("m-3", "ok")]);
+    let json = event(vec![
+        record("m-1", "transient"),
+        record("m-2", "permanent"),
+        record("m-3", "ok"),
+    ]);
     let processed = run(&processor, &handler, &json).await;
     assert_eq!(failures(&processed), ["m-2"]);
     assert_eq!(processed.report.send_failures, 1);
@@ -189,14 +316,20 @@ async fn a_refused_entry_or_a_failed_call_gives_the_record_back() {
     let processor = self::processor(RetryPolicy::default());
     processor.queue().fail_calls_to(SOURCE);
     let processed = run(&processor, &handler, &json).await;
-    assert_eq!(failures(&processed), ["m-1"], "the DLQ send still went through");
+    assert_eq!(
+        failures(&processed),
+        ["m-1"],
+        "the DLQ send still went through"
+    );
 }
 
 #[tokio::test]
 async fn sends_are_batched_ten_at_a_time() {
     let processor = processor(RetryPolicy::default());
     let handler = handler();
-    let records = (0..25).map(|i| record(&format!("m-{i}"), "permanent")).collect();
+    let records = (0..25)
+        .map(|i| record(&format!("m-{i}"), "permanent"))
+        .collect();
     let processed = run(&processor, &handler, &event(records)).await;
     assert!(failures(&processed).is_empty());
     let sizes: Vec<usize> = processor
@@ -218,10 +351,17 @@ async fn a_record_without_message_id_fails_the_whole_batch_with_a_clear_error() 
     let handler = handler();
     let json = r#"{"Records":[{"messageId":"m-1","body":"ok"},{"body":"ok"}]}"#;
     let event = SqsEvent::parse(json).unwrap();
-    let error = processor.process(&handler, &event.records, DEADLINE).await.unwrap_err();
+    let error = processor
+        .process(&handler, &event.records, DEADLINE)
+        .await
+        .unwrap_err();
     assert!(matches!(error, BatchError::MissingMessageId { index: 1 }));
     assert!(error.to_string().contains("record 1 has no messageId"));
-    assert_eq!(handler.calls.load(Ordering::SeqCst), 0, "nothing handled before the batch is refused");
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        0,
+        "nothing handled before the batch is refused"
+    );
 }
 
 #[tokio::test]
@@ -234,7 +374,10 @@ async fn a_malformed_body_is_dead_lettered_byte_for_byte() {
     let dead = processor.queue().sent_to(DLQ);
     assert_eq!(&*dead[0].body, body);
     let meta = meta_of(&dead[0]);
-    assert_eq!((meta.error_class, &*meta.error_kind), (ErrorClass::Permanent, "malformed_body"));
+    assert_eq!(
+        (meta.error_class, &*meta.error_kind),
+        (ErrorClass::Permanent, "malformed_body")
+    );
 }
 
 #[tokio::test]
@@ -257,18 +400,36 @@ async fn fifo_retries_in_place_and_holds_back_the_rest_of_the_group_only() {
     ]);
     let processed = run(&processor, &handler, &json).await;
     assert_eq!(failures(&processed), ["a2", "a3"]);
-    assert_eq!(handler.calls.load(Ordering::SeqCst), 4, "a3 is not started after a2 failed");
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        4,
+        "a3 is not started after a2 failed"
+    );
     let calls = processor.queue().calls();
     assert_eq!(calls.len(), 1, "no re-send on FIFO: {calls:?}");
-    let Call::ChangeVisibility { queue_url, changes } = &calls[0] else { panic!() };
+    let Call::ChangeVisibility { queue_url, changes } = &calls[0] else {
+        panic!()
+    };
     assert_eq!(queue_url, "https://sqs.local/123456789012/orders.fifo");
-    assert_eq!(changes[1], ("rh-a3".to_owned(), Duration::ZERO), "held-back records come back at once, in order");
+    assert_eq!(
+        changes[1],
+        ("rh-a3".to_owned(), Duration::ZERO),
+        "held-back records come back at once, in order"
+    );
     assert_eq!(changes[0].0, "rh-a2");
-    assert!(changes[0].1 <= RetryPolicy::default().ceiling(2), "backoff for the second attempt");
+    assert!(
+        changes[0].1 <= RetryPolicy::default().ceiling(2),
+        "backoff for the second attempt"
+    );
 
     // The receive count is the attempt count on FIFO: the fifth delivery is the last.
     let processor = self::processor(RetryPolicy::default());
-    let processed = run(&processor, &handler, &event(vec![fifo("a2", "transient", "A", 5)])).await;
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![fifo("a2", "transient", "A", 5)]),
+    )
+    .await;
     assert!(failures(&processed).is_empty());
     assert_eq!(meta_of(&processor.queue().sent_to(DLQ)[0]).attempts, 5);
 }
@@ -279,19 +440,33 @@ async fn records_are_not_started_past_the_deadline_margin_and_a_slow_one_is_cut_
     let handler = handler();
     let json = event(vec![record("m-1", "ok"), record("m-2", "ok")]);
     let event_ = SqsEvent::parse(&json).unwrap();
-    let processed = processor.process(&handler, &event_.records, NOW + 1_500).await.unwrap();
+    let processed = processor
+        .process(&handler, &event_.records, NOW + 1_500)
+        .await
+        .unwrap();
     assert_eq!(failures(&processed), ["m-1", "m-2"]);
     assert_eq!(handler.calls.load(Ordering::SeqCst), 0);
 
     // A real-time deadline: the slow handler is abandoned at the margin and retried as transient.
-    let config = ProcessorConfig { dlq_url: DLQ.into(), source_queue_url: Some(SOURCE.into()), retry: RetryPolicy::default(), deadline_margin: Duration::from_millis(100) };
+    let config = ProcessorConfig {
+        dlq_url: DLQ.into(),
+        source_queue_url: Some(SOURCE.into()),
+        retry: RetryPolicy::default(),
+        deadline_margin: Duration::from_millis(100),
+    };
     let processor = Processor::new(RecordingQueue::default(), config);
     let now = redrive::clock::Clock::now_ms(&redrive::clock::SystemClock);
     let json = event(vec![record("m-1", "slow"), record("m-2", "ok")]);
     let event_ = SqsEvent::parse(&json).unwrap();
-    let processed = processor.process(&handler, &event_.records, now + 400).await.unwrap();
+    let processed = processor
+        .process(&handler, &event_.records, now + 400)
+        .await
+        .unwrap();
     assert_eq!(failures(&processed), ["m-2"], "not started");
-    assert_eq!(&*meta_of(&processor.queue().sent_to(SOURCE)[0]).error_kind, "deadline");
+    assert_eq!(
+        &*meta_of(&processor.queue().sent_to(SOURCE)[0]).error_kind,
+        "deadline"
+    );
 }
 
 #[tokio::test]
@@ -300,13 +475,19 @@ async fn ten_original_attributes_are_packed_into_the_dlq_copy() {
     let handler = handler();
     let mut rec = record("m-1", "permanent");
     for i in 0..9 {
-        rec["messageAttributes"][format!("a{i}")] = serde_json::json!({"stringValue": format!("v{i}"), "dataType": "String"});
+        rec["messageAttributes"][format!("a{i}")] =
+            serde_json::json!({"stringValue": format!("v{i}"), "dataType": "String"});
     }
-    rec["messageAttributes"]["bin"] = serde_json::json!({"binaryValue": "AAEC", "dataType": "Binary"});
+    rec["messageAttributes"]["bin"] =
+        serde_json::json!({"binaryValue": "AAEC", "dataType": "Binary"});
     let processed = run(&processor, &handler, &event(vec![rec.clone()])).await;
     assert!(failures(&processed).is_empty());
     let dead = &processor.queue().sent_to(DLQ)[0];
-    assert_eq!(dead.attributes.len(), 1, "10 originals + metadata would exceed SQS's limit");
+    assert_eq!(
+        dead.attributes.len(),
+        1,
+        "10 originals + metadata would exceed SQS's limit"
+    );
     let packed = meta_of(dead).attributes.unwrap();
     assert_eq!(packed.len(), 11);
     assert_eq!(packed["bin"].binary_value.as_deref(), Some("AAEC"));
@@ -319,7 +500,10 @@ async fn a_record_without_a_body_is_given_back() {
     let handler = handler();
     let json = r#"{"Records":[{"messageId":"m-1","eventSourceARN":"arn:aws:sqs:eu-west-1:1:q"}]}"#;
     let event = SqsEvent::parse(json).unwrap();
-    let processed = processor.process(&handler, &event.records, DEADLINE).await.unwrap();
+    let processed = processor
+        .process(&handler, &event.records, DEADLINE)
+        .await
+        .unwrap();
     assert_eq!(failures(&processed), ["m-1"]);
     assert_eq!(handler.calls.load(Ordering::SeqCst), 0);
 }
@@ -333,7 +517,10 @@ impl BatchHandler for BulkWriter {
     async fn handle_batch(&self, messages: &[Message<'_>]) -> Result<(), RecordError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         match messages.iter().find(|m| m.body() == "poison") {
-            Some(m) => Err(RecordError::permanent("constraint_violation", format!("row {} violates a constraint", m.id()))),
+            Some(m) => Err(RecordError::permanent(
+                "constraint_violation",
+                format!("row {} violates a constraint", m.id()),
+            )),
             None => Ok(()),
         }
     }
@@ -342,13 +529,30 @@ impl BatchHandler for BulkWriter {
 #[tokio::test]
 async fn a_failing_bulk_batch_is_bisected_until_the_poison_records_stand_alone() {
     let processor = processor(RetryPolicy::default());
-    let writer = BulkWriter { calls: AtomicU32::new(0) };
-    let records: Vec<_> = (0..16).map(|i| record(&format!("m-{i}"), if i == 3 || i == 12 { "poison" } else { "ok" })).collect();
+    let writer = BulkWriter {
+        calls: AtomicU32::new(0),
+    };
+    let records: Vec<_> = (0..16)
+        .map(|i| {
+            record(
+                &format!("m-{i}"),
+                if i == 3 || i == 12 { "poison" } else { "ok" },
+            )
+        })
+        .collect();
     let json = event(records);
     let event_ = SqsEvent::parse(&json).unwrap();
-    let processed = processor.process_batch(&writer, &event_.records, DEADLINE).await.unwrap();
+    let processed = processor
+        .process_batch(&writer, &event_.records, DEADLINE)
+        .await
+        .unwrap();
     assert!(failures(&processed).is_empty());
-    let dead: Vec<String> = processor.queue().sent_to(DLQ).iter().map(|m| meta_of(m).origin_message_id.to_string()).collect();
+    let dead: Vec<String> = processor
+        .queue()
+        .sent_to(DLQ)
+        .iter()
+        .map(|m| meta_of(m).origin_message_id.to_string())
+        .collect();
     assert_eq!(dead, ["m-3", "m-12"]);
     assert_eq!(processed.report.done, 14);
     // 1 whole + 2 halves + 4 quarters + 4 eighths + 4 singles.

@@ -3,11 +3,13 @@
 #![allow(dead_code)]
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    Message, MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry,
+};
 use aws_sdk_sqs::Client;
 use lambda_runtime::{Context, LambdaEvent};
 use redrive::clock::{Clock, SystemClock};
-use redrive::{BreakerSettings, CircuitBreaker, Meta, Processor, ProcessorConfig, Settings, SqsQueue};
+use redrive::{BreakerSettings, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
 use redrive_local::poller::{Poll, Poller};
 use redrive_local::provision::{depth, provision, QueuePair};
 use redrive_local::topology::{self, Topology};
@@ -45,7 +47,13 @@ pub struct Options<'a> {
 
 impl Default for Options<'_> {
     fn default() -> Self {
-        Self { fifo: false, max_receive_count: 10, visibility_timeout_seconds: 2, settings: &[("REDRIVE_RETRY_SEQUENCE", "1s")], knobs: &[] }
+        Self {
+            fifo: false,
+            max_receive_count: 10,
+            visibility_timeout_seconds: 2,
+            settings: &[("REDRIVE_RETRY_SEQUENCE", "1s")],
+            knobs: &[],
+        }
     }
 }
 
@@ -57,25 +65,62 @@ impl Stack {
         let key = if options.fifo { "payments" } else { "orders" };
         topology.consumers.retain(|k, _| k == key);
         let consumer = topology.consumers.get_mut(key).unwrap();
-        assert_eq!(consumer.fifo, options.fifo, "the tfvars define `{key}` as the {} consumer", if options.fifo { "FIFO" } else { "standard" });
+        assert_eq!(
+            consumer.fifo,
+            options.fifo,
+            "the tfvars define `{key}` as the {} consumer",
+            if options.fifo { "FIFO" } else { "standard" }
+        );
         consumer.max_receive_count = options.max_receive_count;
         consumer.visibility_timeout_seconds = options.visibility_timeout_seconds;
 
         let client = redrive_local::sqs_client().await;
         let queue = provision(&client, &topology).await.unwrap().remove(0);
-        let settings = settings(&topology, &queue, options.settings);
+        let settings = topology.settings(&queue.dlq_url, options.settings).unwrap();
         let knobs = options.knobs;
-        let payments = SimulatedPayments::from_lookup(|name| knobs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())).unwrap();
-        let consumer = OrdersHandler::new(payments, CircuitBreaker::new("payments", BreakerSettings { threshold: 0, ..settings.breaker }));
-        let processor = Processor::new(SqsQueue::with_client(client.clone()), ProcessorConfig::from(&settings));
-        let timeout = Duration::from_secs(u64::from(topology.consumers[key].function_timeout_seconds));
-        Self { client, queue, topology, consumer, processor, timeout }
+        let payments = SimulatedPayments::from_lookup(|name| {
+            knobs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap();
+        let consumer = OrdersHandler::new(
+            payments,
+            CircuitBreaker::new(
+                "payments",
+                BreakerSettings {
+                    threshold: 0,
+                    ..settings.breaker
+                },
+            ),
+        );
+        let processor = Processor::new(
+            SqsQueue::with_client(client.clone()),
+            ProcessorConfig::from(&settings),
+        );
+        let timeout =
+            Duration::from_secs(u64::from(topology.consumers[key].function_timeout_seconds));
+        Self {
+            client,
+            queue,
+            topology,
+            consumer,
+            processor,
+            timeout,
+        }
     }
 
     /// Replaces the consumer's `REDRIVE_*` overrides (a fix deployed mid-test).
     pub fn reconfigure(&mut self, overrides: &[(&str, &str)]) {
-        let settings = settings(&self.topology, &self.queue, overrides);
-        self.processor = Processor::new(SqsQueue::with_client(self.client.clone()), ProcessorConfig::from(&settings));
+        let settings = self
+            .topology
+            .settings(&self.queue.dlq_url, overrides)
+            .unwrap();
+        self.processor = Processor::new(
+            SqsQueue::with_client(self.client.clone()),
+            ProcessorConfig::from(&settings),
+        );
     }
 
     /// Sends orders (or raw bodies) to the source queue; FIFO messages go to `group`.
@@ -85,18 +130,31 @@ impl Stack {
                 .iter()
                 .enumerate()
                 .map(|(i, body)| {
-                    let tenant = MessageAttributeValue::builder().data_type("String").string_value("acme").build().unwrap();
+                    let tenant = MessageAttributeValue::builder()
+                        .data_type("String")
+                        .string_value("acme")
+                        .build()
+                        .unwrap();
                     SendMessageBatchRequestEntry::builder()
                         .id(i.to_string())
                         .message_body(body)
                         .message_attributes("tenant", tenant)
                         .set_message_group_id(group.map(str::to_owned))
-                        .set_message_deduplication_id(group.map(|g| format!("{g}-{chunk_index}-{i}")))
+                        .set_message_deduplication_id(
+                            group.map(|g| format!("{g}-{chunk_index}-{i}")),
+                        )
                         .build()
                         .unwrap()
                 })
                 .collect();
-            let output = self.client.send_message_batch().queue_url(&self.queue.url).set_entries(Some(entries)).send().await.unwrap();
+            let output = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.queue.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .unwrap();
             assert!(output.failed().is_empty(), "{:?}", output.failed());
         }
     }
@@ -107,15 +165,25 @@ impl Stack {
 
     /// Invokes the consumer in process, as Lambda would, with the function timeout as deadline.
     pub async fn invoke(&self, event: String) -> Result<String, String> {
-        self.invoke_with_deadline(event, SystemClock.now_ms() + self.timeout.as_millis() as u64).await
+        self.invoke_with_deadline(
+            event,
+            SystemClock.now_ms() + self.timeout.as_millis() as u64,
+        )
+        .await
     }
 
-    pub async fn invoke_with_deadline(&self, event: String, deadline_ms: u64) -> Result<String, String> {
+    pub async fn invoke_with_deadline(
+        &self,
+        event: String,
+        deadline_ms: u64,
+    ) -> Result<String, String> {
         let mut context = Context::default();
         context.deadline = deadline_ms;
         let event = LambdaEvent::new(RawValue::from_string(event).unwrap(), context);
-        let response = sqs_consumer::handle_batch(event, &self.processor, &self.consumer, "redrive-test").await.map_err(|e| e.to_string())?;
-        Ok(serde_json::to_string(&response).unwrap())
+        let processed = sqs_consumer::handle_batch(event, &self.processor, &self.consumer)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(serde_json::to_string(&processed.response).unwrap())
     }
 
     /// Polls until the source queue is empty (nothing visible, in flight or delayed), or `limit`.
@@ -124,7 +192,10 @@ impl Stack {
         let started = Instant::now();
         let mut polls = Vec::new();
         while started.elapsed() < limit {
-            let poll = poller.poll(Duration::from_secs(1), |event| self.invoke(event)).await.unwrap();
+            let poll = poller
+                .poll(Duration::from_secs(1), |event| self.invoke(event))
+                .await
+                .unwrap();
             if poll.received > 0 {
                 polls.push(poll);
             } else if self.source_depth().await == 0 {
@@ -167,7 +238,14 @@ impl Stack {
     }
 
     pub fn charged(&self) -> Vec<String> {
-        self.consumer.payments().charged.lock().unwrap().clone()
+        self.consumer
+            .payments()
+            .charged
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Messages in = charged + still in the source + in the DLQ.
@@ -177,19 +255,13 @@ impl Stack {
         unique.sort();
         unique.dedup();
         let left = self.source_depth().await as usize;
-        assert_eq!(sent, unique.len() + left + dead.len(), "charged {charged:?}, {left} left in the source, {} in the DLQ", dead.len());
+        assert_eq!(
+            sent,
+            unique.len() + left + dead.len(),
+            "charged {charged:?}, {left} left in the source, {} in the DLQ",
+            dead.len()
+        );
     }
-}
-
-/// The settings Terraform's environment gives the function, with `overrides`.
-fn settings(topology: &Topology, queue: &QueuePair, overrides: &[(&str, &str)]) -> Settings {
-    let mut env = topology.function_env(&queue.dlq_url);
-    for (name, value) in overrides {
-        env.retain(|(n, _)| n != name);
-        env.push((name.to_string(), value.to_string()));
-    }
-    let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
-    Settings::from_lookup(env.iter().map(|(n, _)| n.as_str()), lookup).unwrap()
 }
 
 pub fn order(id: &str) -> String {
@@ -197,11 +269,19 @@ pub fn order(id: &str) -> String {
 }
 
 pub fn meta(message: &Message) -> Option<Meta<'static>> {
-    let value = message.message_attributes()?.get("redrive")?.string_value()?;
-    Some(serde_json::from_str::<Meta<'_>>(value).unwrap().into_owned())
+    let value = message
+        .message_attributes()?
+        .get("redrive")?
+        .string_value()?;
+    Some(
+        serde_json::from_str::<Meta<'_>>(value)
+            .unwrap()
+            .into_owned(),
+    )
 }
 
 pub fn order_id(message: &Message) -> String {
-    let body: serde_json::Value = serde_json::from_str(message.body().unwrap_or_default()).unwrap_or_default();
+    let body: serde_json::Value =
+        serde_json::from_str(message.body().unwrap_or_default()).unwrap_or_default();
     body["orderId"].as_str().unwrap_or_default().to_owned()
 }

@@ -4,27 +4,44 @@ pub mod payments;
 
 use lambda_runtime::LambdaEvent;
 use redrive::clock::{Clock, SystemClock};
-use redrive::{BatchError, Processor, QueuePort, RecordHandler, SqsEvent};
+use redrive::{BatchError, Processed, Processor, QueuePort, RecordHandler, SqsEvent};
 use serde_json::value::RawValue;
 
 pub use aws_lambda_events::sqs::SqsBatchResponse;
 
-/// Handles one SQS batch: parses the event without copying, settles every record's fate, writes
-/// the batch's metrics as one EMF line, and answers with the partial batch response.
+/// Handles one SQS batch: parses the event without copying and settles every record's fate.
 pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
     event: LambdaEvent<Box<RawValue>>,
     processor: &Processor<Q>,
     handler: &H,
-    metrics_namespace: &str,
-) -> Result<SqsBatchResponse, BatchError> {
+) -> Result<Processed, BatchError> {
     let (payload, context) = event.into_parts();
     let sqs = SqsEvent::parse(payload.get())?;
-    tracing::debug!(records = sqs.records.len(), deadline_ms = context.deadline, "batch received");
+    tracing::debug!(
+        records = sqs.records.len(),
+        deadline_ms = context.deadline,
+        "batch received"
+    );
     let now = SystemClock.now_ms();
-    let processed = processor.process(handler, &sqs.records, absolute_deadline(context.deadline, now)).await?;
-    let function = &context.env_config.function_name;
-    println!("{}", processed.report.emf_line(metrics_namespace, function, SystemClock.now_ms()));
-    Ok(processed.response)
+    processor
+        .process(
+            handler,
+            &sqs.records,
+            absolute_deadline(context.deadline, now),
+        )
+        .await
+}
+
+/// Writes the batch's figures as one EMF line on stdout (CloudWatch makes metrics of it) and
+/// returns the partial batch response for Lambda.
+pub fn respond(processed: Processed, metrics_namespace: &str, function: &str) -> SqsBatchResponse {
+    println!(
+        "{}",
+        processed
+            .report
+            .emf_line(metrics_namespace, function, SystemClock.now_ms())
+    );
+    processed.response
 }
 
 /// Lambda sends the deadline in ms since the epoch; `cargo lambda watch` sends its timeout

@@ -8,15 +8,22 @@ use sqs_consumer::payments::SimulatedPayments;
 async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
     // A panic fails only its record (the processor catches it); log it as JSON like everything else.
-    std::panic::set_hook(Box::new(|panic| tracing::error!(%panic, "record handler panicked")));
+    std::panic::set_hook(Box::new(
+        |panic| tracing::error!(%panic, "record handler panicked"),
+    ));
 
     let settings = Settings::from_env()?;
-    let handler = OrdersHandler::new(SimulatedPayments::from_env()?, CircuitBreaker::new("payments", settings.breaker));
+    let handler = OrdersHandler::new(
+        SimulatedPayments::from_env()?,
+        CircuitBreaker::new("payments", settings.breaker),
+    );
     let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings));
     let namespace = settings.metrics_namespace.as_str();
 
     lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| async {
-        sqs_consumer::handle_batch(event, &processor, &handler, namespace).await.map_err(lambda_runtime::Error::from)
+        let function = event.context.env_config.function_name.clone();
+        let processed = sqs_consumer::handle_batch(event, &processor, &handler).await?;
+        Ok::<_, lambda_runtime::Error>(sqs_consumer::respond(processed, namespace, &function))
     }))
     .await
 }

@@ -29,10 +29,16 @@ impl Order<'_> {
             return invalid(format!("order {}: customerId is empty", self.order_id));
         }
         if !(self.amount.is_finite() && self.amount > 0.0) {
-            return invalid(format!("order {}: amount must be positive, got {}", self.order_id, self.amount));
+            return invalid(format!(
+                "order {}: amount must be positive, got {}",
+                self.order_id, self.amount
+            ));
         }
         if self.currency.len() != 3 || !self.currency.bytes().all(|b| b.is_ascii_uppercase()) {
-            return invalid(format!("order {}: currency must be an ISO 4217 code, got {:?}", self.order_id, self.currency));
+            return invalid(format!(
+                "order {}: currency must be an ISO 4217 code, got {:?}",
+                self.order_id, self.currency
+            ));
         }
         Ok(())
     }
@@ -68,6 +74,8 @@ impl<P: PaymentGateway> RecordHandler for OrdersHandler<P> {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
         let order: Order<'_> = message.json()?;
         order.validate()?;
-        self.breaker.call(|| async { Ok(self.payments.charge(&order, message.attempt()).await?) }).await
+        self.breaker
+            .call(|| async { Ok(self.payments.charge(&order, message.attempt()).await?) })
+            .await
     }
 }

@@ -22,18 +22,43 @@ pub enum PaymentError {
 
 pub trait PaymentGateway: Send + Sync {
     /// Charges the order. `attempt` is the delivery attempt (1 on the first), for idempotency keys.
-    fn charge(&self, order: &Order<'_>, attempt: u32) -> impl Future<Output = Result<(), PaymentError>> + Send;
+    fn charge(
+        &self,
+        order: &Order<'_>,
+        attempt: u32,
+    ) -> impl Future<Output = Result<(), PaymentError>> + Send;
 }
 
 /// Every knob, its meaning and default (listed in the README).
 pub const KNOBS: &[(&str, &str)] = &[
-    ("PAYMENTS_FAILURE_RATE", "0: share of calls (0 to 1) that answer HTTP 503"),
-    ("PAYMENTS_TIMEOUT_RATE", "0: share of calls (0 to 1) that time out"),
-    ("PAYMENTS_OUTAGE_UNTIL", "unset: Unix time (seconds) before which every call times out"),
-    ("PAYMENTS_OUTAGE_FILE", "unset: every call times out while this file exists (delete it to heal)"),
-    ("PAYMENTS_FLAKY_ORDERS", "unset: orderId:N,... such orders time out on their first N attempts"),
-    ("PAYMENTS_POISON_ORDERS", "unset: orderId,... the handler panics on these (a bug)"),
-    ("PAYMENTS_DECLINE_ABOVE", "unset: amounts above this are declined (permanent)"),
+    (
+        "PAYMENTS_FAILURE_RATE",
+        "0: share of calls (0 to 1) that answer HTTP 503",
+    ),
+    (
+        "PAYMENTS_TIMEOUT_RATE",
+        "0: share of calls (0 to 1) that time out",
+    ),
+    (
+        "PAYMENTS_OUTAGE_UNTIL",
+        "unset: Unix time (seconds) before which every call times out",
+    ),
+    (
+        "PAYMENTS_OUTAGE_FILE",
+        "unset: every call times out while this file exists (delete it to heal)",
+    ),
+    (
+        "PAYMENTS_FLAKY_ORDERS",
+        "unset: orderId:N,... such orders time out on their first N attempts",
+    ),
+    (
+        "PAYMENTS_POISON_ORDERS",
+        "unset: orderId,... the handler panics on these (a bug)",
+    ),
+    (
+        "PAYMENTS_DECLINE_ABOVE",
+        "unset: amounts above this are declined (permanent)",
+    ),
     ("PAYMENTS_LATENCY", "0ms: time each call takes"),
     ("PAYMENTS_SEED", "random: seed of the failure-rate dice"),
 ];
@@ -49,13 +74,18 @@ pub struct SimulatedPayments {
     pub decline_above: Option<f64>,
     pub latency: Duration,
     pub dice: Mutex<fastrand::Rng>,
-    /// Order ids charged so far, in order (what tests and the demo count as processed).
-    pub charged: Mutex<Vec<String>>,
+    /// Orders charged so far with the attempt that succeeded, in order (what tests and the demo
+    /// count as processed).
+    pub charged: Mutex<Vec<(String, u32)>>,
 }
 
 impl SimulatedPayments {
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok().filter(|value| !value.trim().is_empty()))
+        Self::from_lookup(|name| {
+            std::env::var(name)
+                .ok()
+                .filter(|value| !value.trim().is_empty())
+        })
     }
 
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
@@ -69,13 +99,29 @@ impl SimulatedPayments {
                 .ok_or_else(|| ConfigError::new(name, &text, "expected a share from 0 to 1")),
         };
         let list = |name: &str| -> Vec<String> {
-            get(name).map(|text| text.split(',').map(|item| item.trim().to_owned()).filter(|item| !item.is_empty()).collect()).unwrap_or_default()
+            get(name)
+                .map(|text| {
+                    text.split(',')
+                        .map(|item| item.trim().to_owned())
+                        .filter(|item| !item.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default()
         };
         let flaky_orders = list("PAYMENTS_FLAKY_ORDERS")
             .into_iter()
-            .map(|item| match item.rsplit_once(':').map(|(id, n)| (id.to_owned(), n.parse::<u32>())) {
-                Some((id, Ok(n))) if !id.is_empty() => Ok((id, n)),
-                _ => Err(ConfigError::new("PAYMENTS_FLAKY_ORDERS", &item, "expected orderId:failures, e.g. o-7:2")),
+            .map(|item| {
+                match item
+                    .rsplit_once(':')
+                    .map(|(id, n)| (id.to_owned(), n.parse::<u32>()))
+                {
+                    Some((id, Ok(n))) if !id.is_empty() => Ok((id, n)),
+                    _ => Err(ConfigError::new(
+                        "PAYMENTS_FLAKY_ORDERS",
+                        &item,
+                        "expected orderId:failures, e.g. o-7:2",
+                    )),
+                }
             })
             .collect::<Result<_, _>>()?;
         let outage_until = match get("PAYMENTS_OUTAGE_UNTIL") {
@@ -84,20 +130,36 @@ impl SimulatedPayments {
                 text.trim()
                     .parse::<u64>()
                     .map(|secs| UNIX_EPOCH + Duration::from_secs(secs))
-                    .map_err(|_| ConfigError::new("PAYMENTS_OUTAGE_UNTIL", &text, "expected Unix time in seconds"))?,
+                    .map_err(|_| {
+                        ConfigError::new(
+                            "PAYMENTS_OUTAGE_UNTIL",
+                            &text,
+                            "expected Unix time in seconds",
+                        )
+                    })?,
             ),
         };
         let decline_above = match get("PAYMENTS_DECLINE_ABOVE") {
             None => None,
-            Some(text) => Some(text.trim().parse::<f64>().map_err(|_| ConfigError::new("PAYMENTS_DECLINE_ABOVE", &text, "expected an amount"))?),
+            Some(text) => Some(text.trim().parse::<f64>().map_err(|_| {
+                ConfigError::new("PAYMENTS_DECLINE_ABOVE", &text, "expected an amount")
+            })?),
         };
         let latency = match get("PAYMENTS_LATENCY") {
             None => Duration::ZERO,
-            Some(text) => parse_duration(&text).ok_or_else(|| ConfigError::new("PAYMENTS_LATENCY", &text, "expected a duration such as 20ms"))?,
+            Some(text) => parse_duration(&text).ok_or_else(|| {
+                ConfigError::new(
+                    "PAYMENTS_LATENCY",
+                    &text,
+                    "expected a duration such as 20ms",
+                )
+            })?,
         };
         let dice = match get("PAYMENTS_SEED") {
             None => fastrand::Rng::new(),
-            Some(text) => fastrand::Rng::with_seed(text.trim().parse().map_err(|_| ConfigError::new("PAYMENTS_SEED", &text, "expected a whole number"))?),
+            Some(text) => fastrand::Rng::with_seed(text.trim().parse().map_err(|_| {
+                ConfigError::new("PAYMENTS_SEED", &text, "expected a whole number")
+            })?),
         };
         Ok(Self {
             failure_rate: rate("PAYMENTS_FAILURE_RATE")?,
@@ -114,7 +176,9 @@ impl SimulatedPayments {
     }
 
     fn in_outage(&self) -> bool {
-        self.outage_until.is_some_and(|until| SystemTime::now() < until) || self.outage_file.as_ref().is_some_and(|file| file.exists())
+        self.outage_until
+            .is_some_and(|until| SystemTime::now() < until)
+            || self.outage_file.as_ref().is_some_and(|file| file.exists())
     }
 }
 
@@ -129,20 +193,34 @@ impl PaymentGateway for SimulatedPayments {
         if self.in_outage() {
             return Err(PaymentError::Timeout);
         }
-        if self.flaky_orders.iter().any(|(id, failures)| *id == *order.order_id && attempt <= *failures) {
+        if self
+            .flaky_orders
+            .iter()
+            .any(|(id, failures)| *id == *order.order_id && attempt <= *failures)
+        {
             return Err(PaymentError::Timeout);
         }
         if self.decline_above.is_some_and(|limit| order.amount > limit) {
-            return Err(PaymentError::Declined(format!("amount {} is above the card limit", order.amount)));
+            return Err(PaymentError::Declined(format!(
+                "amount {} is above the card limit",
+                order.amount
+            )));
         }
-        let roll = self.dice.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).f64();
+        let roll = self
+            .dice
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .f64();
         if roll < self.timeout_rate {
             return Err(PaymentError::Timeout);
         }
         if roll < self.timeout_rate + self.failure_rate {
             return Err(PaymentError::Unavailable(503));
         }
-        self.charged.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(order.order_id.to_string());
+        self.charged
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push((order.order_id.to_string(), attempt));
         Ok(())
     }
 }
@@ -160,10 +238,17 @@ mod tests {
             ("PAYMENTS_LATENCY", "fast"),
         ];
         for (name, value) in bad {
-            let error = SimulatedPayments::from_lookup(|n| (n == name).then(|| value.to_owned())).unwrap_err();
+            let error = SimulatedPayments::from_lookup(|n| (n == name).then(|| value.to_owned()))
+                .unwrap_err();
             assert_eq!(error.name, name);
         }
-        let ok = SimulatedPayments::from_lookup(|n| (n == "PAYMENTS_FLAKY_ORDERS").then(|| "o-1:2, o-2:0".to_owned())).unwrap();
-        assert_eq!(ok.flaky_orders, [("o-1".to_owned(), 2), ("o-2".to_owned(), 0)]);
+        let ok = SimulatedPayments::from_lookup(|n| {
+            (n == "PAYMENTS_FLAKY_ORDERS").then(|| "o-1:2, o-2:0".to_owned())
+        })
+        .unwrap();
+        assert_eq!(
+            ok.flaky_orders,
+            [("o-1".to_owned(), 2), ("o-2".to_owned(), 0)]
+        );
     }
 }

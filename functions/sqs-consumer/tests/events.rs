@@ -6,7 +6,9 @@ use lambda_runtime::{Context, LambdaEvent};
 use redrive::clock::{Clock, SystemClock};
 use redrive::envelope::OutgoingMessage;
 use redrive::port::{Call, RecordingQueue};
-use redrive::{BreakerSettings, CircuitBreaker, ErrorClass, Meta, Processor, ProcessorConfig, RetryPolicy};
+use redrive::{
+    BreakerSettings, CircuitBreaker, ErrorClass, Meta, Processor, ProcessorConfig, RetryPolicy,
+};
 use serde_json::value::RawValue;
 use sqs_consumer::orders::OrdersHandler;
 use sqs_consumer::payments::SimulatedPayments;
@@ -21,26 +23,60 @@ struct Outcome {
 }
 
 fn knobs() -> SimulatedPayments {
-    let env = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/sqs-consumer.env")).unwrap();
+    let env = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../events/sqs-consumer.env"
+    ))
+    .unwrap();
     let pairs: Vec<(String, String)> = env
         .lines()
         .filter(|line| !line.starts_with('#') && line.contains('='))
-        .map(|line| line.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).unwrap())
+        .map(|line| {
+            line.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .unwrap()
+        })
         .collect();
-    SimulatedPayments::from_lookup(|name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())).unwrap()
+    SimulatedPayments::from_lookup(|name| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    })
+    .unwrap()
 }
 
 async fn invoke(file: &str) -> Result<Outcome, redrive::BatchError> {
-    let json = std::fs::read_to_string(format!("{}/../../events/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    let config = ProcessorConfig { dlq_url: DLQ.into(), source_queue_url: None, retry: RetryPolicy::default(), deadline_margin: Duration::from_secs(2) };
+    let json = std::fs::read_to_string(format!(
+        "{}/../../events/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let config = ProcessorConfig {
+        dlq_url: DLQ.into(),
+        source_queue_url: None,
+        retry: RetryPolicy::default(),
+        deadline_margin: Duration::from_secs(2),
+    };
     let processor = Processor::new(RecordingQueue::default(), config);
-    let handler = OrdersHandler::new(knobs(), CircuitBreaker::new("payments", BreakerSettings::default()));
+    let handler = OrdersHandler::new(
+        knobs(),
+        CircuitBreaker::new("payments", BreakerSettings::default()),
+    );
     let mut context = Context::default();
     context.deadline = SystemClock.now_ms() + 30_000;
     let event = LambdaEvent::new(RawValue::from_string(json).unwrap(), context);
-    let response = sqs_consumer::handle_batch(event, &processor, &handler, "redrive").await?;
+    let response = sqs_consumer::respond(
+        sqs_consumer::handle_batch(event, &processor, &handler).await?,
+        "redrive",
+        "orders",
+    );
     let queue = processor.into_queue();
-    Ok(Outcome { response: serde_json::to_value(response).unwrap(), calls: queue.calls(), queue })
+    Ok(Outcome {
+        response: serde_json::to_value(response).unwrap(),
+        calls: queue.calls(),
+        queue,
+    })
 }
 
 impl Outcome {
@@ -53,14 +89,23 @@ impl Outcome {
 }
 
 fn meta(message: &OutgoingMessage<'_>) -> Meta<'static> {
-    serde_json::from_str::<Meta<'_>>(message.attribute("redrive").unwrap()).unwrap().into_owned()
+    serde_json::from_str::<Meta<'_>>(message.attribute("redrive").unwrap())
+        .unwrap()
+        .into_owned()
 }
 
 fn summary(message: &OutgoingMessage<'_>) -> (String, ErrorClass, String, u32) {
     let meta = meta(message);
     let order: serde_json::Value = serde_json::from_str(&message.body).unwrap_or_default();
-    let id = order["orderId"].as_str().map_or_else(|| meta.origin_message_id.to_string(), str::to_owned);
-    (id, meta.error_class, meta.error_kind.to_string(), meta.attempts)
+    let id = order["orderId"]
+        .as_str()
+        .map_or_else(|| meta.origin_message_id.to_string(), str::to_owned);
+    (
+        id,
+        meta.error_class,
+        meta.error_kind.to_string(),
+        meta.attempts,
+    )
 }
 
 fn no_failures() -> serde_json::Value {
@@ -74,11 +119,24 @@ async fn mixed_batch_every_order_has_its_fate() {
     assert_eq!(
         outcome.dead_letters(),
         [
-            ("o-1002".into(), ErrorClass::Permanent, "invalid_order".into(), 1),
+            (
+                "o-1002".into(),
+                ErrorClass::Permanent,
+                "invalid_order".into(),
+                1
+            ),
             ("o-1004".into(), ErrorClass::Panic, "panic".into(), 1),
         ]
     );
-    assert_eq!(outcome.retries(), [("o-1003".into(), ErrorClass::Transient, "payment_timeout".into(), 1)]);
+    assert_eq!(
+        outcome.retries(),
+        [(
+            "o-1003".into(),
+            ErrorClass::Transient,
+            "payment_timeout".into(),
+            1
+        )]
+    );
     assert_eq!(outcome.calls.len(), 2, "one batched send per destination");
 }
 
@@ -92,9 +150,14 @@ async fn fifo_batch_holds_back_the_failed_group_and_lets_the_other_go_on() {
             { "itemIdentifier": "5b1e7a30-2004-4c11-8e0f-000000002004" },
         ]})
     );
-    let [Call::ChangeVisibility { changes, .. }] = outcome.calls.as_slice() else { panic!("{:?}", outcome.calls) };
+    let [Call::ChangeVisibility { changes, .. }] = outcome.calls.as_slice() else {
+        panic!("{:?}", outcome.calls)
+    };
     assert_eq!(changes.len(), 2);
-    assert!(changes[0].1 <= Duration::from_secs(2), "backoff for the first retry");
+    assert!(
+        changes[0].1 <= Duration::from_secs(2),
+        "backoff for the first retry"
+    );
     assert_eq!(changes[1].1, Duration::ZERO);
 }
 
@@ -104,9 +167,18 @@ async fn a_record_on_its_last_attempt_goes_to_the_dlq_with_its_history() {
     assert_eq!(outcome.response, no_failures());
     let dead = outcome.queue.sent_to(DLQ);
     let meta = meta(&dead[0]);
-    assert_eq!((meta.attempts, meta.error_class), (5, ErrorClass::Transient));
-    assert_eq!(&*meta.origin_message_id, "7c3d9e11-3000-4a6b-b1c2-000000003000", "the first message id survives");
-    assert_eq!(meta.first_failure_at.to_string(), "2026-11-22T05:00:00.000Z");
+    assert_eq!(
+        (meta.attempts, meta.error_class),
+        (5, ErrorClass::Transient)
+    );
+    assert_eq!(
+        &*meta.origin_message_id, "7c3d9e11-3000-4a6b-b1c2-000000003000",
+        "the first message id survives"
+    );
+    assert_eq!(
+        meta.first_failure_at.to_string(),
+        "2026-11-22T05:00:00.000Z"
+    );
     assert!(meta.last_failure_at > meta.first_failure_at);
 }
 
@@ -118,8 +190,14 @@ async fn ten_attributes_are_packed_and_the_body_is_kept() {
     assert_eq!(dead[0].attributes.len(), 1);
     let packed = meta(&dead[0]).attributes.unwrap();
     assert_eq!(packed.len(), 10);
-    assert_eq!(packed["signature"].binary_value.as_deref(), Some("c2lnbmVkLWJ5LWFjbWU="));
-    assert_eq!(&*dead[0].body, r#"{"orderId":"o-4001","customerId":"c-42","amount":25.0,"currency":"euro"}"#);
+    assert_eq!(
+        packed["signature"].binary_value.as_deref(),
+        Some("c2lnbmVkLWJ5LWFjbWU=")
+    );
+    assert_eq!(
+        &*dead[0].body,
+        r#"{"orderId":"o-4001","customerId":"c-42","amount":25.0,"currency":"euro"}"#
+    );
     assert_eq!(summary(&dead[0]).2, "invalid_order");
 }
 
@@ -129,13 +207,19 @@ async fn a_malformed_body_fails_only_its_record() {
     assert_eq!(outcome.response, no_failures());
     let dead = outcome.queue.sent_to(DLQ);
     assert_eq!(dead.len(), 1);
-    assert_eq!(&*dead[0].body, r#"{"orderId":"o-5001","customerId":"c-42","amount":25.0,"#);
+    assert_eq!(
+        &*dead[0].body,
+        r#"{"orderId":"o-5001","customerId":"c-42","amount":25.0,"#
+    );
     assert_eq!(summary(&dead[0]).2, "malformed_body");
 }
 
 #[tokio::test]
 async fn a_record_without_message_id_is_a_clear_whole_batch_error() {
-    let error = invoke("sqs-missing-message-id.json").await.err().expect("whole-batch error");
+    let error = invoke("sqs-missing-message-id.json")
+        .await
+        .err()
+        .expect("whole-batch error");
     assert_eq!(
         error.to_string(),
         "record 1 has no messageId: Lambda's SQS event source always sets one, and a partial batch response cannot \

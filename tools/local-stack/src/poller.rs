@@ -38,7 +38,12 @@ impl Poller {
             client,
             queue_url: queue.url.clone(),
             queue_arn: queue.arn.clone(),
-            region: queue.arn.split(':').nth(3).unwrap_or("us-east-1").to_owned(),
+            region: queue
+                .arn
+                .split(':')
+                .nth(3)
+                .unwrap_or("us-east-1")
+                .to_owned(),
             batch_size: batch_size.clamp(1, 10_000) as usize,
             window,
         }
@@ -57,8 +62,14 @@ impl Poller {
             return Ok(Poll::default());
         }
         let event = lambda_event(&messages, &self.queue_arn, &self.region);
-        let mut poll = Poll { received: messages.len(), ..Poll::default() };
-        let failed: Vec<String> = match invoke(event).await.map_err(|error| error).and_then(|response| failed_ids(&response, &messages)) {
+        let mut poll = Poll {
+            received: messages.len(),
+            ..Poll::default()
+        };
+        let failed: Vec<String> = match invoke(event)
+            .await
+            .and_then(|response| failed_ids(&response, &messages))
+        {
             Ok(ids) => ids,
             Err(error) => {
                 tracing::warn!(%error, "whole batch failed: nothing deleted");
@@ -67,15 +78,30 @@ impl Poller {
                 return Ok(poll);
             }
         };
-        let done: Vec<&Message> = messages.iter().filter(|m| !failed.iter().any(|id| Some(id.as_str()) == m.message_id())).collect();
+        let done: Vec<&Message> = messages
+            .iter()
+            .filter(|m| !failed.iter().any(|id| Some(id.as_str()) == m.message_id()))
+            .collect();
         for chunk in done.chunks(10) {
             let entries = chunk
                 .iter()
                 .enumerate()
-                .map(|(i, m)| DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(m.receipt_handle().unwrap_or_default()).build())
+                .map(|(i, m)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(m.receipt_handle().unwrap_or_default())
+                        .build()
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| Error::Emulator(e.to_string()))?;
-            let output = self.client.delete_message_batch().queue_url(&self.queue_url).set_entries(Some(entries)).send().await.map_err(Error::sdk)?;
+            let output = self
+                .client
+                .delete_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(Error::sdk)?;
             poll.deleted += output.successful().len();
         }
         poll.given_back = poll.received - poll.deleted;
@@ -87,7 +113,11 @@ impl Poller {
         let mut messages: Vec<Message> = Vec::new();
         loop {
             let left = self.batch_size - messages.len();
-            let wait_seconds = if messages.is_empty() { wait } else { self.window.saturating_sub(started.elapsed()) };
+            let wait_seconds = if messages.is_empty() {
+                wait
+            } else {
+                self.window.saturating_sub(started.elapsed())
+            };
             let output = self
                 .client
                 .receive_message()
@@ -102,7 +132,10 @@ impl Poller {
             let received = output.messages.unwrap_or_default();
             let got_none = received.is_empty();
             messages.extend(received);
-            if messages.len() >= self.batch_size || (got_none && !messages.is_empty()) || started.elapsed() >= self.window.max(wait) {
+            if messages.len() >= self.batch_size
+                || (got_none && !messages.is_empty())
+                || started.elapsed() >= self.window.max(wait)
+            {
                 return Ok(messages);
             }
             if messages.is_empty() && got_none {
@@ -115,16 +148,26 @@ impl Poller {
 /// The ids listed in a partial batch response. An empty or unknown identifier fails the whole
 /// batch, as it does in Lambda.
 fn failed_ids(response: &str, messages: &[Message]) -> Result<Vec<String>, String> {
-    let value: Value = serde_json::from_str(response).map_err(|e| format!("response is not JSON: {e}"))?;
-    let Some(failures) = value.get("batchItemFailures") else { return Ok(Vec::new()) };
-    let failures = failures.as_array().ok_or("batchItemFailures is not a list")?;
+    let value: Value =
+        serde_json::from_str(response).map_err(|e| format!("response is not JSON: {e}"))?;
+    let Some(failures) = value.get("batchItemFailures") else {
+        return Ok(Vec::new());
+    };
+    let failures = failures
+        .as_array()
+        .ok_or("batchItemFailures is not a list")?;
     failures
         .iter()
         .map(|failure| {
-            let id = failure.get("itemIdentifier").and_then(Value::as_str).unwrap_or_default();
+            let id = failure
+                .get("itemIdentifier")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             match messages.iter().any(|m| m.message_id() == Some(id)) {
                 true => Ok(id.to_owned()),
-                false => Err(format!("itemIdentifier {id:?} is empty or not in the batch: the whole batch fails")),
+                false => Err(format!(
+                    "itemIdentifier {id:?} is empty or not in the batch: the whole batch fails"
+                )),
             }
         })
         .collect()

@@ -21,12 +21,18 @@ pub async fn provision(client: &Client, topology: &Topology) -> Result<Vec<Queue
     let mut pairs = Vec::new();
     for (key, consumer) in &topology.consumers {
         let (name, dlq_name) = topology.queue_names(key);
-        let fifo = |builder: aws_sdk_sqs::operation::create_queue::builders::CreateQueueFluentBuilder| match consumer.fifo {
-            true => builder.attributes(QueueAttributeName::FifoQueue, "true"),
-            false => builder,
-        };
+        let fifo =
+            |builder: aws_sdk_sqs::operation::create_queue::builders::CreateQueueFluentBuilder| {
+                match consumer.fifo {
+                    true => builder.attributes(QueueAttributeName::FifoQueue, "true"),
+                    false => builder,
+                }
+            };
         let dlq_url = fifo(client.create_queue().queue_name(&dlq_name))
-            .attributes(QueueAttributeName::MessageRetentionPeriod, consumer.dlq_message_retention_seconds.to_string())
+            .attributes(
+                QueueAttributeName::MessageRetentionPeriod,
+                consumer.dlq_message_retention_seconds.to_string(),
+            )
             .send()
             .await
             .map_err(Error::sdk)?
@@ -35,16 +41,32 @@ pub async fn provision(client: &Client, topology: &Topology) -> Result<Vec<Queue
         let dlq_arn = queue_arn(client, &dlq_url).await?;
         let redrive_policy = serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": consumer.max_receive_count });
         let url = fifo(client.create_queue().queue_name(&name))
-            .attributes(QueueAttributeName::VisibilityTimeout, consumer.visibility_timeout_seconds.to_string())
-            .attributes(QueueAttributeName::MessageRetentionPeriod, consumer.message_retention_seconds.to_string())
-            .attributes(QueueAttributeName::RedrivePolicy, redrive_policy.to_string())
+            .attributes(
+                QueueAttributeName::VisibilityTimeout,
+                consumer.visibility_timeout_seconds.to_string(),
+            )
+            .attributes(
+                QueueAttributeName::MessageRetentionPeriod,
+                consumer.message_retention_seconds.to_string(),
+            )
+            .attributes(
+                QueueAttributeName::RedrivePolicy,
+                redrive_policy.to_string(),
+            )
             .send()
             .await
             .map_err(Error::sdk)?
             .queue_url
             .unwrap_or_default();
         let arn = queue_arn(client, &url).await?;
-        pairs.push(QueuePair { key: key.clone(), fifo: consumer.fifo, url, arn, dlq_url, dlq_arn });
+        pairs.push(QueuePair {
+            key: key.clone(),
+            fifo: consumer.fifo,
+            url,
+            arn,
+            dlq_url,
+            dlq_arn,
+        });
     }
     Ok(pairs)
 }
@@ -70,9 +92,19 @@ pub async fn depth(client: &Client, url: &str) -> Result<(u64, u64, u64), Error>
         QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
         QueueAttributeName::ApproximateNumberOfMessagesDelayed,
     ];
-    let output = client.get_queue_attributes().queue_url(url).set_attribute_names(Some(names.to_vec())).send().await.map_err(Error::sdk)?;
+    let output = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .set_attribute_names(Some(names.to_vec()))
+        .send()
+        .await
+        .map_err(Error::sdk)?;
     let get = |name: &QueueAttributeName| -> u64 {
-        output.attributes().and_then(|a| a.get(name)).and_then(|v| v.parse().ok()).unwrap_or(0)
+        output
+            .attributes()
+            .and_then(|a| a.get(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     };
     Ok((get(&names[0]), get(&names[1]), get(&names[2])))
 }

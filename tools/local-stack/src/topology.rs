@@ -53,9 +53,15 @@ pub struct Alarms {
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
     #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path} is not a valid topology: {source}")]
-    Parse { path: String, source: serde_json::Error },
+    Parse {
+        path: String,
+        source: serde_json::Error,
+    },
 }
 
 /// The tfvars file of this checkout.
@@ -66,15 +72,28 @@ pub fn default_path() -> std::path::PathBuf {
 impl Topology {
     pub fn load(path: &Path) -> Result<Self, TopologyError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read { path: shown.clone(), source })?;
-        serde_json::from_str(&text).map_err(|source| TopologyError::Parse { path: shown, source })
+        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| TopologyError::Parse {
+            path: shown,
+            source,
+        })
     }
 
     /// Queue names as Terraform creates them: `<prefix>-<key>` and `<prefix>-<key>-dlq`, with
     /// `.fifo` for FIFO consumers.
     pub fn queue_names(&self, key: &str) -> (String, String) {
-        let suffix = if self.consumers[key].fifo { ".fifo" } else { "" };
-        (format!("{}-{key}{suffix}", self.name_prefix), format!("{}-{key}-dlq{suffix}", self.name_prefix))
+        let suffix = if self.consumers[key].fifo {
+            ".fifo"
+        } else {
+            ""
+        };
+        (
+            format!("{}-{key}{suffix}", self.name_prefix),
+            format!("{}-{key}-dlq{suffix}", self.name_prefix),
+        )
     }
 
     /// The `REDRIVE_*` environment Terraform gives the consumer functions (see infra/).
@@ -82,19 +101,61 @@ impl Topology {
         let seconds = |s: f64| format!("{s}s");
         let mut env = vec![
             ("REDRIVE_DLQ_URL".to_owned(), dlq_url.to_owned()),
-            ("REDRIVE_MAX_ATTEMPTS".to_owned(), self.retry.max_attempts.to_string()),
-            ("REDRIVE_BACKOFF_BASE".to_owned(), seconds(self.retry.backoff_base_seconds)),
-            ("REDRIVE_BACKOFF_FACTOR".to_owned(), self.retry.backoff_factor.to_string()),
-            ("REDRIVE_BACKOFF_CAP".to_owned(), seconds(self.retry.backoff_cap_seconds)),
-            ("REDRIVE_DEADLINE_MARGIN".to_owned(), seconds(f64::from(self.deadline_margin_seconds))),
-            ("REDRIVE_BREAKER_THRESHOLD".to_owned(), self.breaker.threshold.to_string()),
-            ("REDRIVE_BREAKER_OPEN_FOR".to_owned(), seconds(self.breaker.open_for_seconds)),
+            (
+                "REDRIVE_MAX_ATTEMPTS".to_owned(),
+                self.retry.max_attempts.to_string(),
+            ),
+            (
+                "REDRIVE_BACKOFF_BASE".to_owned(),
+                seconds(self.retry.backoff_base_seconds),
+            ),
+            (
+                "REDRIVE_BACKOFF_FACTOR".to_owned(),
+                self.retry.backoff_factor.to_string(),
+            ),
+            (
+                "REDRIVE_BACKOFF_CAP".to_owned(),
+                seconds(self.retry.backoff_cap_seconds),
+            ),
+            (
+                "REDRIVE_DEADLINE_MARGIN".to_owned(),
+                seconds(f64::from(self.deadline_margin_seconds)),
+            ),
+            (
+                "REDRIVE_BREAKER_THRESHOLD".to_owned(),
+                self.breaker.threshold.to_string(),
+            ),
+            (
+                "REDRIVE_BREAKER_OPEN_FOR".to_owned(),
+                seconds(self.breaker.open_for_seconds),
+            ),
         ];
         if !self.retry.sequence_seconds.is_empty() {
-            let sequence: Vec<String> = self.retry.sequence_seconds.iter().map(|s| seconds(*s)).collect();
+            let sequence: Vec<String> = self
+                .retry
+                .sequence_seconds
+                .iter()
+                .map(|s| seconds(*s))
+                .collect();
             env.push(("REDRIVE_RETRY_SEQUENCE".to_owned(), sequence.join(",")));
         }
         env
+    }
+
+    /// The settings the function gets from that environment, with `overrides` applied: the same
+    /// parsing and validation as in Lambda.
+    pub fn settings(
+        &self,
+        dlq_url: &str,
+        overrides: &[(&str, &str)],
+    ) -> Result<redrive::Settings, redrive::ConfigError> {
+        let mut env = self.function_env(dlq_url);
+        for (name, value) in overrides {
+            env.retain(|(n, _)| n != name);
+            env.push((name.to_string(), value.to_string()));
+        }
+        let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        redrive::Settings::from_lookup(env.iter().map(|(n, _)| n.as_str()), lookup)
     }
 
     /// Divides every wait by `factor` (the demo runs minutes of retries in seconds).
@@ -105,8 +166,9 @@ impl Topology {
         self.retry.sequence_seconds.iter_mut().for_each(scale);
         self.breaker.open_for_seconds = (self.breaker.open_for_seconds / factor).max(1.0);
         for consumer in self.consumers.values_mut() {
-            let shrink = |s: u32| ((f64::from(s) / factor).ceil() as u32).max(1);
-            consumer.visibility_timeout_seconds = shrink(consumer.visibility_timeout_seconds);
+            let visibility =
+                (f64::from(consumer.visibility_timeout_seconds) / factor).ceil() as u32;
+            consumer.visibility_timeout_seconds = visibility.max(1);
         }
     }
 }

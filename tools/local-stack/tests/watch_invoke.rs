@@ -2,13 +2,16 @@
 //! `cargo lambda invoke --data-file events/sqs-mixed-batch.json`, with moto as SQS.
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::QueueAttributeName;
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// Stops `cargo lambda watch` and everything it started (cargo, the function) when dropped.
@@ -23,18 +26,31 @@ impl Drop for Watch {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
     let endpoint = std::env::var("AWS_ENDPOINT_URL").expect("needs moto: run with `make test`");
     let cargo_lambda = Command::new("cargo").args(["lambda", "--version"]).output();
-    assert!(cargo_lambda.is_ok_and(|o| o.status.success()), "needs cargo-lambda on PATH: run with `make test` (it installs it in .venv)");
+    assert!(
+        cargo_lambda.is_ok_and(|o| o.status.success()),
+        "needs cargo-lambda on PATH: run with `make test` (it installs it in .venv)"
+    );
 
     // The sample events name the queue `orders` in account 123456789012 (moto's default).
     let client = redrive_local::sqs_client().await;
-    let create = |name: &'static str| client.create_queue().queue_name(name).attributes(QueueAttributeName::VisibilityTimeout, "30").send();
+    let create = |name: &'static str| {
+        client
+            .create_queue()
+            .queue_name(name)
+            .attributes(QueueAttributeName::VisibilityTimeout, "30")
+            .send()
+    };
     let source = create("orders").await.unwrap().queue_url.unwrap();
     let dlq = create("orders-dlq").await.unwrap().queue_url.unwrap();
 
@@ -53,7 +69,14 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
     let mut watch = Command::new("cargo");
     watch
         .current_dir(root())
-        .args(["lambda", "watch", "--invoke-address", "127.0.0.1", "--invoke-port", &port.to_string()])
+        .args([
+            "lambda",
+            "watch",
+            "--invoke-address",
+            "127.0.0.1",
+            "--invoke-port",
+            &port.to_string(),
+        ])
         .args(["--env-file", "events/sqs-consumer.env"])
         .args(env.iter().flat_map(|pair| ["--env-var", pair.as_str()]))
         .stdout(log.try_clone().unwrap())
@@ -63,29 +86,60 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
 
     let started = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(120), "cargo lambda watch did not listen; see .local/watch.log");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "cargo lambda watch did not listen; see .local/watch.log"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 
     // The first invoke compiles the function; give it the time a cold build takes on 2 cores.
     let output = Command::new("cargo")
         .current_dir(root())
-        .args(["lambda", "invoke", "sqs-consumer", "--invoke-address", "127.0.0.1", "--invoke-port", &port.to_string()])
-        .args(["--data-file", "events/sqs-mixed-batch.json", "--output-format", "json"])
+        .args([
+            "lambda",
+            "invoke",
+            "sqs-consumer",
+            "--invoke-address",
+            "127.0.0.1",
+            "--invoke-port",
+            &port.to_string(),
+        ])
+        .args([
+            "--data-file",
+            "events/sqs-mixed-batch.json",
+            "--output-format",
+            "json",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "invoke failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "invoke failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let response: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(response, serde_json::json!({ "batchItemFailures": [] }));
 
     // o-1002 (invalid) and o-1004 (panic) are in the DLQ; o-1003 (flaky) was re-sent with a delay.
-    let dead = client.receive_message().queue_url(&dlq).max_number_of_messages(10).send().await.unwrap();
+    let dead = client
+        .receive_message()
+        .queue_url(&dlq)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
     let mut dead_orders: Vec<String> = dead
         .messages
         .unwrap_or_default()
         .iter()
-        .map(|m| serde_json::from_str::<serde_json::Value>(m.body().unwrap()).unwrap()["orderId"].as_str().unwrap().to_owned())
+        .map(|m| {
+            serde_json::from_str::<serde_json::Value>(m.body().unwrap()).unwrap()["orderId"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
     dead_orders.sort();
     assert_eq!(dead_orders, ["o-1002", "o-1004"]);
@@ -96,5 +150,8 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
         .send()
         .await
         .unwrap();
-    assert_eq!(delayed.attributes().unwrap()[&QueueAttributeName::ApproximateNumberOfMessagesDelayed], "1");
+    assert_eq!(
+        delayed.attributes().unwrap()[&QueueAttributeName::ApproximateNumberOfMessagesDelayed],
+        "1"
+    );
 }

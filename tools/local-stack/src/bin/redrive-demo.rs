@@ -1,0 +1,528 @@
+//! `make demo`: the whole flow on the local stack. Provisions the topology from the tfvars, produces
+//! orders with injected faults, runs the orders consumer through the Lambda-like poller and prints
+//! a report: fates, attempts, retry delays against the policy, the DLQ, and every alarm's state.
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use aws_sdk_sqs::Client;
+use lambda_runtime::{Context, LambdaEvent};
+use redrive::backoff::RetryPolicy;
+use redrive::clock::{Clock, SystemClock};
+use redrive::{BatchReport, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
+use redrive_local::observe::{Observed, Sent};
+use redrive_local::poller::Poller;
+use redrive_local::provision::{depth, provision, QueuePair};
+use redrive_local::topology::{self, Topology};
+use serde_json::value::RawValue;
+use sqs_consumer::orders::OrdersHandler;
+use sqs_consumer::payments::SimulatedPayments;
+
+/// Keep each queue under this many messages: moto slows down with depth.
+const MAX_QUEUED: u64 = 150;
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+/// One consumer of the topology with its workload and figures.
+struct Lane {
+    queue: QueuePair,
+    poller: Poller,
+    processor: Processor<Observed<SqsQueue>>,
+    handler: OrdersHandler<SimulatedPayments>,
+    timeout_ms: u64,
+    workload: VecDeque<(String, Option<String>)>,
+    produced: usize,
+    report: BatchReport,
+    whole_batch_errors: usize,
+}
+
+impl Lane {
+    async fn top_up(&mut self, client: &Client) -> Result<(), redrive_local::Error> {
+        let (visible, in_flight, delayed) = depth(client, &self.queue.url).await?;
+        let room = MAX_QUEUED.saturating_sub(visible + in_flight + delayed) as usize;
+        let batch: Vec<_> = (0..room.min(self.workload.len()).min(10))
+            .filter_map(|_| self.workload.pop_front())
+            .collect();
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let entries = batch
+            .iter()
+            .enumerate()
+            .map(|(i, (body, group))| {
+                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body)
+                    .set_message_group_id(group.clone())
+                    .set_message_deduplication_id(
+                        group.as_ref().map(|_| format!("d-{}", self.produced + i)),
+                    )
+                    .build()
+                    .map_err(|e| redrive_local::Error::Emulator(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let output = client
+            .send_message_batch()
+            .queue_url(&self.queue.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(redrive_local::Error::sdk)?;
+        if !output.failed().is_empty() {
+            return Err(redrive_local::Error::Emulator(format!(
+                "producer send failed: {:?}",
+                output.failed()
+            )));
+        }
+        self.produced += batch.len();
+        Ok(())
+    }
+
+    async fn poll(&mut self) -> Result<(), redrive_local::Error> {
+        let (processor, handler, timeout_ms) = (&self.processor, &self.handler, self.timeout_ms);
+        let mut report = None;
+        let poll = self
+            .poller
+            .poll(Duration::from_millis(200), |event| async {
+                let mut context = Context::default();
+                context.deadline = SystemClock.now_ms() + timeout_ms;
+                let event = LambdaEvent::new(
+                    RawValue::from_string(event).map_err(|e| e.to_string())?,
+                    context,
+                );
+                let processed = sqs_consumer::handle_batch(event, processor, handler)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                report = Some(processed.report);
+                serde_json::to_string(&processed.response).map_err(|e| e.to_string())
+            })
+            .await?;
+        if let Some(report) = report {
+            self.report.absorb(&report);
+        }
+        self.whole_batch_errors += usize::from(poll.whole_batch_failed);
+        Ok(())
+    }
+
+    fn charged(&self) -> Vec<(String, u32)> {
+        self.handler.payments().charged.lock().unwrap().clone()
+    }
+}
+
+fn order(id: &str, amount: f64, currency: &str) -> String {
+    format!(
+        r#"{{"orderId":"{id}","customerId":"c-{}","amount":{amount},"currency":"{currency}"}}"#,
+        id.len()
+    )
+}
+
+/// The standard lane: 160 orders, with malformed and invalid ones, a poison order, orders that
+/// recover after two timeouts, orders whose downstream never recovers, and an outage that heals.
+fn standard_workload(
+    payments: &mut SimulatedPayments,
+    outage: Duration,
+) -> VecDeque<(String, Option<String>)> {
+    payments.outage_until = Some(SystemTime::now() + outage);
+    payments.poison_orders = vec!["o-0077".into()];
+    payments.flaky_orders = (0..8)
+        .map(|i| (format!("o-{:04}", 11 + i * 17), 2))
+        .chain((0..3).map(|i| (format!("o-{:04}", 5 + i * 50), 99)))
+        .collect();
+    (1..=160)
+        .map(|n| {
+            let id = format!("o-{n:04}");
+            let body = match n {
+                n if n % 40 == 0 => format!(r#"{{"orderId":"{id}","amount":12.5,"currency":"EUR""#),
+                n if n % 25 == 3 => order(&id, -1.0, "EUR"),
+                _ => order(&id, 10.0 + f64::from(n), "EUR"),
+            };
+            (body, None)
+        })
+        .collect()
+}
+
+/// The FIFO lane: three customers' payment streams; one payment times out once.
+fn fifo_workload(payments: &mut SimulatedPayments) -> VecDeque<(String, Option<String>)> {
+    payments.flaky_orders = vec![("p-B-3".into(), 1)];
+    (1..=8)
+        .flat_map(|n| {
+            ["A", "B", "C"].map(|g| {
+                (
+                    order(&format!("p-{g}-{n}"), 5.0, "USD"),
+                    Some(format!("customer-{g}")),
+                )
+            })
+        })
+        .collect()
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("demo failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let state = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.local");
+    std::fs::create_dir_all(&state)?;
+    let log = std::fs::File::create(state.join("demo.log"))?;
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(std::sync::Mutex::new(log))
+        .with_env_filter("info")
+        .init();
+    std::panic::set_hook(Box::new(
+        |panic| tracing::error!(%panic, "record handler panicked"),
+    ));
+
+    let scale: f64 = std::env::var("REDRIVE_DEMO_TIME_SCALE")
+        .ok()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(60.0);
+    if !(1.0..=3600.0).contains(&scale) {
+        return Err(format!("REDRIVE_DEMO_TIME_SCALE={scale}: expected 1 to 3600").into());
+    }
+    let path = topology::default_path();
+    let mut topology = Topology::load(&path)?;
+    topology.scale_time(scale);
+    let client = redrive_local::sqs_client().await;
+    let pairs = provision(&client, &topology).await?;
+    println!(
+        "redrive demo: {} queues from {} on {}",
+        pairs.len() * 2,
+        path.display(),
+        std::env::var("AWS_ENDPOINT_URL").unwrap_or_default()
+    );
+    println!("time scale {scale}x: every wait in the topology is divided by {scale}\n");
+
+    let mut lanes = Vec::new();
+    for queue in pairs {
+        let consumer = &topology.consumers[&queue.key];
+        let settings = topology.settings(&queue.dlq_url, &[])?;
+        let mut payments = SimulatedPayments::from_lookup(|_| None)?;
+        let workload = match queue.fifo {
+            true => fifo_workload(&mut payments),
+            false => standard_workload(&mut payments, Duration::from_secs_f64(240.0 / scale)),
+        };
+        lanes.push(Lane {
+            poller: Poller::new(
+                client.clone(),
+                &queue,
+                consumer.batch_size,
+                Duration::from_secs(u64::from(consumer.batching_window_seconds)),
+            ),
+            processor: Processor::new(
+                Observed::new(SqsQueue::with_client(client.clone())),
+                ProcessorConfig::from(&settings),
+            ),
+            handler: OrdersHandler::new(
+                payments,
+                CircuitBreaker::new("payments", settings.breaker),
+            ),
+            timeout_ms: u64::from(consumer.function_timeout_seconds) * 1000,
+            queue,
+            workload,
+            produced: 0,
+            report: BatchReport::default(),
+            whole_batch_errors: 0,
+        });
+    }
+    let total: usize = lanes.iter().map(|l| l.workload.len()).sum();
+
+    let started = Instant::now();
+    let tty = std::io::stdout().is_terminal();
+    let mut last_line = Instant::now();
+    loop {
+        let mut busy = false;
+        for lane in &mut lanes {
+            lane.top_up(&client).await?;
+            lane.poll().await?;
+            let (visible, in_flight, delayed) = depth(&client, &lane.queue.url).await?;
+            busy |= !lane.workload.is_empty() || visible + in_flight + delayed > 0;
+        }
+        let line = progress(&lanes, total, started.elapsed());
+        if tty {
+            print!("\r{line}\x1b[K");
+            std::io::stdout().flush()?;
+        } else if last_line.elapsed() >= Duration::from_secs(5) || !busy {
+            println!("{line}");
+            last_line = Instant::now();
+        }
+        if !busy {
+            break;
+        }
+        if started.elapsed() > RUN_LIMIT {
+            return Err(format!("the queues did not drain within {RUN_LIMIT:?}").into());
+        }
+    }
+    if tty {
+        println!();
+    }
+    report(&client, &topology, &lanes, scale, started.elapsed()).await
+}
+
+fn progress(lanes: &[Lane], total: usize, elapsed: Duration) -> String {
+    let mut sum = BatchReport::default();
+    lanes.iter().for_each(|lane| sum.absorb(&lane.report));
+    let produced: usize = lanes.iter().map(|l| l.produced).sum();
+    format!(
+        "[{:>5.1}s] produced {produced}/{total} | handled {} | done {} | retried {} | deferred {} | dead-lettered {} | given back {}",
+        elapsed.as_secs_f64(),
+        sum.records,
+        sum.done,
+        sum.retried,
+        sum.deferred,
+        sum.dead_lettered,
+        sum.given_back
+    )
+}
+
+async fn report(
+    client: &Client,
+    topology: &Topology,
+    lanes: &[Lane],
+    scale: f64,
+    elapsed: Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!("\n== Fates (per record handled; a record handled again after a retry counts again)");
+    println!(
+        "{:<18}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
+        "consumer", "handled", "done", "retried", "deferred", "to DLQ", "given back"
+    );
+    for lane in lanes {
+        let r = &lane.report;
+        let name = format!(
+            "{}{}",
+            lane.queue.key,
+            if lane.queue.fifo { " (FIFO)" } else { "" }
+        );
+        println!(
+            "{name:<18}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
+            r.records, r.done, r.retried, r.deferred, r.dead_lettered, r.given_back
+        );
+    }
+
+    // Alarms first: reading the DLQs below makes their messages invisible for a while.
+    println!("\n== Alarms (rules from the tfvars, evaluated on the local figures)");
+    let alarms = &topology.alarms;
+    for lane in lanes {
+        let (dlq_visible, _, _) = depth(client, &lane.queue.dlq_url).await?;
+        alarm(
+            &format!(
+                "{} DLQ depth > {}",
+                lane.queue.key, alarms.dlq_depth_threshold
+            ),
+            dlq_visible as f64,
+            f64::from(alarms.dlq_depth_threshold),
+        );
+        let oldest = oldest_age_seconds(client, &lane.queue.url).await?;
+        let age_threshold = f64::from(alarms.oldest_message_age_seconds) / scale;
+        alarm(
+            &format!(
+                "{} oldest message age > {age_threshold:.0}s",
+                lane.queue.key
+            ),
+            oldest,
+            age_threshold,
+        );
+        alarm(
+            &format!(
+                "{} function errors > {}",
+                lane.queue.key, alarms.lambda_errors_threshold
+            ),
+            lane.whole_batch_errors as f64,
+            f64::from(alarms.lambda_errors_threshold),
+        );
+        alarm(
+            &format!(
+                "{} function throttles > {}",
+                lane.queue.key, alarms.lambda_throttles_threshold
+            ),
+            0.0,
+            f64::from(alarms.lambda_throttles_threshold),
+        );
+    }
+
+    let mut all_dead = Vec::new();
+    println!("\n== Where every message went");
+    for lane in lanes {
+        let dead = drain_dlq(client, &lane.queue.dlq_url).await?;
+        let charged = lane.charged();
+        let mut unique: Vec<&String> = charged.iter().map(|(id, _)| id).collect();
+        unique.sort();
+        unique.dedup();
+        let (visible, in_flight, delayed) = depth(client, &lane.queue.url).await?;
+        let left = (visible + in_flight + delayed) as usize;
+        let lost = lane.produced as i64 - (unique.len() + dead.len() + left) as i64;
+        println!(
+            "{:<10} in {:>4} = processed {:>4} + in DLQ {:>3} + still queued {} | lost {lost} | duplicates absorbed {}",
+            lane.queue.key,
+            lane.produced,
+            unique.len(),
+            dead.len(),
+            left,
+            charged.len() - unique.len()
+        );
+        if lost != 0 {
+            return Err(format!("{}: {lost} messages unaccounted for", lane.queue.key).into());
+        }
+        all_dead.extend(dead);
+    }
+
+    println!("\n== Attempts a message took to its final fate");
+    let mut histogram: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+    for lane in lanes {
+        lane.charged()
+            .iter()
+            .for_each(|(_, attempt)| histogram.entry(*attempt).or_default().0 += 1);
+    }
+    all_dead
+        .iter()
+        .filter_map(|(meta, _)| meta.as_ref())
+        .for_each(|meta| histogram.entry(meta.attempts).or_default().1 += 1);
+    for (attempts, (done, dead)) in &histogram {
+        println!(
+            "  {attempts} attempt(s): {done:>4} processed, {dead:>3} dead-lettered  {}",
+            "#".repeat((done + dead).div_ceil(4))
+        );
+    }
+
+    println!("\n== Retry delays scheduled (DelaySeconds), against the policy (scaled {scale}x)");
+    let policy = topology.settings("unused", &[])?.retry;
+    let sent: Vec<Sent> = lanes
+        .iter()
+        .flat_map(|lane| lane.processor.queue().sent())
+        .filter(|s| !s.queue_url.contains("-dlq"))
+        .collect();
+    print_delays(&sent, &policy);
+    let fifo_retries: u32 = lanes
+        .iter()
+        .filter(|l| l.queue.fifo)
+        .map(|l| l.report.given_back)
+        .sum();
+    println!("  FIFO: {fifo_retries} records retried in place with ChangeMessageVisibility (no re-send, group order kept)");
+
+    println!("\n== DLQ contents by error class");
+    let mut classes: BTreeMap<String, usize> = BTreeMap::new();
+    for (meta, _) in &all_dead {
+        let key = meta
+            .as_ref()
+            .map_or("moved by SQS (no metadata)".to_owned(), |m| {
+                format!("{}/{}", m.error_class, m.error_kind)
+            });
+        *classes.entry(key).or_default() += 1;
+    }
+    classes
+        .iter()
+        .for_each(|(class, count)| println!("  {class:<34}{count:>4}"));
+    if let Some((Some(meta), body)) = all_dead
+        .iter()
+        .find(|(meta, _)| meta.as_ref().is_some_and(|m| m.attempts > 1))
+    {
+        println!(
+            "\n  example: body {body}\n  redrive attribute:\n{}",
+            indent(&serde_json::to_string_pretty(meta)?)
+        );
+    }
+    println!("\ndemo run took {:.1}s", elapsed.as_secs_f64());
+    Ok(())
+}
+
+fn alarm(name: &str, value: f64, threshold: f64) {
+    let state = if value > threshold { "ALARM" } else { "OK" };
+    println!("  {name:<44} {state:<6} (value {value})");
+}
+
+fn print_delays(sent: &[Sent], policy: &RetryPolicy) {
+    let deferral = |s: &Sent| s.error_kind.ends_with("_circuit_open");
+    let mut by_attempt: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    sent.iter()
+        .filter(|s| s.attempts > 0 && !deferral(s))
+        .for_each(|s| {
+            by_attempt
+                .entry(s.attempts)
+                .or_default()
+                .push(s.delay_seconds)
+        });
+    for (attempt, delays) in by_attempt {
+        let ceiling = policy.ceiling(attempt).as_secs_f64().ceil() as u32;
+        let max = delays.iter().max().copied().unwrap_or(0);
+        let mean = delays.iter().sum::<u32>() as f64 / delays.len() as f64;
+        let verdict = if max <= ceiling { "within" } else { "OVER" };
+        println!("  retry {attempt}: {:>3} re-sends, delay mean {mean:.1}s max {max}s, {verdict} the envelope 0..{ceiling}s", delays.len());
+    }
+    let deferrals = sent.iter().filter(|s| deferral(s)).count();
+    println!("  deferrals (circuit open, no attempt spent): {deferrals}");
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("    {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn oldest_age_seconds(client: &Client, url: &str) -> Result<f64, redrive_local::Error> {
+    let output = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .visibility_timeout(0)
+        .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+        .send()
+        .await
+        .map_err(redrive_local::Error::sdk)?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as f64;
+    let oldest = output
+        .messages()
+        .iter()
+        .filter_map(|m| {
+            m.attributes()?
+                .get(&MessageSystemAttributeName::SentTimestamp)?
+                .parse::<f64>()
+                .ok()
+        })
+        .fold(now, f64::min);
+    Ok(((now - oldest) / 1000.0).max(0.0))
+}
+
+async fn drain_dlq(
+    client: &Client,
+    url: &str,
+) -> Result<Vec<(Option<Meta<'static>>, String)>, redrive_local::Error> {
+    let mut all = Vec::new();
+    loop {
+        let output = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(300)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map_err(redrive_local::Error::sdk)?;
+        let messages = output.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(all);
+        }
+        for message in messages {
+            let meta = message
+                .message_attributes()
+                .and_then(|a| a.get(redrive::META_ATTRIBUTE))
+                .and_then(|v| v.string_value())
+                .and_then(|json| serde_json::from_str::<Meta<'_>>(json).ok())
+                .map(Meta::into_owned);
+            all.push((meta, message.body().unwrap_or_default().to_owned()));
+        }
+    }
+}
