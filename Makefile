@@ -25,7 +25,7 @@ demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, prin
 	@start=$$(date +%s); $(CARGO) build --locked -p redrive-local --bin redrive-demo && echo "demo build took $$(( $$(date +%s) - start ))s"
 	tools/with-moto $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
 
-test: $(STAMP) ## Unit, fixture, end-to-end (moto) and cargo-lambda watch/invoke tests
+test: $(STAMP) lint ## Lint, then unit, fixture, end-to-end (moto) and cargo-lambda watch/invoke tests
 	tools/with-moto $(CARGO) test --workspace --locked
 
 lint: ## cargo fmt --check and clippy with warnings denied
