@@ -8,7 +8,10 @@ use crate::error::ConfigError;
 /// Every variable redrive reads, with its default; any other `REDRIVE_*` variable is a typo and
 /// refused at start.
 pub const VARIABLES: &[(&str, &str)] = &[
-    ("REDRIVE_DLQ_URL", "(required) URL of the dead-letter queue"),
+    (
+        "REDRIVE_DLQ_URL",
+        "(unset: report-only) URL of the dead-letter queue",
+    ),
     (
         "REDRIVE_SOURCE_QUEUE_URL",
         "(optional) URL of the source queue; looked up from the event source ARN otherwise",
@@ -32,7 +35,8 @@ pub const VARIABLES: &[(&str, &str)] = &[
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
-    pub dlq_url: String,
+    /// `None`: report-only (failures are given back to SQS, nothing is re-sent).
+    pub dlq_url: Option<String>,
     pub source_queue_url: Option<String>,
     pub retry: RetryPolicy,
     pub deadline_margin: Duration,
@@ -95,13 +99,7 @@ impl Settings {
                     }),
             };
 
-        let dlq_url = get("REDRIVE_DLQ_URL").ok_or_else(|| {
-            ConfigError::new(
-                "REDRIVE_DLQ_URL",
-                "",
-                "required: the URL of the dead-letter queue",
-            )
-        })?;
+        let dlq_url = get("REDRIVE_DLQ_URL");
         let backoff = match get("REDRIVE_RETRY_SEQUENCE") {
             Some(text) => Backoff::Sequence(parse_sequence(&text).ok_or_else(|| {
                 ConfigError::new(
@@ -186,7 +184,9 @@ mod tests {
     }
 
     #[test]
-    fn defaults_need_only_the_dlq_url() {
+    fn defaults_need_nothing_and_no_dlq_means_report_only() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.dlq_url, None);
         let s = settings(&[("REDRIVE_DLQ_URL", "https://sqs/dlq")]).unwrap();
         assert_eq!(s.retry, RetryPolicy::default());
         assert_eq!(s.deadline_margin, Duration::from_secs(2));
@@ -213,7 +213,6 @@ mod tests {
     #[test]
     fn bad_values_name_the_variable() {
         let cases: &[(&[(&str, &str)], &str)] = &[
-            (&[], "REDRIVE_DLQ_URL"),
             (
                 &[("REDRIVE_DLQ_URL", "u"), ("REDRIVE_MAX_ATTEMPTS", "0")],
                 "REDRIVE_MAX_ATTEMPTS",

@@ -54,6 +54,8 @@ pub enum GiveBackReason {
     TooLarge,
     /// The record has no body to handle or to copy.
     NoBody,
+    /// It failed and no DLQ is configured (report-only).
+    Reported,
 }
 
 impl GiveBackReason {
@@ -64,6 +66,7 @@ impl GiveBackReason {
             Self::FifoDefer => "fifo_defer",
             Self::GroupBlocked => "group_blocked",
             Self::SendFailed => "send_failed",
+            Self::Reported => "reported",
             Self::TooLarge => "too_large",
             Self::NoBody => "no_body",
         }
@@ -74,6 +77,7 @@ impl GiveBackReason {
 pub struct Judge<'p> {
     policy: &'p RetryPolicy,
     fifo: bool,
+    report_only: bool,
     blocked_groups: Vec<String>,
 }
 
@@ -82,8 +86,17 @@ impl<'p> Judge<'p> {
         Self {
             policy,
             fifo,
+            report_only: false,
             blocked_groups: Vec::new(),
         }
+    }
+
+    /// Without a DLQ nothing is re-sent: every failure is given back to SQS, whose retries and
+    /// redrive policy take over (what a plain partial-batch processor does).
+    #[must_use]
+    pub fn report_only(mut self, report_only: bool) -> Self {
+        self.report_only = report_only;
+        self
     }
 
     /// FIFO: true when an earlier record of `group` did not succeed, so this one must not start.
@@ -105,7 +118,17 @@ impl<'p> Judge<'p> {
         } else {
             outcome
         };
-        let fate = self.fate(outcome, attempts_before, jitter);
+        let fate = match self.fate(outcome, attempts_before, jitter) {
+            Fate::Retry { .. } | Fate::Defer { .. } | Fate::DeadLetter { .. }
+                if self.report_only =>
+            {
+                Fate::GiveBack {
+                    reason: GiveBackReason::Reported,
+                    visibility: None,
+                }
+            }
+            fate => fate,
+        };
         if self.fifo && fate != Fate::Done {
             if let Some(group) = group {
                 if !self.blocked_groups.iter().any(|g| g == group) {
@@ -251,6 +274,26 @@ mod tests {
             Fate::Done
         );
         assert!(!judge.is_blocked(Some("b")));
+    }
+
+    #[test]
+    fn report_only_gives_every_failure_back() {
+        let policy = RetryPolicy::default();
+        let mut judge = Judge::new(&policy, false).report_only(true);
+        let reported = Fate::GiveBack {
+            reason: GiveBackReason::Reported,
+            visibility: None,
+        };
+        assert_eq!(
+            judge.decide(None, Outcome::Failed(&transient()), 0, 0.5),
+            reported
+        );
+        let permanent = RecordError::permanent("invalid", "no");
+        assert_eq!(
+            judge.decide(None, Outcome::Failed(&permanent), 0, 0.5),
+            reported
+        );
+        assert_eq!(judge.decide(None, Outcome::Succeeded, 0, 0.5), Fate::Done);
     }
 
     #[test]

@@ -110,7 +110,8 @@ impl<'r> Message<'r> {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessorConfig {
-    pub dlq_url: String,
+    /// `None`: report-only; failures are given back to SQS and nothing is re-sent.
+    pub dlq_url: Option<String>,
     /// Where re-sent copies go; looked up from the event source ARN (once per warm container) when unset.
     pub source_queue_url: Option<String>,
     pub retry: RetryPolicy,
@@ -226,7 +227,7 @@ impl<Q: QueuePort> Processor<Q> {
         deadline_ms: u64,
     ) -> Result<Processed, BatchError> {
         let items = self.prepare(records)?;
-        let mut judge = Judge::new(&self.config.retry, records.iter().any(SqsRecord::is_fifo));
+        let mut judge = self.judge(records);
         let mut decided = Vec::with_capacity(items.len());
         for item in &items {
             let handled = if judge.is_blocked(item.group()) {
@@ -294,13 +295,18 @@ impl<Q: QueuePort> Processor<Q> {
                 }
             }
         }
-        let mut judge = Judge::new(&self.config.retry, records.iter().any(SqsRecord::is_fifo));
+        let mut judge = self.judge(records);
         let decided = items
             .iter()
             .zip(handled)
             .map(|(item, handled)| self.decide(&mut judge, item, handled))
             .collect();
         Ok(self.settle(&items, decided).await)
+    }
+
+    fn judge(&self, records: &[SqsRecord<'_>]) -> Judge<'_> {
+        Judge::new(&self.config.retry, records.iter().any(SqsRecord::is_fifo))
+            .report_only(self.config.dlq_url.is_none())
     }
 
     fn prepare<'r>(&self, records: &'r [SqsRecord<'r>]) -> Result<Vec<Item<'r>>, BatchError> {
@@ -476,14 +482,11 @@ impl<Q: QueuePort> Processor<Q> {
                     .for_each(|&i| failed_sends.push((i, error.to_string()))),
             }
         }
-        to_dlq
-            .flush(
-                &self.queue,
-                &self.config.dlq_url,
-                &mut failed_sends,
-                &mut report,
-            )
-            .await;
+        if let Some(dlq_url) = &self.config.dlq_url {
+            to_dlq
+                .flush(&self.queue, dlq_url, &mut failed_sends, &mut report)
+                .await;
+        }
         for (index, reason) in failed_sends {
             tracing::error!(message_id = items[index].id, fate = fate_name(&fates[index]), error = %reason, "send not confirmed: record given back to SQS");
             report.send_failures += 1;
@@ -538,7 +541,12 @@ impl<Q: QueuePort> Processor<Q> {
         attempts: u32,
     ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
         let mut message = annotate(item.record, self.meta(item, now, error, attempts, None))?;
-        if self.config.dlq_url.ends_with(".fifo") {
+        if self
+            .config
+            .dlq_url
+            .as_deref()
+            .is_some_and(|url| url.ends_with(".fifo"))
+        {
             // A FIFO DLQ needs a group and a deduplication id; the message id is unique per message.
             message.group_id = Some(Text::from(item.group().unwrap_or("redrive")));
             message.deduplication_id = Some(Text::from(item.id));

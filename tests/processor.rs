@@ -60,7 +60,7 @@ fn handler() -> ByBody {
 
 fn processor(retry: RetryPolicy) -> Processor<RecordingQueue> {
     let config = ProcessorConfig {
-        dlq_url: DLQ.into(),
+        dlq_url: Some(DLQ.into()),
         source_queue_url: None,
         retry,
         deadline_margin: Duration::from_secs(2),
@@ -449,7 +449,7 @@ async fn records_are_not_started_past_the_deadline_margin_and_a_slow_one_is_cut_
 
     // A real-time deadline: the slow handler is abandoned at the margin and retried as transient.
     let config = ProcessorConfig {
-        dlq_url: DLQ.into(),
+        dlq_url: Some(DLQ.into()),
         source_queue_url: Some(SOURCE.into()),
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_millis(100),
@@ -557,4 +557,27 @@ async fn a_failing_bulk_batch_is_bisected_until_the_poison_records_stand_alone()
     assert_eq!(processed.report.done, 14);
     // 1 whole + 2 halves + 4 quarters + 4 eighths + 4 singles.
     assert_eq!(writer.calls.load(Ordering::SeqCst), 15);
+}
+
+#[tokio::test]
+async fn without_a_dlq_every_failure_is_reported_and_nothing_is_sent() {
+    let config = ProcessorConfig {
+        dlq_url: None,
+        source_queue_url: None,
+        retry: RetryPolicy::default(),
+        deadline_margin: Duration::from_secs(2),
+    };
+    let processor = Processor::new(RecordingQueue::default(), config)
+        .with_clock(Arc::new(ManualClock::at(NOW)));
+    let handler = handler();
+    let json = event(vec![
+        record("m-ok", "ok"),
+        record("m-tr", "transient"),
+        record("m-pe", "permanent"),
+        record("m-pa", "panic"),
+    ]);
+    let processed = run(&processor, &handler, &json).await;
+    assert_eq!(failures(&processed), ["m-tr", "m-pe", "m-pa"]);
+    assert!(processor.queue().calls().is_empty());
+    assert_eq!(processed.report.sqs_requests, 0);
 }

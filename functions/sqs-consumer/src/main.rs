@@ -13,6 +13,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     ));
 
     let settings = Settings::from_env()?;
+    if settings.dlq_url.is_none() {
+        tracing::warn!(
+            "REDRIVE_DLQ_URL is not set: report-only, every failure is given back to SQS"
+        );
+    }
     let handler = OrdersHandler::new(
         SimulatedPayments::from_env()?,
         CircuitBreaker::new("payments", settings.breaker),

@@ -53,7 +53,7 @@ async fn invoke(file: &str) -> Result<Outcome, redrive::BatchError> {
     ))
     .unwrap();
     let config = ProcessorConfig {
-        dlq_url: DLQ.into(),
+        dlq_url: Some(DLQ.into()),
         source_queue_url: None,
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(2),
