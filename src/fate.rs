@@ -105,13 +105,13 @@ impl<'p> Judge<'p> {
     }
 
     /// The fate of a record whose earlier deliveries failed `attempts_before` times.
-    /// `jitter` is a uniform random number in [0, 1).
+    /// `jitter` draws a uniform random number in [0, 1), only when a backoff is computed.
     pub fn decide(
         &mut self,
         group: Option<&str>,
         outcome: Outcome<'_>,
         attempts_before: u32,
-        jitter: f64,
+        jitter: impl FnOnce() -> f64,
     ) -> Fate {
         let outcome = if self.is_blocked(group) {
             Outcome::GroupBlocked
@@ -139,7 +139,12 @@ impl<'p> Judge<'p> {
         fate
     }
 
-    fn fate(&self, outcome: Outcome<'_>, attempts_before: u32, jitter: f64) -> Fate {
+    fn fate(
+        &self,
+        outcome: Outcome<'_>,
+        attempts_before: u32,
+        jitter: impl FnOnce() -> f64,
+    ) -> Fate {
         let give_back = |reason, visibility| Fate::GiveBack { reason, visibility };
         match outcome {
             Outcome::Succeeded => Fate::Done,
@@ -162,7 +167,7 @@ impl<'p> Judge<'p> {
                 }
                 let delay = error
                     .retry_after_hint()
-                    .unwrap_or_else(|| self.policy.delay(attempts, jitter));
+                    .unwrap_or_else(|| self.policy.delay(attempts, jitter()));
                 match self.fifo {
                     true => give_back(GiveBackReason::FifoRetry, Some(delay)),
                     false => Fate::Retry { attempts, delay },
@@ -186,21 +191,21 @@ mod tests {
         let mut judge = Judge::new(&policy, false);
         let error = transient();
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&error), 0, 0.5),
+            judge.decide(None, Outcome::Failed(&error), 0, || 0.5),
             Fate::Retry {
                 attempts: 1,
                 delay: Duration::from_secs(1)
             }
         );
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&error), 3, 1.0),
+            judge.decide(None, Outcome::Failed(&error), 3, || 1.0),
             Fate::Retry {
                 attempts: 4,
                 delay: Duration::from_secs(16)
             }
         );
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&error), 4, 0.5),
+            judge.decide(None, Outcome::Failed(&error), 4, || 0.5),
             Fate::DeadLetter { attempts: 5 }
         );
     }
@@ -212,11 +217,11 @@ mod tests {
         let permanent = RecordError::permanent("invalid", "no");
         let panic = RecordError::panic("boom".into());
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&permanent), 0, 0.5),
+            judge.decide(None, Outcome::Failed(&permanent), 0, || 0.5),
             Fate::DeadLetter { attempts: 1 }
         );
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&panic), 2, 0.5),
+            judge.decide(None, Outcome::Failed(&panic), 2, || 0.5),
             Fate::DeadLetter { attempts: 3 }
         );
     }
@@ -227,7 +232,7 @@ mod tests {
         let mut judge = Judge::new(&policy, false);
         let hinted = transient().retry_after(Duration::from_secs(3600));
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&hinted), 0, 0.5),
+            judge.decide(None, Outcome::Failed(&hinted), 0, || 0.5),
             Fate::Retry {
                 attempts: 1,
                 delay: Duration::from_secs(3600)
@@ -235,13 +240,13 @@ mod tests {
         );
         let deferred = RecordError::defer("circuit_open", Duration::from_secs(30));
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&deferred), 4, 0.5),
+            judge.decide(None, Outcome::Failed(&deferred), 4, || 0.5),
             Fate::Defer {
                 delay: Duration::from_secs(30)
             }
         );
         assert_eq!(
-            judge.decide(None, Outcome::NotDue(Duration::from_secs(60)), 1, 0.5),
+            judge.decide(None, Outcome::NotDue(Duration::from_secs(60)), 1, || 0.5),
             Fate::Defer {
                 delay: Duration::from_secs(60)
             }
@@ -254,7 +259,7 @@ mod tests {
         let mut judge = Judge::new(&policy, true);
         let error = transient();
         assert_eq!(
-            judge.decide(Some("a"), Outcome::Failed(&error), 0, 1.0),
+            judge.decide(Some("a"), Outcome::Failed(&error), 0, || 1.0),
             Fate::GiveBack {
                 reason: GiveBackReason::FifoRetry,
                 visibility: Some(Duration::from_secs(2))
@@ -263,14 +268,14 @@ mod tests {
         assert!(judge.is_blocked(Some("a")));
         assert!(!judge.is_blocked(Some("b")));
         assert_eq!(
-            judge.decide(Some("a"), Outcome::GroupBlocked, 0, 0.5),
+            judge.decide(Some("a"), Outcome::GroupBlocked, 0, || 0.5),
             Fate::GiveBack {
                 reason: GiveBackReason::GroupBlocked,
                 visibility: Some(Duration::ZERO)
             }
         );
         assert_eq!(
-            judge.decide(Some("b"), Outcome::Succeeded, 0, 0.5),
+            judge.decide(Some("b"), Outcome::Succeeded, 0, || 0.5),
             Fate::Done
         );
         assert!(!judge.is_blocked(Some("b")));
@@ -285,22 +290,25 @@ mod tests {
             visibility: None,
         };
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&transient()), 0, 0.5),
+            judge.decide(None, Outcome::Failed(&transient()), 0, || 0.5),
             reported
         );
         let permanent = RecordError::permanent("invalid", "no");
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&permanent), 0, 0.5),
+            judge.decide(None, Outcome::Failed(&permanent), 0, || 0.5),
             reported
         );
-        assert_eq!(judge.decide(None, Outcome::Succeeded, 0, 0.5), Fate::Done);
+        assert_eq!(
+            judge.decide(None, Outcome::Succeeded, 0, || 0.5),
+            Fate::Done
+        );
     }
 
     #[test]
     fn standard_queues_never_block_groups() {
         let policy = RetryPolicy::default();
         let mut judge = Judge::new(&policy, false);
-        judge.decide(Some("a"), Outcome::NotStarted, 0, 0.5);
+        judge.decide(Some("a"), Outcome::NotStarted, 0, || 0.5);
         assert!(!judge.is_blocked(Some("a")));
     }
 }

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsBatchResponse;
 use serde::Deserialize;
@@ -228,20 +228,39 @@ impl<Q: QueuePort> Processor<Q> {
     ) -> Result<Processed, BatchError> {
         let items = self.prepare(records)?;
         let mut judge = self.judge(records);
+        let mut rng = self.rng();
+        let budget = self.budget(deadline_ms);
+        let stop_at = Instant::now() + budget;
         let mut decided = Vec::with_capacity(items.len());
-        for item in &items {
-            let handled = if judge.is_blocked(item.group()) {
-                None
-            } else {
-                let handled = match self.precheck(item, deadline_ms) {
-                    Some(handled) => handled,
-                    None => guarded(handler.handle(&item.message()), self.budget(deadline_ms))
-                        .await
-                        .into(),
+        // One timer for the whole batch (not one per record): it cuts off a handler that is still
+        // running at the margin. Records are not started past it either.
+        let all_handled = tokio::time::timeout(budget, async {
+            for item in &items {
+                let handled = match judge.is_blocked(item.group()) {
+                    true => None,
+                    false => Some(match self.precheck(item, stop_at) {
+                        Some(handled) => handled,
+                        None => caught(handler.handle(&item.message())).await.into(),
+                    }),
                 };
-                Some(handled)
-            };
-            decided.push(self.decide(&mut judge, item, handled));
+                decided.push(decide(&mut judge, &mut rng, item, handled));
+            }
+        })
+        .await;
+        if all_handled.is_err() {
+            let mut rest = items[decided.len()..].iter();
+            if let Some(running) = rest.next() {
+                let cut_off = Handled::Failed(deadline_error());
+                decided.push(decide(&mut judge, &mut rng, running, Some(cut_off)));
+            }
+            for item in rest {
+                decided.push(decide(
+                    &mut judge,
+                    &mut rng,
+                    item,
+                    Some(Handled::NotStarted),
+                ));
+            }
         }
         Ok(self.settle(&items, decided).await)
     }
@@ -255,9 +274,10 @@ impl<Q: QueuePort> Processor<Q> {
         deadline_ms: u64,
     ) -> Result<Processed, BatchError> {
         let items = self.prepare(records)?;
+        let stop_at = Instant::now() + self.budget(deadline_ms);
         let mut handled: Vec<Option<Handled>> = items
             .iter()
-            .map(|item| self.precheck(item, deadline_ms))
+            .map(|item| self.precheck(item, stop_at))
             .collect();
         let eligible: Vec<usize> = (0..items.len()).filter(|&i| handled[i].is_none()).collect();
         let messages: Vec<Message<'_>> = eligible.iter().map(|&i| items[i].message()).collect();
@@ -273,15 +293,15 @@ impl<Q: QueuePort> Processor<Q> {
                     .clone()
                     .for_each(|m| handled[eligible[m]] = Some(outcome()))
             };
-            if self.budget(deadline_ms).is_zero() {
+            let left = stop_at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 mark(&|| Handled::NotStarted);
                 continue;
             }
-            match guarded(
-                handler.handle_batch(&messages[range.clone()]),
-                self.budget(deadline_ms),
-            )
-            .await
+            let call = caught(handler.handle_batch(&messages[range.clone()]));
+            match tokio::time::timeout(left, call)
+                .await
+                .unwrap_or_else(|_| Err(deadline_error()))
             {
                 Ok(()) => mark(&|| Handled::Succeeded),
                 // One record, or a deferral (the downstream is down for all of them): no halving.
@@ -296,10 +316,11 @@ impl<Q: QueuePort> Processor<Q> {
             }
         }
         let mut judge = self.judge(records);
+        let mut rng = self.rng();
         let decided = items
             .iter()
             .zip(handled)
-            .map(|(item, handled)| self.decide(&mut judge, item, handled))
+            .map(|(item, handled)| decide(&mut judge, &mut rng, item, handled))
             .collect();
         Ok(self.settle(&items, decided).await)
     }
@@ -334,22 +355,25 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// What is known about a record before calling any handler; `None` when it is to be handled.
-    fn precheck(&self, item: &Item<'_>, deadline_ms: u64) -> Option<Handled> {
+    fn precheck(&self, item: &Item<'_>, stop_at: Instant) -> Option<Handled> {
         if item.record.body.is_none() {
             return Some(Handled::NoBody);
         }
-        let now = self.clock.now_ms();
-        if let Some(due) = item
-            .meta
-            .as_ref()
-            .and_then(|meta| meta.due_at)
-            .filter(|due| due.0 > now)
-        {
-            return Some(Handled::NotDue(Duration::from_millis(due.0 - now)));
+        if let Some(due) = item.meta.as_ref().and_then(|meta| meta.due_at) {
+            let now = self.clock.now_ms();
+            if due.0 > now {
+                return Some(Handled::NotDue(Duration::from_millis(due.0 - now)));
+            }
         }
-        self.budget(deadline_ms)
-            .is_zero()
-            .then_some(Handled::NotStarted)
+        (Instant::now() >= stop_at).then_some(Handled::NotStarted)
+    }
+
+    /// A generator for this batch's jitter, forked from the processor's (seedable) one.
+    fn rng(&self) -> fastrand::Rng {
+        self.rng
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .fork()
     }
 
     /// Time left for handling before the deadline margin.
@@ -359,41 +383,6 @@ impl<Q: QueuePort> Processor<Q> {
             deadline_ms
                 .saturating_sub(margin)
                 .saturating_sub(self.clock.now_ms()),
-        )
-    }
-
-    fn decide(
-        &self,
-        judge: &mut Judge<'_>,
-        item: &Item<'_>,
-        handled: Option<Handled>,
-    ) -> (Fate, Option<RecordError>) {
-        let jitter = self
-            .rng
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .f64();
-        let (outcome, error) = match handled {
-            None => (Outcome::GroupBlocked, None),
-            Some(Handled::Failed(error)) => {
-                return (
-                    judge.decide(
-                        item.group(),
-                        Outcome::Failed(&error),
-                        item.attempts_before,
-                        jitter,
-                    ),
-                    Some(error),
-                )
-            }
-            Some(Handled::Succeeded) => (Outcome::Succeeded, None),
-            Some(Handled::NotStarted) => (Outcome::NotStarted, None),
-            Some(Handled::NotDue(left)) => (Outcome::NotDue(left), None),
-            Some(Handled::NoBody) => (Outcome::NoBody, None),
-        };
-        (
-            judge.decide(item.group(), outcome, item.attempts_before, jitter),
-            error,
         )
     }
 
@@ -710,26 +699,51 @@ impl From<Result<(), RecordError>> for Handled {
     }
 }
 
-/// Runs a handler future: a panic becomes a `panic` error for this record only, and a handler still
-/// running when `budget` is spent is abandoned with a transient `deadline` error.
-async fn guarded(
-    future: impl Future<Output = Result<(), RecordError>>,
-    budget: Duration,
-) -> Result<(), RecordError> {
+/// Runs a handler future; a panic becomes a `panic` error for this record only.
+async fn caught(future: impl Future<Output = Result<(), RecordError>>) -> Result<(), RecordError> {
     let mut future = pin!(future);
-    let caught = poll_fn(
+    poll_fn(
         |cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
             Ok(poll) => poll,
             Err(payload) => Poll::Ready(Err(RecordError::panic(panic_message(payload.as_ref())))),
         },
-    );
-    match tokio::time::timeout(budget, caught).await {
-        Ok(result) => result,
-        Err(_) => Err(RecordError::transient(
-            "deadline",
-            "the handler was still running at the Lambda deadline margin",
-        )),
-    }
+    )
+    .await
+}
+
+fn deadline_error() -> RecordError {
+    RecordError::transient(
+        "deadline",
+        "the handler was still running at the Lambda deadline margin",
+    )
+}
+
+fn decide(
+    judge: &mut Judge<'_>,
+    rng: &mut fastrand::Rng,
+    item: &Item<'_>,
+    handled: Option<Handled>,
+) -> (Fate, Option<RecordError>) {
+    let (outcome, error) = match handled {
+        None => (Outcome::GroupBlocked, None),
+        Some(Handled::Failed(error)) => {
+            let fate = judge.decide(
+                item.group(),
+                Outcome::Failed(&error),
+                item.attempts_before,
+                || rng.f64(),
+            );
+            return (fate, Some(error));
+        }
+        Some(Handled::Succeeded) => (Outcome::Succeeded, None),
+        Some(Handled::NotStarted) => (Outcome::NotStarted, None),
+        Some(Handled::NotDue(left)) => (Outcome::NotDue(left), None),
+        Some(Handled::NoBody) => (Outcome::NoBody, None),
+    };
+    (
+        judge.decide(item.group(), outcome, item.attempts_before, || rng.f64()),
+        error,
+    )
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {

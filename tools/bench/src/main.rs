@@ -1,0 +1,359 @@
+//! `make bench`: one run, one table. Throughput on a 10,000-record SQS event against Powertools for
+//! AWS Lambda (Python and TypeScript) doing the same work, side by side; start-up of the release
+//! `bootstrap`; its peak memory on that event; SQS requests per re-sent message; zip sizes.
+mod runtime_api;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use redrive::port::RecordingQueue;
+use redrive::{
+    Message, Processor, ProcessorConfig, RecordError, RecordHandler, RetryPolicy, SqsEvent,
+};
+use serde::Deserialize;
+
+const RECORDS: usize = 10_000;
+/// Every 100th order fails: 1%.
+const FAIL_EVERY: usize = 100;
+const FAR_FUTURE_MS: u64 = u64::MAX / 2;
+
+struct Args {
+    out: PathBuf,
+    bootstrap: PathBuf,
+    lambda_dir: PathBuf,
+    python: PathBuf,
+    node_peer: PathBuf,
+    python_peer: PathBuf,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = std::env::args().skip(1);
+    let mut get = |flag: &str| -> Result<PathBuf, String> {
+        match (args.next(), args.next()) {
+            (Some(name), Some(value)) if name == flag => Ok(PathBuf::from(value)),
+            _ => Err(format!("usage: redrive-bench --out DIR --bootstrap PATH --lambda-dir DIR --python PATH --node-peer FILE --python-peer FILE (expected {flag})")),
+        }
+    };
+    Ok(Args {
+        out: get("--out")?,
+        bootstrap: get("--bootstrap")?,
+        lambda_dir: get("--lambda-dir")?,
+        python: get("--python")?,
+        node_peer: get("--node-peer")?,
+        python_peer: get("--python-peer")?,
+    })
+}
+
+/// An SQS event as Lambda delivers it: `records` orders, every `FAIL_EVERY`th marked to fail.
+fn generate_event(records: usize) -> String {
+    let records: Vec<serde_json::Value> = (0..records)
+        .map(|i| {
+            let status = if i % FAIL_EVERY == FAIL_EVERY - 1 { "fail" } else { "ok" };
+            let body = format!(
+                r#"{{"orderId":"o-{i:06}","customerId":"c-{}","status":"{status}","amount":{}.{:02},"currency":"EUR"}}"#,
+                i % 977,
+                10 + i % 90,
+                i % 100
+            );
+            serde_json::json!({
+                "messageId": format!("{:08x}-1f2e-4d3c-8b7a-{i:012}", i * 7919),
+                "receiptHandle": format!("AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a{i:08}/AE6QY/ZpGgmyLqZ4uAQIlR2BJu0uVnJ5fTWf5Y0lzNVvsG+Jyc=="),
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1763790000000",
+                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
+                    "ApproximateFirstReceiveTimestamp": "1763790000123"
+                },
+                "messageAttributes": {},
+                "md5OfBody": "e4e68fb7bd0e697a0ae8f1bb342846b3",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    serde_json::json!({ "Records": records }).to_string()
+}
+
+/// The same work every peer does: parse the body as JSON, check a field, fail 1%.
+struct CheckStatus;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // parsed in full, as the peers do; only `status` is read
+struct Order<'a> {
+    order_id: &'a str,
+    customer_id: &'a str,
+    status: &'a str,
+    amount: f64,
+    currency: &'a str,
+}
+
+impl RecordHandler for CheckStatus {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        let order: Order<'_> = message.json()?;
+        match order.status {
+            "fail" => Err(RecordError::transient("order_failed", "status is fail")),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn processor(dlq: Option<&str>) -> Processor<RecordingQueue> {
+    let config = ProcessorConfig {
+        dlq_url: dlq.map(str::to_owned),
+        source_queue_url: Some("https://sqs.us-east-1.amazonaws.com/123456789012/orders".into()),
+        retry: RetryPolicy::default(),
+        deadline_margin: Duration::from_secs(2),
+    };
+    Processor::new(RecordingQueue::default(), config)
+}
+
+/// Event bytes in, response bytes out.
+fn run_once(
+    runtime: &tokio::runtime::Runtime,
+    processor: &Processor<RecordingQueue>,
+    event: &[u8],
+) -> (Duration, usize, redrive::BatchReport) {
+    let started = Instant::now();
+    let text = std::str::from_utf8(event).expect("UTF-8 event");
+    let parsed = SqsEvent::parse(text).expect("valid event");
+    let processed = runtime
+        .block_on(processor.process(&CheckStatus, &parsed.records, FAR_FUTURE_MS))
+        .expect("batch");
+    let response = serde_json::to_vec(&processed.response).expect("response");
+    let elapsed = started.elapsed();
+    std::hint::black_box(response);
+    (
+        elapsed,
+        processed.response.batch_item_failures.len(),
+        processed.report,
+    )
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+#[derive(Deserialize)]
+struct PeerResult {
+    name: String,
+    median_ms: f64,
+    failures: usize,
+}
+
+fn run_peer(program: &Path, script: &Path, event: &Path) -> Result<Vec<PeerResult>, String> {
+    let output = Command::new(program)
+        .arg(script)
+        .arg(event)
+        .output()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} {} failed: {}",
+            program.display(),
+            script.display(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("{}: unreadable result: {e}", script.display()))
+}
+
+fn main() -> Result<(), String> {
+    let args = parse_args()?;
+    std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
+    let event = generate_event(RECORDS);
+    let event_path = args.out.join("event-10k.json");
+    std::fs::write(&event_path, &event).map_err(|e| e.to_string())?;
+    let expected_failures = RECORDS / FAIL_EVERY;
+    eprintln!(
+        "event: {RECORDS} records, {:.2} MB, {expected_failures} failing",
+        event.len() as f64 / 1e6
+    );
+
+    // Throughput, ours: report-only (what Powertools does) and with the retry scheduler on.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let report_only = processor(None);
+    let mut samples = Vec::new();
+    for run in 0..60 {
+        let (elapsed, failures, _) = run_once(&runtime, &report_only, event.as_bytes());
+        assert_eq!(
+            failures, expected_failures,
+            "the partial batch response lists the failing 1%"
+        );
+        if run >= 10 {
+            samples.push(elapsed.as_secs_f64() * 1000.0);
+        }
+    }
+    let ours_ms = median(samples);
+    let mut scheduled_samples = Vec::new();
+    let mut requests_per_resend = 0.0;
+    for run in 0..40 {
+        let scheduler = processor(Some(
+            "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq",
+        ));
+        let (elapsed, failures, report) = run_once(&runtime, &scheduler, event.as_bytes());
+        assert_eq!(
+            (failures, report.retried as usize),
+            (0, expected_failures),
+            "every failure re-sent, none reported"
+        );
+        requests_per_resend = f64::from(report.sqs_requests) / f64::from(report.retried);
+        if run >= 10 {
+            scheduled_samples.push(elapsed.as_secs_f64() * 1000.0);
+        }
+    }
+    let scheduled_ms = median(scheduled_samples);
+
+    // Peers, same event, same work, same machine, same run.
+    let python = run_peer(&args.python, &args.python_peer, &event_path)?;
+    let node = run_peer(Path::new("node"), &args.node_peer, &event_path)?;
+    for peer in python.iter().chain(&node) {
+        if peer.failures != expected_failures {
+            return Err(format!(
+                "{} reported {} failures, expected {expected_failures}",
+                peer.name, peer.failures
+            ));
+        }
+    }
+    let python_ms = python[0].median_ms;
+    let node_best = node
+        .iter()
+        .min_by(|a, b| a.median_ms.total_cmp(&b.median_ms))
+        .ok_or("no TypeScript result")?;
+
+    // Start-up: exec of the release bootstrap until its first runtime API request.
+    let bootstrap = args
+        .bootstrap
+        .to_str()
+        .ok_or("bootstrap path is not UTF-8")?;
+    let mut startups = Vec::new();
+    for _ in 0..21 {
+        let api = runtime_api::RuntimeApi::bind().map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let mut child = api.spawn(bootstrap, &[]).map_err(|e| e.to_string())?;
+        let elapsed = api
+            .time_to_first_request(started)
+            .map_err(|e| e.to_string())?;
+        let _ = child.kill();
+        let _ = child.wait();
+        startups.push(elapsed.as_secs_f64() * 1000.0);
+    }
+    let startup_ms = median(startups);
+
+    // Peak memory of the real function on the 10,000-record event (report-only: no SQS endpoint).
+    let api = runtime_api::RuntimeApi::bind().map_err(|e| e.to_string())?;
+    let mut child = api.spawn(bootstrap, &[]).map_err(|e| e.to_string())?;
+    let response = api
+        .invoke_once(event.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let peak_kib = runtime_api::peak_rss_kib(child.id()).ok_or("cannot read VmHWM")?;
+    let _ = child.kill();
+    let _ = child.wait();
+    // The function's own orders handler accepts every generated order.
+    let answered: serde_json::Value =
+        serde_json::from_slice(&response).map_err(|e| format!("function answer: {e}"))?;
+    if answered != serde_json::json!({ "batchItemFailures": [] }) {
+        return Err(format!(
+            "the bootstrap did not handle the event: {answered}"
+        ));
+    }
+
+    let zips: Vec<(String, u64)> = std::fs::read_dir(&args.lambda_dir)
+        .map_err(|e| format!("{}: {e}", args.lambda_dir.display()))?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let size = std::fs::metadata(entry.path().join("bootstrap.zip"))
+                .ok()?
+                .len();
+            Some((entry.file_name().to_string_lossy().into_owned(), size))
+        })
+        .collect();
+
+    let mut table = String::new();
+    let mut row = |measure: &str, value: String, target: &str, met: bool| {
+        table.push_str(&format!(
+            "| {measure} | {value} | {target} | {} |\n",
+            if met { "yes" } else { "**no**" }
+        ));
+    };
+    row(
+        "redrive, 10,000 records, report-only (median)",
+        format!("{ours_ms:.2} ms"),
+        "-",
+        true,
+    );
+    row(
+        &format!("{} (median)", python[0].name),
+        format!("{python_ms:.1} ms"),
+        "-",
+        true,
+    );
+    for peer in &node {
+        row(
+            &format!("{} (median)", peer.name),
+            format!("{:.1} ms", peer.median_ms),
+            "-",
+            true,
+        );
+    }
+    let python_ratio = python_ms / ours_ms;
+    let node_ratio = node_best.median_ms / ours_ms;
+    row(
+        "speed-up over Powertools Python",
+        format!("{python_ratio:.1}x"),
+        ">= 25x",
+        python_ratio >= 25.0,
+    );
+    row(
+        &format!("speed-up over {} (faster mode)", node_best.name),
+        format!("{node_ratio:.1}x"),
+        ">= 8x",
+        node_ratio >= 8.0,
+    );
+    row(
+        "redrive with the retry scheduler on (100 re-sends, in-memory SQS)",
+        format!("{scheduled_ms:.2} ms"),
+        "-",
+        true,
+    );
+    row(
+        "SQS requests per re-sent message",
+        format!("{requests_per_resend:.2}"),
+        "<= 0.1, no deletes",
+        requests_per_resend <= 0.1,
+    );
+    row(
+        "start-up: exec to first runtime API request (median of 21)",
+        format!("{startup_ms:.2} ms"),
+        "<= 10 ms",
+        startup_ms <= 10.0,
+    );
+    row(
+        "peak memory of the bootstrap on the 10,000-record event",
+        format!("{:.1} MB", peak_kib as f64 / 1024.0),
+        "<= 64 MB",
+        peak_kib <= 64 * 1024,
+    );
+    for (name, size) in &zips {
+        row(
+            &format!("release arm64 zip: {name}"),
+            format!("{:.2} MB", *size as f64 / 1e6),
+            "<= 2.5 MB",
+            *size <= 2_500_000,
+        );
+    }
+    let results = format!("| measure | value | target | met |\n|---|---|---|---|\n{table}");
+    println!("{results}");
+    let path = args.out.join("results.md");
+    std::fs::write(&path, &results).map_err(|e| e.to_string())?;
+    eprintln!("written to {}", path.display());
+    Ok(())
+}
