@@ -6,9 +6,11 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 CARGO       ?= cargo
+# The Lambda functions (crates under functions/): one bootstrap.zip each.
+FUNCTIONS   := sqs-consumer
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv test lint build demo clean
+.PHONY: help venv test lint build bench demo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -34,7 +36,23 @@ lint: ## cargo fmt --check and clippy with warnings denied
 
 build: $(STAMP) ## Release arm64 zips for Lambda (target/lambda/<function>/bootstrap.zip)
 	rustup target add aarch64-unknown-linux-gnu
-	cargo lambda build --release --arm64 --output-format zip --lambda-dir target/lambda
+	cargo lambda build --release --arm64 --output-format zip --lambda-dir $(TARGET_DIR)/lambda \
+	  $(foreach function,$(FUNCTIONS),--package $(function))
+
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP) tools/bench/peers/requirements.txt tools/bench/peers/package-lock.json
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/bench/peers/requirements.txt
+	cd tools/bench/peers && npm ci --no-audit --no-fund --silent
+	@touch $@
+
+TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+
+bench: $(BENCH_STAMP) build ## Throughput against Powertools (Python, TypeScript), start-up, memory, zip sizes
+	$(CARGO) build --release --locked -p sqs-consumer -p redrive-bench
+	$(TARGET_DIR)/release/redrive-bench --out $(TARGET_DIR)/bench \
+	  --bootstrap $(TARGET_DIR)/release/sqs-consumer --lambda-dir $(TARGET_DIR)/lambda \
+	  --python $(PY) --node-peer tools/bench/peers/powertools_bench.mjs \
+	  --python-peer tools/bench/peers/powertools_bench.py
 
 clean: ## Remove build output and local state
 	$(CARGO) clean

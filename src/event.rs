@@ -88,13 +88,17 @@ pub struct SqsEvent<'a> {
 }
 
 impl<'a> SqsEvent<'a> {
-    /// Parses the event bytes Lambda passed to the function.
+    /// Parses the event bytes Lambda passed to the function: a fast scanner for the SQS event
+    /// shape, and serde_json for anything it does not take (which also gives the precise error).
     pub fn parse(json: &'a str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(json)
+        match crate::scan::event(json) {
+            Some(event) => Ok(event),
+            None => serde_json::from_str(json),
+        }
     }
 }
 
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SqsRecord<'a> {
     #[serde(borrow, default)]
@@ -112,7 +116,7 @@ pub struct SqsRecord<'a> {
 }
 
 /// The SQS system attributes Lambda copies into each record (values are strings).
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct SystemAttributes<'a> {
     #[serde(borrow, default)]

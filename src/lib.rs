@@ -37,6 +37,7 @@ pub mod fate;
 pub mod metrics;
 pub mod port;
 pub mod processor;
+mod scan;
 pub mod sqs;
 
 pub use backoff::{Backoff, RetryPolicy};

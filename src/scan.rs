@@ -1,0 +1,332 @@
+//! A fast reader for the one JSON shape Lambda's SQS events have. Strings are found with SIMD
+//! `memchr`, borrowed from the event bytes when they hold no escape, and unknown fields are skipped
+//! without building anything. It returns `None` on anything it does not understand; the caller then
+//! parses with serde_json, which gives the precise error (or the same records).
+use std::borrow::Cow;
+
+use crate::event::{MessageAttribute, SqsEvent, SqsRecord, SystemAttributes, Text};
+
+/// Deeper nesting than this in skipped values is refused (the serde path handles it).
+const MAX_DEPTH: usize = 64;
+
+pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
+    let mut scan = Scan {
+        text: json,
+        bytes: json.as_bytes(),
+        at: 0,
+    };
+    let mut records = Vec::new();
+    scan.object(|scan, key| match key {
+        "Records" => scan.array(|scan| {
+            records.push(scan.record()?);
+            Some(())
+        }),
+        _ => scan.skip(0),
+    })?;
+    scan.whitespace();
+    (scan.at == scan.bytes.len()).then_some(SqsEvent { records })
+}
+
+struct Scan<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn record(&mut self) -> Option<SqsRecord<'a>> {
+        let mut record = SqsRecord::default();
+        self.object(|scan, key| {
+            match key {
+                "messageId" => record.message_id = scan.optional_string()?,
+                "receiptHandle" => record.receipt_handle = scan.optional_string()?,
+                "body" => record.body = scan.optional_string()?,
+                "eventSourceARN" => record.event_source_arn = scan.optional_string()?,
+                "attributes" => record.attributes = scan.system_attributes()?,
+                "messageAttributes" => scan.object(|scan, name| {
+                    let name = Text(Cow::Borrowed(name));
+                    record
+                        .message_attributes
+                        .insert(name, scan.message_attribute()?);
+                    Some(())
+                })?,
+                _ => scan.skip(0)?,
+            }
+            Some(())
+        })?;
+        Some(record)
+    }
+
+    fn system_attributes(&mut self) -> Option<SystemAttributes<'a>> {
+        let mut attributes = SystemAttributes::default();
+        self.object(|scan, key| {
+            match key {
+                "ApproximateReceiveCount" => {
+                    attributes.approximate_receive_count = scan.optional_string()?
+                }
+                "SentTimestamp" => attributes.sent_timestamp = scan.optional_string()?,
+                "MessageGroupId" => attributes.message_group_id = scan.optional_string()?,
+                "MessageDeduplicationId" => {
+                    attributes.message_deduplication_id = scan.optional_string()?
+                }
+                "AWSTraceHeader" => attributes.aws_trace_header = scan.optional_string()?,
+                _ => scan.skip(0)?,
+            }
+            Some(())
+        })?;
+        Some(attributes)
+    }
+
+    fn message_attribute(&mut self) -> Option<MessageAttribute<'a>> {
+        let mut attribute = MessageAttribute::default();
+        self.object(|scan, key| {
+            match key {
+                "stringValue" => attribute.string_value = scan.optional_string()?,
+                "binaryValue" => attribute.binary_value = scan.optional_string()?,
+                "dataType" => attribute.data_type = scan.optional_string()?.unwrap_or_default(),
+                _ => scan.skip(0)?,
+            }
+            Some(())
+        })?;
+        Some(attribute)
+    }
+
+    fn whitespace(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.whitespace();
+        self.bytes.get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// `{ "key": value, ... }`, calling `field` with the scanner positioned at each value.
+    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            let (key, escaped) = self.raw_string()?;
+            if escaped {
+                return None; // no field of an SQS event has an escaped name: let serde decide
+            }
+            self.eat(b':')?;
+            field(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        if self.eat(b']').is_some() {
+            return Some(());
+        }
+        loop {
+            element(self)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn optional_string(&mut self) -> Option<Option<Text<'a>>> {
+        if self.peek()? == b'n' {
+            return self.literal(b"null").map(|()| None);
+        }
+        self.eat(b'"')?;
+        let start = self.at;
+        let found = memchr::memchr2(b'"', b'\\', self.bytes.get(self.at..)?)?;
+        self.at += found;
+        if self.bytes[self.at] == b'"' {
+            self.at += 1;
+            return Some(Some(Text(Cow::Borrowed(&self.text[start..start + found]))));
+        }
+        // Escapes are dense where they occur (a JSON body is full of `\"`): decode the rest in
+        // one scalar pass instead of searching escape by escape.
+        let mut out = Vec::with_capacity(found + 64);
+        out.extend_from_slice(&self.bytes[start..self.at]);
+        self.at = unescape_into(self.bytes, self.at, &mut out)?;
+        Some(Some(Text(Cow::Owned(String::from_utf8(out).ok()?))))
+    }
+
+    /// The text between the quotes, as it stands, and whether it holds escapes.
+    fn raw_string(&mut self) -> Option<(&'a str, bool)> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let mut escaped = false;
+        loop {
+            let found = memchr::memchr2(b'"', b'\\', self.bytes.get(self.at..)?)?;
+            self.at += found;
+            if self.bytes[self.at] == b'\\' {
+                escaped = true;
+                self.at += 2;
+                continue;
+            }
+            let raw = &self.text[start..self.at];
+            self.at += 1;
+            return Some((raw, escaped));
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    fn skip(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'"' => self.raw_string().map(drop),
+            b'{' => self.object(|scan, _| scan.skip(depth + 1)),
+            b'[' => self.array(|scan| scan.skip(depth + 1)),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => {
+                let start = self.at;
+                while let Some(b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') =
+                    self.bytes.get(self.at)
+                {
+                    self.at += 1;
+                }
+                self.text[start..self.at].parse::<f64>().ok().map(drop)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Decodes a JSON string from `at` (inside the quotes) to its closing quote into `out`, and
+/// returns the position after the quote; `None` for an invalid escape or no closing quote.
+fn unescape_into(bytes: &[u8], mut at: usize, out: &mut Vec<u8>) -> Option<usize> {
+    let mut run = at;
+    loop {
+        match *bytes.get(at)? {
+            b'"' => {
+                out.extend_from_slice(&bytes[run..at]);
+                return Some(at + 1);
+            }
+            b'\\' => {
+                out.extend_from_slice(&bytes[run..at]);
+                let escape = *bytes.get(at + 1)?;
+                at += 2;
+                match escape {
+                    b'"' | b'\\' | b'/' => out.push(escape),
+                    b'b' => out.push(0x08),
+                    b'f' => out.push(0x0c),
+                    b'n' => out.push(b'\n'),
+                    b'r' => out.push(b'\r'),
+                    b't' => out.push(b'\t'),
+                    b'u' => {
+                        let first = hex4(bytes, &mut at)?;
+                        let decoded = match first {
+                            0xD800..=0xDBFF => {
+                                (bytes.get(at..at + 2)? == b"\\u").then_some(())?;
+                                at += 2;
+                                let second = hex4(bytes, &mut at)?;
+                                (0xDC00..=0xDFFF).contains(&second).then_some(())?;
+                                char::from_u32(
+                                    0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00),
+                                )?
+                            }
+                            _ => char::from_u32(first)?,
+                        };
+                        out.extend_from_slice(decoded.encode_utf8(&mut [0; 4]).as_bytes());
+                    }
+                    _ => return None,
+                }
+                run = at;
+            }
+            _ => at += 1,
+        }
+    }
+}
+
+fn hex4(bytes: &[u8], at: &mut usize) -> Option<u32> {
+    let digits = std::str::from_utf8(bytes.get(*at..*at + 4)?).ok()?;
+    *at += 4;
+    u32::from_str_radix(digits, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn both(
+        json: &str,
+    ) -> (
+        Option<SqsEvent<'_>>,
+        Result<SqsEvent<'_>, serde_json::Error>,
+    ) {
+        (event(json), serde_json::from_str(json))
+    }
+
+    #[test]
+    fn reads_what_serde_reads() {
+        let samples = [
+            r#"{"Records":[]}"#,
+            r#" { "Records" : [ { "messageId" : "m-1" , "body" : "plain" } ] , "other" : {"a":[1,2.5e3,-4,true,false,null,{"b":"c"}]} } "#,
+            r#"{"Records":[{"messageId":"m","body":"{\"a\":\"\\u00e9\\ud83d\\ude00\\n\\t\\\\ \\/ \\b\\f\\r\"}","receiptHandle":null,
+               "attributes":{"ApproximateReceiveCount":"2","MessageGroupId":"g","Unknown":"x"},
+               "messageAttributes":{"k":{"stringValue":"v","stringListValues":[],"binaryListValues":[],"dataType":"String"},
+                                    "b":{"binaryValue":"AAE=","dataType":"Binary"}},
+               "eventSourceARN":"arn:aws:sqs:us-east-1:1:q.fifo","awsRegion":"us-east-1","md5OfBody":"x"}]}"#,
+        ];
+        for json in samples {
+            let (fast, slow) = both(json);
+            assert_eq!(
+                fast.expect("the scanner reads it").records,
+                slow.unwrap().records,
+                "{json}"
+            );
+        }
+        for file in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/events")).unwrap() {
+            let json = std::fs::read_to_string(file.unwrap().path()).unwrap();
+            let (fast, slow) = both(&json);
+            if let Ok(slow) = slow {
+                assert_eq!(
+                    fast.expect("sample events are read by the scanner").records,
+                    slow.records
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn leaves_what_it_does_not_understand_to_serde() {
+        for json in [
+            "",
+            "[]",
+            r#"{"Records":[{"messageId":1}]}"#,
+            r#"{"Records":[{"body":"unterminated}]}"#,
+            r#"{"Records":[{"body":"bad \q escape"}]}"#,
+            r#"{"Records":[{"body":"lone \ud800 surrogate"}]}"#,
+            r#"{"Records":[]} trailing"#,
+            r#"{"Records":[{"messageId":"m",}]}"#,
+            r#"{"Rec\u006frds":[]}"#,
+        ] {
+            assert!(event(json).is_none(), "{json}");
+        }
+    }
+}
