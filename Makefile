@@ -10,7 +10,7 @@ CARGO       ?= cargo
 FUNCTIONS   := sqs-consumer
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv test lint build bench demo clean
+.PHONY: help venv test lint infra-check build bench demo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -27,8 +27,19 @@ demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, prin
 	@start=$$(date +%s); $(CARGO) build --locked -p redrive-local --bin redrive-demo && echo "demo build took $$(( $$(date +%s) - start ))s"
 	tools/with-moto $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
 
-test: $(STAMP) lint ## Lint, then unit, fixture, end-to-end (moto) and cargo-lambda watch/invoke tests
+test: $(STAMP) lint infra-check ## Lint and infra checks, then unit, fixture, contract, end-to-end (moto) and cargo-lambda watch/invoke tests
 	tools/with-moto $(CARGO) test --workspace --locked
+
+CHECKOV_STAMP := .venv-checkov/.installed
+$(CHECKOV_STAMP): tools/checkov-requirements.txt
+	python3 -m venv .venv-checkov
+	.venv-checkov/bin/pip install --quiet --disable-pip-version-check -r tools/checkov-requirements.txt
+	@touch $@
+
+infra-check: $(CHECKOV_STAMP) ## terraform fmt -check and checkov (0 failed, skips inline with reasons)
+	@if command -v terraform >/dev/null; then terraform fmt -check -recursive infra; \
+	else echo "terraform is not installed: skipping terraform fmt -check"; fi
+	.venv-checkov/bin/checkov -d infra --framework terraform --quiet --compact --skip-download
 
 lint: ## cargo fmt --check and clippy with warnings denied
 	$(CARGO) fmt --all -- --check

@@ -214,3 +214,38 @@ pub fn lambda_event(messages: &[Message], queue_arn: &str, region: &str) -> Stri
         .collect();
     json!({ "Records": records }).to_string()
 }
+
+/// Invokes `function` on a running `cargo lambda watch` (its HTTP invoke endpoint on `port`) with
+/// `event`, through `cargo lambda invoke`; returns the response JSON or the error output.
+pub async fn invoke_watch(
+    port: u16,
+    function: &str,
+    event: String,
+    scratch: std::path::PathBuf,
+) -> Result<String, String> {
+    let function = function.to_owned();
+    tokio::task::spawn_blocking(move || {
+        std::fs::write(&scratch, event).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        let output = std::process::Command::new("cargo")
+            .args([
+                "lambda",
+                "invoke",
+                &function,
+                "--invoke-address",
+                "127.0.0.1",
+                "--invoke-port",
+                &port.to_string(),
+            ])
+            .arg("--data-file")
+            .arg(&scratch)
+            .args(["--output-format", "json"])
+            .output()
+            .map_err(|e| format!("cargo lambda invoke: {e}"))?;
+        match output.status.success() {
+            true => Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned()),
+            false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}

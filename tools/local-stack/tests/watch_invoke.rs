@@ -154,4 +154,67 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
         delayed.attributes().unwrap()[&QueueAttributeName::ApproximateNumberOfMessagesDelayed],
         "1"
     );
+
+    // The poller, delivering real SQS messages to the function through watch's invoke endpoint.
+    let bodies = [
+        r#"{"orderId":"o-7001","customerId":"c-1","amount":10.0,"currency":"EUR"}"#,
+        r#"{"orderId":"o-7002","customerId":"c-1","amount":11.0,"currency":"EUR"}"#,
+        r#"{"orderId":"o-7003", not json"#,
+    ];
+    for body in bodies {
+        client
+            .send_message()
+            .queue_url(&source)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    let queue = redrive_local::provision::QueuePair {
+        key: "orders".into(),
+        fifo: false,
+        arn: redrive_local::provision::queue_arn(&client, &source)
+            .await
+            .unwrap(),
+        url: source.clone(),
+        dlq_arn: redrive_local::provision::queue_arn(&client, &dlq)
+            .await
+            .unwrap(),
+        dlq_url: dlq.clone(),
+    };
+    let poller = redrive_local::poller::Poller::new(client.clone(), &queue, 10, Duration::ZERO);
+    let scratch = state.join("poller-event.json");
+    let poll = poller
+        .poll(Duration::from_secs(2), |event| {
+            redrive_local::poller::invoke_watch(port, "sqs-consumer", event, scratch)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            poll.received,
+            poll.deleted,
+            poll.given_back,
+            poll.whole_batch_failed
+        ),
+        (3, 3, 0, false)
+    );
+    let dead = client
+        .receive_message()
+        .queue_url(&dlq)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    let bodies: Vec<_> = dead
+        .messages
+        .unwrap_or_default()
+        .iter()
+        .map(|m| m.body().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        bodies,
+        [r#"{"orderId":"o-7003", not json"#],
+        "the malformed order, byte for byte"
+    );
 }

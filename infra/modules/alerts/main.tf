@@ -1,0 +1,117 @@
+# Where alarms go (an encrypted SNS topic CloudWatch can publish to) and the dashboard.
+
+data "aws_caller_identity" "current" {}
+data "aws_region" "current" {}
+
+# CloudWatch cannot publish to a topic encrypted with the AWS-managed alias/aws/sns key: the topic
+# gets a customer key whose policy lets CloudWatch use it.
+data "aws_iam_policy_document" "key" {
+  #checkov:skip=CKV_AWS_111:A key policy's Resource "*" means this key only; the statements are scoped by principal and aws:SourceAccount.
+  #checkov:skip=CKV_AWS_356:A key policy's Resource "*" means this key only.
+  #checkov:skip=CKV_AWS_109:The account root must administer its own key (AWS's default key policy); no other principal gets permissions management.
+  statement {
+    sid       = "AccountAdministers"
+    actions   = ["kms:*"]
+    resources = ["*"] # in a key policy, "*" is this key
+    principals {
+      type        = "AWS"
+      identifiers = ["arn:aws:iam::${data.aws_caller_identity.current.account_id}:root"]
+    }
+  }
+  statement {
+    sid       = "CloudWatchPublishes"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey*"]
+    resources = ["*"] # in a key policy, "*" is this key
+    principals {
+      type        = "Service"
+      identifiers = ["cloudwatch.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
+    }
+  }
+}
+
+resource "aws_kms_key" "alarms" {
+  description             = "${var.name} alarm topic"
+  enable_key_rotation     = true
+  deletion_window_in_days = 30
+  policy                  = data.aws_iam_policy_document.key.json
+}
+
+resource "aws_kms_alias" "alarms" {
+  name          = "alias/${var.name}-alarms"
+  target_key_id = aws_kms_key.alarms.key_id
+}
+
+resource "aws_sns_topic" "alarms" {
+  name              = "${var.name}-alarms"
+  kms_master_key_id = aws_kms_key.alarms.arn
+}
+
+data "aws_iam_policy_document" "topic" {
+  statement {
+    sid       = "CloudWatchAlarmsPublish"
+    actions   = ["sns:Publish"]
+    resources = [aws_sns_topic.alarms.arn]
+    principals {
+      type        = "Service"
+      identifiers = ["cloudwatch.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
+    }
+  }
+}
+
+resource "aws_sns_topic_policy" "alarms" {
+  arn    = aws_sns_topic.alarms.arn
+  policy = data.aws_iam_policy_document.topic.json
+}
+
+resource "aws_sns_topic_subscription" "email" {
+  count     = var.alarm_email == null ? 0 : 1
+  topic_arn = aws_sns_topic.alarms.arn
+  protocol  = "email"
+  endpoint  = var.alarm_email
+}
+
+locals {
+  region = data.aws_region.current.region
+  widget = { type = "metric", width = 12, height = 6 }
+  dashboard_widgets = [
+    merge(local.widget, { properties = {
+      title   = "DLQ depth (any message is an incident)", region = local.region, stat = "Maximum", period = 60
+      metrics = [for c in var.consumers : ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", c.dlq_name]]
+    } }),
+    merge(local.widget, { properties = {
+      title   = "Age of the oldest message (s)", region = local.region, stat = "Maximum", period = 60
+      metrics = [for c in var.consumers : ["AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName", c.queue_name]]
+    } }),
+    merge(local.widget, { properties = {
+      title   = "Record fates", region = local.region, stat = "Sum", period = 60
+      metrics = flatten([for c in var.consumers : [for m in ["Done", "Retried", "DeadLettered", "Deferred", "GivenBack"] : [var.metrics_namespace, m, "Function", c.function_name]]])
+    } }),
+    merge(local.widget, { properties = {
+      title   = "Error classes", region = local.region, stat = "Sum", period = 60
+      metrics = flatten([for c in var.consumers : [for m in ["TransientErrors", "PermanentErrors", "Panics", "SendFailures"] : [var.metrics_namespace, m, "Function", c.function_name]]])
+    } }),
+    merge(local.widget, { properties = {
+      title   = "Retry delays (s)", region = local.region, stat = "Maximum", period = 60
+      metrics = [for c in var.consumers : [var.metrics_namespace, "RetryDelayMaxSeconds", "Function", c.function_name]]
+    } }),
+    merge(local.widget, { properties = {
+      title   = "Function errors and throttles", region = local.region, stat = "Sum", period = 60
+      metrics = flatten([for c in var.consumers : [["AWS/Lambda", "Errors", "FunctionName", c.function_name], ["AWS/Lambda", "Throttles", "FunctionName", c.function_name]]])
+    } }),
+  ]
+}
+
+resource "aws_cloudwatch_dashboard" "redrive" {
+  dashboard_name = "${var.name}-redrive"
+  dashboard_body = jsonencode({ widgets = local.dashboard_widgets })
+}

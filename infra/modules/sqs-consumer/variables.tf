@@ -1,0 +1,194 @@
+variable "name" {
+  description = "Name of the consumer: the function, `<name>` queue and `<name>-dlq` (with .fifo on FIFO)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9-]{1,60}$", var.name))
+    error_message = "name must be 1 to 60 letters, digits or hyphens."
+  }
+}
+
+variable "fifo" {
+  description = "FIFO source queue and DLQ (retries happen in place with ChangeMessageVisibility)."
+  type        = bool
+  default     = false
+}
+
+variable "function_zip" {
+  description = "Path of the function's bootstrap.zip from `cargo lambda build --release --arm64 --output-format zip`."
+  type        = string
+}
+
+variable "function_timeout_seconds" {
+  description = "Function timeout."
+  type        = number
+
+  validation {
+    condition     = var.function_timeout_seconds >= 1 && var.function_timeout_seconds <= 900
+    error_message = "function_timeout_seconds must be between 1 and 900."
+  }
+}
+
+variable "function_memory_mb" {
+  description = "Function memory."
+  type        = number
+  default     = 256
+
+  validation {
+    condition     = var.function_memory_mb >= 128 && var.function_memory_mb <= 10240
+    error_message = "function_memory_mb must be between 128 and 10240."
+  }
+}
+
+variable "environment" {
+  description = "REDRIVE_* (and other) environment variables of the function; REDRIVE_DLQ_URL is added."
+  type        = map(string)
+  default     = {}
+}
+
+variable "max_attempts" {
+  description = "REDRIVE_MAX_ATTEMPTS: deliveries a record gets in all."
+  type        = number
+
+  validation {
+    condition     = var.max_attempts >= 1 && var.max_attempts <= 100
+    error_message = "max_attempts must be between 1 and 100."
+  }
+}
+
+variable "visibility_timeout_seconds" {
+  description = "Source queue visibility timeout: at least 6 x the function timeout + the batching window."
+  type        = number
+
+  validation {
+    # AWS: at least 6 x the function timeout (+ the batching window), or retries of a throttled batch overlap.
+    condition     = var.visibility_timeout_seconds >= 6 * var.function_timeout_seconds + var.batching_window_seconds && var.visibility_timeout_seconds <= 43200
+    error_message = "visibility_timeout_seconds must be at least 6 x function_timeout_seconds + batching_window_seconds, and at most 43200."
+  }
+}
+
+variable "message_retention_seconds" {
+  description = "Source queue retention."
+  type        = number
+  default     = 345600
+
+  validation {
+    condition     = var.message_retention_seconds >= 60 && var.message_retention_seconds <= 1209600
+    error_message = "message_retention_seconds must be between 60 and 1209600 (14 days)."
+  }
+}
+
+variable "dlq_message_retention_seconds" {
+  description = "DLQ retention: longer than the source's (a standard DLQ keeps the original enqueue time)."
+  type        = number
+  default     = 1209600
+
+  validation {
+    condition     = var.dlq_message_retention_seconds > var.message_retention_seconds && var.dlq_message_retention_seconds <= 1209600
+    error_message = "dlq_message_retention_seconds must be longer than message_retention_seconds and at most 1209600."
+  }
+}
+
+variable "max_receive_count" {
+  description = "Redrive policy: receives before SQS moves a message to the DLQ itself (the last net)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.max_receive_count >= 5 && var.max_receive_count <= 1000 && var.max_receive_count > var.max_attempts
+    error_message = "max_receive_count must be 5 to 1000 and above max_attempts."
+  }
+}
+
+variable "batch_size" {
+  description = "Event source mapping batch size."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.batch_size >= 1 && var.batch_size <= (var.fifo ? 10 : 10000) && (var.batch_size <= 10 || var.batching_window_seconds >= 1)
+    error_message = "batch_size must be 1 to 10 on FIFO, 1 to 10000 on standard queues, and above 10 only with batching_window_seconds >= 1."
+  }
+}
+
+variable "batching_window_seconds" {
+  description = "Event source mapping batching window (0 on FIFO)."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.batching_window_seconds >= 0 && var.batching_window_seconds <= 300 && (!var.fifo || var.batching_window_seconds == 0)
+    error_message = "batching_window_seconds must be 0 to 300, and 0 on FIFO queues."
+  }
+}
+
+variable "maximum_concurrency" {
+  description = "Event source mapping scaling_config.maximum_concurrency."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.maximum_concurrency >= 2 && var.maximum_concurrency <= 1000
+    error_message = "maximum_concurrency must be between 2 and 1000."
+  }
+}
+
+variable "log_retention_days" {
+  description = "Retention of the function's log group."
+  type        = number
+  default     = 14
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be one of CloudWatch Logs' retention values."
+  }
+}
+
+variable "alarm_topic_arn" {
+  description = "SNS topic for alarm and OK notifications."
+  type        = string
+}
+
+variable "alarm_period_seconds" {
+  description = "Period of the alarms."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.alarm_period_seconds == 10 || var.alarm_period_seconds == 30 || (var.alarm_period_seconds >= 60 && var.alarm_period_seconds % 60 == 0)
+    error_message = "alarm_period_seconds must be 10, 30 or a multiple of 60."
+  }
+}
+
+variable "oldest_message_age_seconds" {
+  description = "Alarm when the source queue's oldest message is older than this."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.oldest_message_age_seconds >= 60
+    error_message = "oldest_message_age_seconds must be at least 60."
+  }
+}
+
+variable "lambda_errors_threshold" {
+  description = "Alarm when the function's Errors sum exceeds this in a period."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.lambda_errors_threshold >= 0
+    error_message = "lambda_errors_threshold must be at least 0."
+  }
+}
+
+variable "lambda_throttles_threshold" {
+  description = "Alarm when the function's Throttles sum exceeds this in a period."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.lambda_throttles_threshold >= 0
+    error_message = "lambda_throttles_threshold must be at least 0."
+  }
+}

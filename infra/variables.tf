@@ -1,0 +1,141 @@
+# The topology lives in redrive.auto.tfvars.json, which the local stack reads too.
+
+variable "name_prefix" {
+  description = "Prefix of every resource name."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9-]{1,32}$", var.name_prefix))
+    error_message = "name_prefix must be 1 to 32 letters, digits or hyphens."
+  }
+}
+
+variable "consumers" {
+  description = "SQS consumers: one source queue, DLQ, function and event source mapping each."
+  type = map(object({
+    fifo                          = bool
+    function_timeout_seconds      = number
+    function_memory_mb            = number
+    visibility_timeout_seconds    = number
+    message_retention_seconds     = number
+    dlq_message_retention_seconds = number
+    max_receive_count             = number
+    batch_size                    = number
+    batching_window_seconds       = number
+    maximum_concurrency           = number
+  }))
+
+  validation {
+    condition     = alltrue([for k, c in var.consumers : can(regex("^[a-z0-9-]{1,24}$", k))])
+    error_message = "Consumer keys must be 1 to 24 lowercase letters, digits or hyphens."
+  }
+  # Every other rule on a consumer is a validation of the sqs-consumer module's inputs.
+}
+
+variable "retry" {
+  description = "Retry policy of the consumers (REDRIVE_* environment)."
+  type = object({
+    max_attempts         = number
+    backoff_base_seconds = number
+    backoff_factor       = number
+    backoff_cap_seconds  = number
+    sequence_seconds     = list(number)
+  })
+
+  validation {
+    condition     = var.retry.max_attempts >= 1 && var.retry.max_attempts <= 100
+    error_message = "retry.max_attempts must be between 1 and 100."
+  }
+  validation {
+    condition     = var.retry.backoff_base_seconds > 0 && var.retry.backoff_cap_seconds >= var.retry.backoff_base_seconds && var.retry.backoff_cap_seconds <= 43200
+    error_message = "retry.backoff_base_seconds must be above 0, and backoff_cap_seconds between the base and 43200 (12 h)."
+  }
+  validation {
+    condition     = var.retry.backoff_factor >= 1 && var.retry.backoff_factor <= 10
+    error_message = "retry.backoff_factor must be between 1 and 10."
+  }
+  validation {
+    condition     = alltrue([for s in var.retry.sequence_seconds : s >= 0 && s <= 43200])
+    error_message = "Every retry.sequence_seconds entry must be between 0 and 43200 (12 h)."
+  }
+}
+
+variable "deadline_margin_seconds" {
+  description = "No record is started later than this before the Lambda deadline."
+  type        = number
+
+  validation {
+    condition     = var.deadline_margin_seconds >= 0 && var.deadline_margin_seconds <= 60
+    error_message = "deadline_margin_seconds must be 0 to 60."
+  }
+}
+
+variable "breaker" {
+  description = "Circuit breaker of the consumers' downstream calls."
+  type = object({
+    threshold        = number
+    open_for_seconds = number
+  })
+
+  validation {
+    condition     = var.breaker.threshold >= 0 && var.breaker.threshold <= 1000 && var.breaker.open_for_seconds >= 1 && var.breaker.open_for_seconds <= 900
+    error_message = "breaker.threshold must be 0 (off) to 1000 and breaker.open_for_seconds 1 to 900."
+  }
+}
+
+variable "alarms" {
+  description = "CloudWatch alarm rules (evaluated locally by the demo too)."
+  type = object({
+    period_seconds             = number
+    dlq_depth_threshold        = number
+    oldest_message_age_seconds = number
+    lambda_errors_threshold    = number
+    lambda_throttles_threshold = number
+  })
+
+  validation {
+    condition     = var.alarms.dlq_depth_threshold == 0
+    error_message = "alarms.dlq_depth_threshold must be 0: any message in a DLQ is an incident."
+  }
+  validation {
+    condition     = var.alarms.period_seconds == 10 || var.alarms.period_seconds == 30 || (var.alarms.period_seconds >= 60 && var.alarms.period_seconds % 60 == 0)
+    error_message = "alarms.period_seconds must be 10, 30 or a multiple of 60."
+  }
+  validation {
+    condition     = var.alarms.oldest_message_age_seconds >= 60 && var.alarms.lambda_errors_threshold >= 0 && var.alarms.lambda_throttles_threshold >= 0
+    error_message = "alarms.oldest_message_age_seconds must be at least 60 and the Lambda thresholds at least 0."
+  }
+}
+
+variable "log_retention_days" {
+  description = "Retention of the functions' log groups."
+  type        = number
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be one of CloudWatch Logs' retention values (1, 3, 5, 7, 14, 30, 60, 90, ...)."
+  }
+}
+
+variable "lambda_dir" {
+  description = "Where `make build` (cargo lambda build --release --arm64 --output-format zip) puts <function>/bootstrap.zip."
+  type        = string
+  default     = "../target/lambda"
+}
+
+variable "alarm_email" {
+  description = "Optional e-mail address subscribed to the alarm topic (confirm the subscription)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.alarm_email == null || can(regex("^[^@\\s]+@[^@\\s]+$", var.alarm_email))
+    error_message = "alarm_email must be an e-mail address or null."
+  }
+}
+
+variable "tags" {
+  description = "Tags on every resource."
+  type        = map(string)
+  default     = { Project = "redrive" }
+}
