@@ -10,7 +10,7 @@ CARGO       ?= cargo
 FUNCTIONS   := sqs-consumer
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv test lint infra-check build bench demo clean
+.PHONY: help venv test lint infra-check build bench demo deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -64,6 +64,13 @@ bench: $(BENCH_STAMP) build ## Throughput against Powertools (Python, TypeScript
 	  --bootstrap $(TARGET_DIR)/release/sqs-consumer --lambda-dir $(TARGET_DIR)/lambda \
 	  --python $(PY) --node-peer tools/bench/peers/powertools_bench.mjs \
 	  --python-peer tools/bench/peers/powertools_bench.py
+
+deploy: build ## Build the zips, then terraform init and apply infra/ (needs AWS credentials)
+	terraform -chdir=infra init -input=false
+	terraform -chdir=infra apply -var 'lambda_dir=$(TARGET_DIR)/lambda'
+
+destroy: ## terraform destroy infra/
+	terraform -chdir=infra destroy -var 'lambda_dir=$(TARGET_DIR)/lambda'
 
 clean: ## Remove build output and local state
 	$(CARGO) clean

@@ -275,7 +275,7 @@ fn a_dlq_alarm_with_a_threshold_or_a_second_alarm_is_caught() {
         dlq_alarms(&raised),
         ["aws_sqs_queue.dlq.name alarm: threshold is Some(\"5\"), expected 0"]
     );
-    let missing = broken(CONSUMER, "treat_missing_data  = \"notBreaching\"\n  alarm_actions       = [var.alarm_topic_arn]\n  ok_actions          = [var.alarm_topic_arn]\n}\n\nresource \"aws_cloudwatch_metric_alarm\" \"oldest", "treat_missing_data  = \"missing\"\n  alarm_actions       = [var.alarm_topic_arn]\n}\n\nresource \"aws_cloudwatch_metric_alarm\" \"oldest");
+    let missing = broken(CONSUMER, "treat_missing_data  = \"notBreaching\"\n  alarm_actions       = [var.alarm_topic_arn]\n  ok_actions          = [var.alarm_topic_arn]\n}\n\nlocals {", "treat_missing_data  = \"missing\"\n  alarm_actions       = [var.alarm_topic_arn]\n}\n\nlocals {");
     assert_eq!(dlq_alarms(&missing).len(), 2, "{:?}", dlq_alarms(&missing));
     let none = broken(
         CONSUMER,

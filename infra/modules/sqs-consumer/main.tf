@@ -153,48 +153,48 @@ resource "aws_cloudwatch_metric_alarm" "dlq_depth" {
   ok_actions          = [var.alarm_topic_arn]
 }
 
-resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
-  alarm_name          = "${var.name}-oldest-message-age"
-  alarm_description   = "The oldest message in ${local.queue_name} is older than ${var.oldest_message_age_seconds} s: the consumer is behind or stuck."
-  namespace           = "AWS/SQS"
-  metric_name         = "ApproximateAgeOfOldestMessage"
-  dimensions          = { QueueName = aws_sqs_queue.source.name }
-  statistic           = "Maximum"
-  period              = var.alarm_period_seconds
-  evaluation_periods  = 1
-  threshold           = var.oldest_message_age_seconds
-  comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = [var.alarm_topic_arn]
-  ok_actions          = [var.alarm_topic_arn]
+locals {
+  # The consumer's health, beside the DLQ alarm: is it keeping up, failing whole batches, throttled?
+  health_alarms = {
+    oldest-message-age = {
+      description = "The oldest message in ${local.queue_name} is older than ${var.oldest_message_age_seconds} s: the consumer is behind or stuck."
+      namespace   = "AWS/SQS"
+      metric      = "ApproximateAgeOfOldestMessage"
+      dimensions  = { QueueName = aws_sqs_queue.source.name }
+      statistic   = "Maximum"
+      threshold   = var.oldest_message_age_seconds
+    }
+    function-errors = {
+      description = "${var.name} failed whole batches (a record-level failure is not an error)."
+      namespace   = "AWS/Lambda"
+      metric      = "Errors"
+      dimensions  = { FunctionName = aws_lambda_function.consumer.function_name }
+      statistic   = "Sum"
+      threshold   = var.lambda_errors_threshold
+    }
+    function-throttles = {
+      description = "${var.name} was throttled."
+      namespace   = "AWS/Lambda"
+      metric      = "Throttles"
+      dimensions  = { FunctionName = aws_lambda_function.consumer.function_name }
+      statistic   = "Sum"
+      threshold   = var.lambda_throttles_threshold
+    }
+  }
 }
 
-resource "aws_cloudwatch_metric_alarm" "function_errors" {
-  alarm_name          = "${var.name}-function-errors"
-  alarm_description   = "${var.name} failed whole batches (a record-level failure is not an error)."
-  namespace           = "AWS/Lambda"
-  metric_name         = "Errors"
-  dimensions          = { FunctionName = aws_lambda_function.consumer.function_name }
-  statistic           = "Sum"
-  period              = var.alarm_period_seconds
-  evaluation_periods  = 1
-  threshold           = var.lambda_errors_threshold
-  comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = [var.alarm_topic_arn]
-  ok_actions          = [var.alarm_topic_arn]
-}
+resource "aws_cloudwatch_metric_alarm" "health" {
+  for_each = local.health_alarms
 
-resource "aws_cloudwatch_metric_alarm" "function_throttles" {
-  alarm_name          = "${var.name}-function-throttles"
-  alarm_description   = "${var.name} was throttled."
-  namespace           = "AWS/Lambda"
-  metric_name         = "Throttles"
-  dimensions          = { FunctionName = aws_lambda_function.consumer.function_name }
-  statistic           = "Sum"
+  alarm_name          = "${var.name}-${each.key}"
+  alarm_description   = each.value.description
+  namespace           = each.value.namespace
+  metric_name         = each.value.metric
+  dimensions          = each.value.dimensions
+  statistic           = each.value.statistic
   period              = var.alarm_period_seconds
   evaluation_periods  = 1
-  threshold           = var.lambda_throttles_threshold
+  threshold           = each.value.threshold
   comparison_operator = "GreaterThanThreshold"
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]
