@@ -471,10 +471,17 @@ impl<Q: QueuePort> Processor<Q> {
                     .for_each(|&i| failed_sends.push((i, error.to_string()))),
             }
         }
-        if let Some(dlq_url) = &self.config.dlq_url {
-            to_dlq
-                .flush(&self.queue, dlq_url, &mut failed_sends, &mut report)
-                .await;
+        match &self.config.dlq_url {
+            Some(dlq_url) => {
+                to_dlq
+                    .flush(&self.queue, dlq_url, &mut failed_sends, &mut report)
+                    .await
+            }
+            // Report-only never dead-letters; should it ever, the record is given back, not lost.
+            None => to_dlq
+                .indexes
+                .iter()
+                .for_each(|&i| failed_sends.push((i, "no DLQ is configured".to_owned()))),
         }
         for (index, reason) in failed_sends {
             tracing::error!(message_id = items[index].id, fate = fate_name(&fates[index]), error = %reason, "send not confirmed: record given back to SQS");
