@@ -37,6 +37,7 @@ pub mod fate;
 pub mod metrics;
 pub mod port;
 pub mod processor;
+pub mod redrive;
 mod scan;
 pub mod sqs;
 
