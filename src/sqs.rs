@@ -71,9 +71,7 @@ impl QueuePort for SqsQueue {
             .queue_owner_aws_account_id(account)
             .send()
             .await
-            .map_err(|error| {
-                PortError::new(OPERATION, aws_sdk_sqs::error::DisplayErrorContext(error))
-            })?;
+            .map_err(sdk_error(OPERATION))?;
         output
             .queue_url
             .ok_or_else(|| PortError::new(OPERATION, "no QueueUrl in the response"))
@@ -99,9 +97,7 @@ impl QueuePort for SqsQueue {
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|error| {
-                PortError::new(OPERATION, aws_sdk_sqs::error::DisplayErrorContext(error))
-            })?;
+            .map_err(sdk_error(OPERATION))?;
         Ok(entry_failures(output.failed()))
     }
 
@@ -131,11 +127,14 @@ impl QueuePort for SqsQueue {
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|error| {
-                PortError::new(OPERATION, aws_sdk_sqs::error::DisplayErrorContext(error))
-            })?;
+            .map_err(sdk_error(OPERATION))?;
         Ok(entry_failures(output.failed()))
     }
+}
+
+/// Maps an SDK error to a port error that names the operation and keeps AWS's whole message.
+fn sdk_error<E: std::error::Error>(operation: &'static str) -> impl FnOnce(E) -> PortError {
+    move |error| PortError::new(operation, aws_sdk_sqs::error::DisplayErrorContext(error))
 }
 
 fn send_entry(

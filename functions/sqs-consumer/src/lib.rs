@@ -53,3 +53,20 @@ fn absolute_deadline(deadline_ms: u64, now_ms: u64) -> u64 {
         false => deadline_ms,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::absolute_deadline;
+
+    #[test]
+    fn a_relative_deadline_from_cargo_lambda_watch_is_made_absolute() {
+        let now = 1_795_327_660_195;
+        assert_eq!(absolute_deadline(600_000, now), now + 600_000);
+        assert_eq!(
+            absolute_deadline(now + 30_000, now),
+            now + 30_000,
+            "Lambda's absolute deadline"
+        );
+        assert_eq!(absolute_deadline(0, now), now, "no time left");
+    }
+}
