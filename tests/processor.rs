@@ -59,8 +59,12 @@ fn handler() -> ByBody {
 }
 
 fn processor(retry: RetryPolicy) -> Processor<RecordingQueue> {
+    processor_with_dlq(Some(DLQ), retry)
+}
+
+fn processor_with_dlq(dlq: Option<&str>, retry: RetryPolicy) -> Processor<RecordingQueue> {
     let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
+        dlq_url: dlq.map(str::to_owned),
         source_queue_url: None,
         retry,
         deadline_margin: Duration::from_secs(2),
@@ -561,14 +565,7 @@ async fn a_failing_bulk_batch_is_bisected_until_the_poison_records_stand_alone()
 
 #[tokio::test]
 async fn without_a_dlq_every_failure_is_reported_and_nothing_is_sent() {
-    let config = ProcessorConfig {
-        dlq_url: None,
-        source_queue_url: None,
-        retry: RetryPolicy::default(),
-        deadline_margin: Duration::from_secs(2),
-    };
-    let processor = Processor::new(RecordingQueue::default(), config)
-        .with_clock(Arc::new(ManualClock::at(NOW)));
+    let processor = processor_with_dlq(None, RetryPolicy::default());
     let handler = handler();
     let json = event(vec![
         record("m-ok", "ok"),

@@ -25,6 +25,23 @@ impl Drop for Watch {
     }
 }
 
+/// Bodies of the DLQ messages visible now (they stay invisible for the queue's timeout after).
+async fn dlq_bodies(client: &aws_sdk_sqs::Client, dlq: &str) -> Vec<String> {
+    let output = client
+        .receive_message()
+        .queue_url(dlq)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    output
+        .messages
+        .unwrap_or_default()
+        .iter()
+        .map(|m| m.body().unwrap().to_owned())
+        .collect()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -123,19 +140,11 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
     assert_eq!(response, serde_json::json!({ "batchItemFailures": [] }));
 
     // o-1002 (invalid) and o-1004 (panic) are in the DLQ; o-1003 (flaky) was re-sent with a delay.
-    let dead = client
-        .receive_message()
-        .queue_url(&dlq)
-        .max_number_of_messages(10)
-        .send()
+    let mut dead_orders: Vec<String> = dlq_bodies(&client, &dlq)
         .await
-        .unwrap();
-    let mut dead_orders: Vec<String> = dead
-        .messages
-        .unwrap_or_default()
         .iter()
-        .map(|m| {
-            serde_json::from_str::<serde_json::Value>(m.body().unwrap()).unwrap()["orderId"]
+        .map(|body| {
+            serde_json::from_str::<serde_json::Value>(body).unwrap()["orderId"]
                 .as_str()
                 .unwrap()
                 .to_owned()
@@ -199,19 +208,7 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
         ),
         (3, 3, 0, false)
     );
-    let dead = client
-        .receive_message()
-        .queue_url(&dlq)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .unwrap();
-    let bodies: Vec<_> = dead
-        .messages
-        .unwrap_or_default()
-        .iter()
-        .map(|m| m.body().unwrap().to_owned())
-        .collect();
+    let bodies = dlq_bodies(&client, &dlq).await;
     assert_eq!(
         bodies,
         [r#"{"orderId":"o-7003", not json"#],
