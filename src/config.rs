@@ -4,6 +4,7 @@ use std::time::Duration;
 use crate::backoff::{parse_duration, parse_sequence, Backoff, RetryPolicy};
 use crate::breaker::BreakerSettings;
 use crate::error::ConfigError;
+use crate::redrive::RedrivePolicy;
 
 /// Every variable redrive reads, with its default; any other `REDRIVE_*` variable is a typo and
 /// refused at start.
@@ -31,7 +32,133 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("REDRIVE_BREAKER_THRESHOLD", "5 (0 disables the breaker)"),
     ("REDRIVE_BREAKER_OPEN_FOR", "30s"),
     ("REDRIVE_METRICS_NAMESPACE", "redrive"),
+    // The DLQ reprocessor (functions/dlq-redrive and the operator CLI): see `ReprocessSettings`.
+    (
+        "REDRIVE_REPROCESS_SOURCE_URL",
+        "(dlq-redrive: required unless each command names its source) URL of the DLQ to drain",
+    ),
+    (
+        "REDRIVE_REPROCESS_DESTINATION_ARN",
+        "(optional) queue ARN for dead letters that carry no origin (moved there by SQS itself)",
+    ),
+    (
+        "REDRIVE_ARCHIVE_QUEUE_URL",
+        "(optional) queue that keeps a copy of every discarded message",
+    ),
+    ("REDRIVE_REPROCESS_MAX", "3: redrives per message before it is alerted on instead"),
+    ("REDRIVE_REPROCESS_AFTER", "5m: wait after the last failure, doubled per redrive"),
+    ("REDRIVE_DISCARD_KINDS", "(none) error kinds that are archived instead of redriven"),
+    ("REDRIVE_REPROCESS_MAX_MESSAGES", "1000: messages examined per run"),
+    ("REDRIVE_REPROCESS_RATE", "50: messages re-sent per second at most"),
+    // The EventBridge redrive (functions/eventbridge-redrive).
+    (
+        "REDRIVE_PARKED_ERROR_CODES",
+        "NO_PERMISSIONS,NO_RESOURCE,RESOURCE_NOT_FOUND,FAILED_TO_ASSUME_ROLE,INVALID_PARAMETER,INVALID_JSON",
+    ),
 ];
+
+/// Reads and checks variables: unknown `REDRIVE_*` names are refused, values are parsed with an
+/// error that names the variable.
+struct Env<F> {
+    lookup: F,
+}
+
+impl<F: Fn(&str) -> Option<String>> Env<F> {
+    fn new<'n>(names: impl IntoIterator<Item = &'n str>, lookup: F) -> Result<Self, ConfigError> {
+        for name in names {
+            if name.starts_with("REDRIVE_") && !VARIABLES.iter().any(|(known, _)| *known == name) {
+                let known: Vec<&str> = VARIABLES.iter().map(|(known, _)| *known).collect();
+                return Err(ConfigError::new(
+                    name,
+                    &lookup(name).unwrap_or_default(),
+                    format!("unknown setting; known: {}", known.join(", ")),
+                ));
+            }
+        }
+        Ok(Self { lookup })
+    }
+
+    fn get(&self, name: &str) -> Option<String> {
+        (self.lookup)(name).filter(|value| !value.trim().is_empty())
+    }
+
+    fn duration(&self, name: &str, default: Duration) -> Result<Duration, ConfigError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(text) => parse_duration(&text).ok_or_else(|| {
+                ConfigError::new(
+                    name,
+                    &text,
+                    "expected a duration such as 500ms, 30s, 5m or 1h",
+                )
+            }),
+        }
+    }
+
+    fn number(
+        &self,
+        name: &str,
+        default: f64,
+        range: std::ops::RangeInclusive<f64>,
+    ) -> Result<f64, ConfigError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(text) => text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|n| range.contains(n))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        name,
+                        &text,
+                        format!(
+                            "expected a number from {} to {}",
+                            range.start(),
+                            range.end()
+                        ),
+                    )
+                }),
+        }
+    }
+
+    fn whole(
+        &self,
+        name: &str,
+        default: u32,
+        range: std::ops::RangeInclusive<u32>,
+    ) -> Result<u32, ConfigError> {
+        let n = self.number(
+            name,
+            f64::from(default),
+            f64::from(*range.start())..=f64::from(*range.end()),
+        )?;
+        match n.fract() == 0.0 {
+            true => Ok(n as u32),
+            false => Err(ConfigError::new(
+                name,
+                &n.to_string(),
+                "expected a whole number",
+            )),
+        }
+    }
+
+    fn list(&self, name: &str) -> Option<Vec<String>> {
+        self.get(name).map(|text| {
+            text.split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+    }
+}
+
+fn env_names() -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect()
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -46,7 +173,7 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
-        let names: Vec<String> = std::env::vars().map(|(name, _)| name).collect();
+        let names = env_names();
         Self::from_lookup(names.iter().map(String::as_str), |name| {
             std::env::var(name).ok()
         })
@@ -57,47 +184,12 @@ impl Settings {
         names: impl IntoIterator<Item = &'n str>,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        for name in names {
-            if name.starts_with("REDRIVE_") && !VARIABLES.iter().any(|(known, _)| *known == name) {
-                let known: Vec<&str> = VARIABLES.iter().map(|(known, _)| *known).collect();
-                return Err(ConfigError::new(
-                    name,
-                    &lookup(name).unwrap_or_default(),
-                    format!("unknown setting; known: {}", known.join(", ")),
-                ));
-            }
-        }
-        let get = |name: &str| lookup(name).filter(|value| !value.trim().is_empty());
-        let duration = |name: &str, default: Duration| match get(name) {
-            None => Ok(default),
-            Some(text) => parse_duration(&text).ok_or_else(|| {
-                ConfigError::new(
-                    name,
-                    &text,
-                    "expected a duration such as 500ms, 30s, 5m or 1h",
-                )
-            }),
+        let env = Env::new(names, lookup)?;
+        let get = |name: &str| env.get(name);
+        let duration = |name: &str, default: Duration| env.duration(name, default);
+        let number = |name: &str, default: f64, range: std::ops::RangeInclusive<f64>| {
+            env.number(name, default, range)
         };
-        let number =
-            |name: &str, default: f64, range: std::ops::RangeInclusive<f64>| match get(name) {
-                None => Ok(default),
-                Some(text) => text
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|n| range.contains(n))
-                    .ok_or_else(|| {
-                        ConfigError::new(
-                            name,
-                            &text,
-                            format!(
-                                "expected a number from {} to {}",
-                                range.start(),
-                                range.end()
-                            ),
-                        )
-                    }),
-            };
 
         let dlq_url = get("REDRIVE_DLQ_URL");
         let backoff = match get("REDRIVE_RETRY_SEQUENCE") {
@@ -118,17 +210,10 @@ impl Settings {
             Backoff::Sequence(delays) => delays.len() + 1,
             Backoff::Exponential { .. } => 5,
         };
-        let max_attempts = number("REDRIVE_MAX_ATTEMPTS", default_attempts as f64, 1.0..=100.0)?;
-        if max_attempts.fract() != 0.0 {
-            return Err(ConfigError::new(
-                "REDRIVE_MAX_ATTEMPTS",
-                &max_attempts.to_string(),
-                "expected a whole number",
-            ));
-        }
+        let max_attempts = env.whole("REDRIVE_MAX_ATTEMPTS", default_attempts as u32, 1..=100)?;
         let retry = RetryPolicy {
             backoff,
-            max_attempts: max_attempts as u32,
+            max_attempts,
         }
         .validate()
         .map_err(|error| {
@@ -166,6 +251,105 @@ impl Settings {
                 open_for,
             },
             metrics_namespace: get("REDRIVE_METRICS_NAMESPACE").unwrap_or_else(|| "redrive".into()),
+        })
+    }
+}
+
+/// Defaults of the DLQ reprocessor (a command may override the per-run ones).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReprocessSettings {
+    pub source_url: Option<String>,
+    /// Where dead letters without metadata go (SQS moved them; they name no origin).
+    pub destination_arn: Option<String>,
+    pub archive_url: Option<String>,
+    pub policy: RedrivePolicy,
+    pub max_messages: u32,
+    pub rate_per_second: f64,
+    pub metrics_namespace: String,
+}
+
+impl ReprocessSettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let names = env_names();
+        Self::from_lookup(names.iter().map(String::as_str), |name| {
+            std::env::var(name).ok()
+        })
+    }
+
+    pub fn from_lookup<'n>(
+        names: impl IntoIterator<Item = &'n str>,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let env = Env::new(names, lookup)?;
+        let destination_arn = env.get("REDRIVE_REPROCESS_DESTINATION_ARN");
+        if let Some(arn) = &destination_arn {
+            if !arn.starts_with("arn:") || !arn.contains(":sqs:") {
+                return Err(ConfigError::new(
+                    "REDRIVE_REPROCESS_DESTINATION_ARN",
+                    arn,
+                    "expected an SQS queue ARN (arn:aws:sqs:region:account:name)",
+                ));
+            }
+        }
+        Ok(Self {
+            source_url: env.get("REDRIVE_REPROCESS_SOURCE_URL"),
+            destination_arn,
+            archive_url: env.get("REDRIVE_ARCHIVE_QUEUE_URL"),
+            policy: RedrivePolicy {
+                max_reprocess: env.whole("REDRIVE_REPROCESS_MAX", 3, 0..=100)?,
+                eligible_after: env
+                    .duration("REDRIVE_REPROCESS_AFTER", Duration::from_secs(300))?,
+                discard_kinds: env.list("REDRIVE_DISCARD_KINDS").unwrap_or_default(),
+            },
+            max_messages: env.whole("REDRIVE_REPROCESS_MAX_MESSAGES", 1000, 1..=1_000_000)?,
+            rate_per_second: env.number("REDRIVE_REPROCESS_RATE", 50.0, 0.1..=3000.0)?,
+            metrics_namespace: env
+                .get("REDRIVE_METRICS_NAMESPACE")
+                .unwrap_or_else(|| "redrive".into()),
+        })
+    }
+}
+
+/// EventBridge error codes that are parked by default: retrying cannot help until someone fixes
+/// a permission, a resource or the target's input.
+pub const DEFAULT_PARKED_ERROR_CODES: &[&str] = &[
+    "NO_PERMISSIONS",
+    "NO_RESOURCE",
+    "RESOURCE_NOT_FOUND",
+    "FAILED_TO_ASSUME_ROLE",
+    "INVALID_PARAMETER",
+    "INVALID_JSON",
+];
+
+/// Settings of the EventBridge redrive, on top of the [`Settings`] of its queue consumer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRedriveSettings {
+    pub parked_error_codes: Vec<String>,
+    /// Redrives an event gets before it is parked (the loop guard).
+    pub max_redrives: u32,
+}
+
+impl EventRedriveSettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let names = env_names();
+        Self::from_lookup(names.iter().map(String::as_str), |name| {
+            std::env::var(name).ok()
+        })
+    }
+
+    pub fn from_lookup<'n>(
+        names: impl IntoIterator<Item = &'n str>,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let env = Env::new(names, lookup)?;
+        Ok(Self {
+            parked_error_codes: env.list("REDRIVE_PARKED_ERROR_CODES").unwrap_or_else(|| {
+                DEFAULT_PARKED_ERROR_CODES
+                    .iter()
+                    .map(|code| code.to_string())
+                    .collect()
+            }),
+            max_redrives: env.whole("REDRIVE_REPROCESS_MAX", 3, 0..=100)?,
         })
     }
 }

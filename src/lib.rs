@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod port;
 pub mod processor;
 pub mod redrive;
+pub mod reprocess;
 mod scan;
 pub mod sqs;
 

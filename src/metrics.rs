@@ -83,26 +83,48 @@ impl BatchReport {
 
     /// The EMF log line: metrics in `namespace` with the dimension `Function`.
     pub fn emf_line(&self, namespace: &str, function: &str, timestamp_ms: u64) -> String {
-        let metrics: Vec<serde_json::Value> = COUNTS
+        let fields = serde_json::to_value(self).expect("report serialises");
+        let units = COUNTS
             .iter()
-            .map(|name| serde_json::json!({ "Name": name, "Unit": "Count" }))
-            .chain(
-                ["RetryDelayMaxSeconds", "RetryDelaySumSeconds"]
-                    .map(|name| serde_json::json!({ "Name": name, "Unit": "Seconds" })),
-            )
-            .collect();
-        let mut line = serde_json::to_value(self).expect("report serialises");
-        let fields = line.as_object_mut().expect("report is an object");
-        fields.insert("Function".into(), function.into());
-        fields.insert(
-            "_aws".into(),
-            serde_json::json!({
-                "Timestamp": timestamp_ms,
-                "CloudWatchMetrics": [{ "Namespace": namespace, "Dimensions": [["Function"]], "Metrics": metrics }],
-            }),
-        );
-        line.to_string()
+            .map(|name| (*name, "Count"))
+            .chain(["RetryDelayMaxSeconds", "RetryDelaySumSeconds"].map(|name| (name, "Seconds")));
+        emf_line(
+            namespace,
+            ("Function", function),
+            timestamp_ms,
+            units.map(|(name, unit)| (name, fields[name].clone(), unit)),
+            serde_json::Value::Null,
+        )
     }
+}
+
+/// One EMF line: every figure becomes a metric with `dimension`; `extra` (an object) adds fields
+/// that are logged but not turned into metrics.
+pub fn emf_line<'a>(
+    namespace: &str,
+    dimension: (&str, &str),
+    timestamp_ms: u64,
+    figures: impl IntoIterator<Item = (&'a str, serde_json::Value, &'a str)>,
+    extra: serde_json::Value,
+) -> String {
+    let mut line = match extra {
+        serde_json::Value::Object(fields) => fields,
+        _ => serde_json::Map::new(),
+    };
+    let mut metrics = Vec::new();
+    for (name, value, unit) in figures {
+        line.insert(name.into(), value);
+        metrics.push(serde_json::json!({ "Name": name, "Unit": unit }));
+    }
+    line.insert(dimension.0.into(), dimension.1.into());
+    line.insert(
+        "_aws".into(),
+        serde_json::json!({
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{ "Namespace": namespace, "Dimensions": [[dimension.0]], "Metrics": metrics }],
+        }),
+    );
+    serde_json::Value::Object(line).to_string()
 }
 
 #[cfg(test)]

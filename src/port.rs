@@ -3,8 +3,9 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::envelope::OutgoingMessage;
+use crate::envelope::{OutgoingMessage, MAX_MESSAGE_BYTES};
 use crate::error::PortError;
+use crate::event::SqsRecord;
 
 /// One entry of a batch call that SQS refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,12 +39,89 @@ pub trait QueuePort: Send + Sync {
         queue_url: &str,
         changes: &[VisibilityChange<'_>],
     ) -> impl Future<Output = Result<Vec<EntryFailure>, PortError>> + Send;
+
+    /// ReceiveMessage: at most 10 messages with every system and message attribute, hidden from
+    /// other consumers for `hold`; waits up to `wait` for the first one. Records look as Lambda
+    /// would deliver them (binary attribute values in base64), without an event source ARN.
+    fn receive(
+        &self,
+        queue_url: &str,
+        max: u32,
+        hold: Duration,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Vec<SqsRecord<'static>>, PortError>> + Send;
+
+    /// DeleteMessageBatch: at most 10 receipt handles. `Ok` lists the refused entries. Only the
+    /// redrive tools delete; a queue consumer leaves deleting to the event source mapping.
+    fn delete_batch(
+        &self,
+        queue_url: &str,
+        receipt_handles: &[&str],
+    ) -> impl Future<Output = Result<Vec<EntryFailure>, PortError>> + Send;
+}
+
+/// Messages bound for one queue, with the records they belong to.
+#[derive(Default)]
+pub(crate) struct Outbox<'r> {
+    pub(crate) indexes: Vec<usize>,
+    messages: Vec<OutgoingMessage<'r>>,
+}
+
+impl<'r> Outbox<'r> {
+    pub(crate) fn push(&mut self, index: usize, message: OutgoingMessage<'r>) {
+        self.indexes.push(index);
+        self.messages.push(message);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Sends in SendMessageBatch calls of at most 10 entries and 1 MiB; records every entry that
+    /// was not confirmed. Returns the number of calls made.
+    pub(crate) async fn flush<Q: QueuePort>(
+        &self,
+        queue: &Q,
+        url: &str,
+        failed: &mut Vec<(usize, String)>,
+    ) -> u32 {
+        let mut calls = 0;
+        let mut start = 0;
+        while start < self.messages.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < self.messages.len()
+                && end - start < 10
+                && (end == start || bytes + self.messages[end].size() <= MAX_MESSAGE_BYTES)
+            {
+                bytes += self.messages[end].size();
+                end += 1;
+            }
+            calls += 1;
+            match queue.send_batch(url, &self.messages[start..end]).await {
+                Ok(failures) => {
+                    for failure in failures {
+                        if let Some(&index) = self.indexes[start..end].get(failure.index) {
+                            failed.push((index, format!("{}: {}", failure.code, failure.message)));
+                        }
+                    }
+                }
+                Err(error) => self.indexes[start..end]
+                    .iter()
+                    .for_each(|&index| failed.push((index, error.to_string()))),
+            }
+            start = end;
+        }
+        calls
+    }
 }
 
 /// Records every call; can be told to refuse entries or whole calls. For unit tests.
 #[derive(Default)]
 pub struct RecordingQueue {
     calls: Mutex<Vec<Call>>,
+    /// Messages `receive` hands out, per queue URL, first in first out.
+    stock: Mutex<Vec<(String, SqsRecord<'static>)>>,
     refuse_body: Mutex<Option<String>>,
     fail_calls_to: Mutex<Option<String>>,
 }
@@ -58,9 +136,38 @@ pub enum Call {
         queue_url: String,
         changes: Vec<(String, Duration)>,
     },
+    Receive {
+        queue_url: String,
+        received: usize,
+    },
+    Delete {
+        queue_url: String,
+        receipt_handles: Vec<String>,
+    },
 }
 
 impl RecordingQueue {
+    /// Puts messages on `queue_url` for `receive` to hand out (once each: there is no visibility).
+    pub fn stock(&self, queue_url: &str, records: impl IntoIterator<Item = SqsRecord<'static>>) {
+        let mut stock = self.stock.lock().unwrap();
+        stock.extend(records.into_iter().map(|r| (queue_url.to_owned(), r)));
+    }
+
+    /// Receipt handles deleted from `queue_url`, in order.
+    pub fn deleted_from(&self, queue_url: &str) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter_map(|call| match call {
+                Call::Delete {
+                    queue_url: url,
+                    receipt_handles,
+                } if url == queue_url => Some(receipt_handles),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
     /// Refuse every entry whose body contains `needle`.
     pub fn refuse_entries_containing(&self, needle: &str) {
         *self.refuse_body.lock().unwrap() = Some(needle.to_owned());
@@ -158,6 +265,47 @@ impl QueuePort for RecordingQueue {
             changes,
         });
         self.check_call(queue_url, "ChangeMessageVisibilityBatch")?;
+        Ok(Vec::new())
+    }
+
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max: u32,
+        _hold: Duration,
+        _wait: Duration,
+    ) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        assert!(max <= 10, "ReceiveMessage takes at most 10");
+        self.check_call(queue_url, "ReceiveMessage")?;
+        let mut stock = self.stock.lock().unwrap();
+        let mut received = Vec::new();
+        while received.len() < max as usize {
+            let Some(at) = stock.iter().position(|(url, _)| url == queue_url) else {
+                break;
+            };
+            received.push(stock.remove(at).1);
+        }
+        self.calls.lock().unwrap().push(Call::Receive {
+            queue_url: queue_url.to_owned(),
+            received: received.len(),
+        });
+        Ok(received)
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        receipt_handles: &[&str],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        assert!(
+            receipt_handles.len() <= 10,
+            "DeleteMessageBatch takes at most 10 entries"
+        );
+        self.calls.lock().unwrap().push(Call::Delete {
+            queue_url: queue_url.to_owned(),
+            receipt_handles: receipt_handles.iter().map(|h| h.to_string()).collect(),
+        });
+        self.check_call(queue_url, "DeleteMessageBatch")?;
         Ok(Vec::new())
     }
 }

@@ -17,14 +17,14 @@ use crate::backoff::{RetryPolicy, MAX_DELAY_SECONDS};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Settings;
 use crate::envelope::{
-    annotate, truncate, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES,
-    MAX_MESSAGE_BYTES, META_ATTRIBUTE, META_VERSION,
+    annotate, truncate, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES, META_ATTRIBUTE,
+    META_VERSION,
 };
 use crate::error::{BatchError, ErrorClass, RecordError};
 use crate::event::{MessageAttribute, MessageAttributes, SqsRecord, Text};
 use crate::fate::{Fate, GiveBackReason, Judge, Outcome};
 use crate::metrics::BatchReport;
-use crate::port::{QueuePort, VisibilityChange};
+use crate::port::{Outbox, QueuePort, VisibilityChange};
 
 /// Handles one message. Return a [`RecordError`] saying whether the failure is transient or
 /// permanent; a panic is caught and treated as permanent (class `panic`).
@@ -461,9 +461,8 @@ impl<Q: QueuePort> Processor<Q> {
         if !to_source.is_empty() {
             match self.source_url(items).await {
                 Ok(url) => {
-                    to_source
-                        .flush(&self.queue, &url, &mut failed_sends, &mut report)
-                        .await
+                    report.sqs_requests +=
+                        to_source.flush(&self.queue, &url, &mut failed_sends).await
                 }
                 Err(error) => to_source
                     .indexes
@@ -473,9 +472,7 @@ impl<Q: QueuePort> Processor<Q> {
         }
         match &self.config.dlq_url {
             Some(dlq_url) => {
-                to_dlq
-                    .flush(&self.queue, dlq_url, &mut failed_sends, &mut report)
-                    .await
+                report.sqs_requests += to_dlq.flush(&self.queue, dlq_url, &mut failed_sends).await
             }
             // Report-only never dead-letters; should it ever, the record is given back, not lost.
             None => to_dlq
@@ -638,61 +635,6 @@ impl<Q: QueuePort> Processor<Q> {
                     tracing::warn!(%error, "visibility not changed: the records reappear after the visibility timeout")
                 }
             }
-        }
-    }
-}
-
-/// Messages bound for one queue, with the records they belong to.
-#[derive(Default)]
-struct Outbox<'r> {
-    indexes: Vec<usize>,
-    messages: Vec<OutgoingMessage<'r>>,
-}
-
-impl<'r> Outbox<'r> {
-    fn push(&mut self, index: usize, message: OutgoingMessage<'r>) {
-        self.indexes.push(index);
-        self.messages.push(message);
-    }
-
-    fn is_empty(&self) -> bool {
-        self.messages.is_empty()
-    }
-
-    /// Sends in SendMessageBatch calls of at most 10 entries and 1 MiB; records every entry that
-    /// was not confirmed.
-    async fn flush<Q: QueuePort>(
-        &self,
-        queue: &Q,
-        url: &str,
-        failed: &mut Vec<(usize, String)>,
-        report: &mut BatchReport,
-    ) {
-        let mut start = 0;
-        while start < self.messages.len() {
-            let mut end = start;
-            let mut bytes = 0;
-            while end < self.messages.len()
-                && end - start < 10
-                && (end == start || bytes + self.messages[end].size() <= MAX_MESSAGE_BYTES)
-            {
-                bytes += self.messages[end].size();
-                end += 1;
-            }
-            report.sqs_requests += 1;
-            match queue.send_batch(url, &self.messages[start..end]).await {
-                Ok(failures) => {
-                    for failure in failures {
-                        if let Some(&index) = self.indexes[start..end].get(failure.index) {
-                            failed.push((index, format!("{}: {}", failure.code, failure.message)));
-                        }
-                    }
-                }
-                Err(error) => self.indexes[start..end]
-                    .iter()
-                    .for_each(|&index| failed.push((index, error.to_string()))),
-            }
-            start = end;
         }
     }
 }

@@ -84,6 +84,22 @@ impl RedrivePolicy {
     }
 }
 
+impl RedrivePolicy {
+    /// The decision when an operator asks for a redrive (after fixing the cause): the class and the
+    /// backoff no longer hold messages back, the cap still does.
+    pub fn decide_requested(&self, meta: Option<&Meta<'_>>) -> Decision {
+        match meta.map_or(0, |m| m.reprocess_count) {
+            reprocessed if reprocessed >= self.max_reprocess => Decision::Alert {
+                reason: format!(
+                    "failed again after {reprocessed} redrives (cap {})",
+                    self.max_reprocess
+                ),
+            },
+            _ => Decision::Reprocess,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +185,19 @@ mod tests {
         assert!(matches!(
             policy.decide(Some(&dead), 0, FAILED),
             Decision::Discard { .. }
+        ));
+    }
+
+    #[test]
+    fn a_requested_redrive_skips_class_and_backoff_but_not_the_cap() {
+        let policy = RedrivePolicy::default();
+        let invalid = meta(ErrorClass::Permanent, "invalid_order", 0);
+        assert_eq!(policy.decide_requested(Some(&invalid)), Decision::Reprocess);
+        assert_eq!(policy.decide_requested(None), Decision::Reprocess);
+        let capped = meta(ErrorClass::Transient, "payment_timeout", 3);
+        assert!(matches!(
+            policy.decide_requested(Some(&capped)),
+            Decision::Alert { .. }
         ));
     }
 

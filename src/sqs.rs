@@ -2,9 +2,12 @@
 use std::collections::HashMap;
 
 use aws_sdk_sqs::primitives::Blob;
+use std::time::Duration;
+
 use aws_sdk_sqs::types::{
-    BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue,
-    SendMessageBatchRequestEntry,
+    BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
+    QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use aws_sdk_sqs::Client;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
@@ -12,7 +15,7 @@ use tokio::sync::OnceCell;
 
 use crate::envelope::OutgoingMessage;
 use crate::error::PortError;
-use crate::event::MessageAttribute;
+use crate::event::{MessageAttribute, SqsRecord, SystemAttributes, Text};
 use crate::port::{EntryFailure, QueuePort, VisibilityChange};
 
 /// Loads the AWS configuration (region, credentials, endpoint) with a rustls/ring HTTPS client,
@@ -43,6 +46,124 @@ impl SqsQueue {
         Self {
             client: OnceCell::new_with(Some(client)),
         }
+    }
+
+    /// The URL of a queue given by URL, ARN or name.
+    pub async fn resolve(&self, queue: &str) -> Result<String, PortError> {
+        if queue.starts_with("https://") || queue.starts_with("http://") {
+            return Ok(queue.to_owned());
+        }
+        if queue.starts_with("arn:") {
+            return self.queue_url(queue).await;
+        }
+        const OPERATION: &str = "GetQueueUrl";
+        let output = self
+            .client()
+            .await
+            .get_queue_url()
+            .queue_name(queue)
+            .send()
+            .await
+            .map_err(sdk_error(OPERATION))?;
+        output
+            .queue_url
+            .ok_or_else(|| PortError::new(OPERATION, "no QueueUrl in the response"))
+    }
+
+    /// The queue's ARN and its approximate (visible, in flight, delayed) counts.
+    pub async fn describe(&self, queue_url: &str) -> Result<QueueDescription, PortError> {
+        const OPERATION: &str = "GetQueueAttributes";
+        let output = self
+            .client()
+            .await
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::All)
+            .send()
+            .await
+            .map_err(sdk_error(OPERATION))?;
+        let attributes = output.attributes.unwrap_or_default();
+        let count = |name: QueueAttributeName| {
+            attributes
+                .get(&name)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(QueueDescription {
+            arn: attributes
+                .get(&QueueAttributeName::QueueArn)
+                .cloned()
+                .ok_or_else(|| PortError::new(OPERATION, "no QueueArn in the response"))?,
+            visible: count(QueueAttributeName::ApproximateNumberOfMessages),
+            in_flight: count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+            delayed: count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+        })
+    }
+
+    /// StartMessageMoveTask: SQS moves every message of a DLQ back to its source queues (or to
+    /// `destination_arn`) by itself, without filters. Returns the task handle.
+    pub async fn start_move_task(
+        &self,
+        source_arn: &str,
+        destination_arn: Option<&str>,
+        max_per_second: Option<u32>,
+    ) -> Result<String, PortError> {
+        const OPERATION: &str = "StartMessageMoveTask";
+        let output = self
+            .client()
+            .await
+            .start_message_move_task()
+            .source_arn(source_arn)
+            .set_destination_arn(destination_arn.map(str::to_owned))
+            .set_max_number_of_messages_per_second(
+                max_per_second.map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
+            )
+            .send()
+            .await
+            .map_err(sdk_error(OPERATION))?;
+        output
+            .task_handle
+            .ok_or_else(|| PortError::new(OPERATION, "no TaskHandle in the response"))
+    }
+
+    /// ListMessageMoveTasks: the most recent move tasks of a DLQ.
+    pub async fn list_move_tasks(&self, source_arn: &str) -> Result<Vec<MoveTask>, PortError> {
+        const OPERATION: &str = "ListMessageMoveTasks";
+        let output = self
+            .client()
+            .await
+            .list_message_move_tasks()
+            .source_arn(source_arn)
+            .max_results(10)
+            .send()
+            .await
+            .map_err(sdk_error(OPERATION))?;
+        Ok(output
+            .results()
+            .iter()
+            .map(|task| MoveTask {
+                task_handle: task.task_handle().map(str::to_owned),
+                status: task.status().unwrap_or("UNKNOWN").to_owned(),
+                moved: task.approximate_number_of_messages_moved(),
+                to_move: task.approximate_number_of_messages_to_move(),
+                destination_arn: task.destination_arn().map(str::to_owned),
+                failure_reason: task.failure_reason().map(str::to_owned),
+            })
+            .collect())
+    }
+
+    /// CancelMessageMoveTask. Returns the number of messages moved before the cancellation.
+    pub async fn cancel_move_task(&self, task_handle: &str) -> Result<i64, PortError> {
+        const OPERATION: &str = "CancelMessageMoveTask";
+        let output = self
+            .client()
+            .await
+            .cancel_message_move_task()
+            .task_handle(task_handle)
+            .send()
+            .await
+            .map_err(sdk_error(OPERATION))?;
+        Ok(output.approximate_number_of_messages_moved)
     }
 
     async fn client(&self) -> &Client {
@@ -129,6 +250,120 @@ impl QueuePort for SqsQueue {
             .await
             .map_err(sdk_error(OPERATION))?;
         Ok(entry_failures(output.failed()))
+    }
+
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max: u32,
+        hold: Duration,
+        wait: Duration,
+    ) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        let output = self
+            .client()
+            .await
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(max.clamp(1, 10) as i32)
+            .visibility_timeout(i32::try_from(hold.as_secs()).unwrap_or(43_200))
+            .wait_time_seconds(wait.as_secs().min(20) as i32)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map_err(sdk_error("ReceiveMessage"))?;
+        Ok(output
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(record_of)
+            .collect())
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        receipt_handles: &[&str],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        const OPERATION: &str = "DeleteMessageBatch";
+        let entries = receipt_handles
+            .iter()
+            .enumerate()
+            .map(|(index, handle)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(index.to_string())
+                    .receipt_handle(*handle)
+                    .build()
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| PortError::new(OPERATION, error))?;
+        let output = self
+            .client()
+            .await
+            .delete_message_batch()
+            .queue_url(queue_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(sdk_error(OPERATION))?;
+        Ok(entry_failures(output.failed()))
+    }
+}
+
+/// What `describe` reports about a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueDescription {
+    pub arn: String,
+    pub visible: u64,
+    pub in_flight: u64,
+    pub delayed: u64,
+}
+
+/// A native SQS message move task, as `list_move_tasks` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MoveTask {
+    pub task_handle: Option<String>,
+    pub status: String,
+    pub moved: i64,
+    pub to_move: Option<i64>,
+    pub destination_arn: Option<String>,
+    pub failure_reason: Option<String>,
+}
+
+/// A received SDK message in the shape of a Lambda SQS record.
+fn record_of(message: Message) -> SqsRecord<'static> {
+    let mut system = message.attributes.unwrap_or_default();
+    let mut take = |name: MessageSystemAttributeName| system.remove(&name).map(Text::from);
+    let attributes = SystemAttributes {
+        approximate_receive_count: take(MessageSystemAttributeName::ApproximateReceiveCount),
+        sent_timestamp: take(MessageSystemAttributeName::SentTimestamp),
+        message_group_id: take(MessageSystemAttributeName::MessageGroupId),
+        message_deduplication_id: take(MessageSystemAttributeName::MessageDeduplicationId),
+        aws_trace_header: take(MessageSystemAttributeName::AwsTraceHeader),
+    };
+    let message_attributes = message
+        .message_attributes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, value)| {
+            let attribute = MessageAttribute {
+                string_value: value.string_value.map(Text::from),
+                binary_value: value
+                    .binary_value
+                    .map(|blob| Text::from(aws_smithy_types::base64::encode(blob.as_ref()))),
+                data_type: Text::from(value.data_type),
+            };
+            (Text::from(name), attribute)
+        })
+        .collect();
+    SqsRecord {
+        message_id: message.message_id.map(Text::from),
+        receipt_handle: message.receipt_handle.map(Text::from),
+        body: message.body.map(Text::from),
+        attributes,
+        message_attributes,
+        event_source_arn: None,
     }
 }
 

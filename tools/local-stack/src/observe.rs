@@ -1,9 +1,10 @@
 //! A port decorator that remembers every message sent through it (the demo's retry figures).
 use std::sync::Mutex;
+use std::time::Duration;
 
 use redrive::envelope::OutgoingMessage;
 use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
-use redrive::{Meta, PortError};
+use redrive::{Meta, PortError, SqsRecord};
 
 /// One message the consumer sent: a re-sent copy or a dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,5 +73,23 @@ impl<Q: QueuePort> QueuePort for Observed<Q> {
         changes: &[VisibilityChange<'_>],
     ) -> Result<Vec<EntryFailure>, PortError> {
         self.inner.change_visibility_batch(queue_url, changes).await
+    }
+
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max: u32,
+        hold: Duration,
+        wait: Duration,
+    ) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        self.inner.receive(queue_url, max, hold, wait).await
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        receipt_handles: &[&str],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        self.inner.delete_batch(queue_url, receipt_handles).await
     }
 }

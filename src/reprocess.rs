@@ -1,0 +1,891 @@
+//! The DLQ reprocessor: drains a dead-letter queue under a [`RedrivePolicy`]. Each message is
+//! re-sent to its origin (reprocess), archived and deleted (discard), or left where it is (manual
+//! review, alert, not yet, filtered out). A message is deleted from the DLQ only after SQS has
+//! confirmed the copy; whatever is left is made visible again when the run ends.
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::parse_duration;
+use crate::clock::{Clock, SystemClock};
+use crate::config::ReprocessSettings;
+use crate::envelope::{annotate, Meta, Timestamp, META_VERSION};
+use crate::error::{ConfigError, ErrorClass, PortError};
+use crate::event::{SqsRecord, Text};
+use crate::port::{Outbox, QueuePort, VisibilityChange};
+use crate::redrive::{Decision, RedrivePolicy};
+
+/// What to redrive, as a Lambda invocation payload or from the operator CLI. Every field is
+/// optional; absent ones take the function's defaults ([`ReprocessSettings`]).
+///
+/// ```json
+/// {"source": "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq",
+///  "maxMessages": 100, "dryRun": true, "errorClasses": ["transient"], "minAge": "10m",
+///  "attribute": {"name": "tenant", "value": "acme"}, "ratePerSecond": 10}
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedriveCommand {
+    /// URL of the DLQ to drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Queue ARN every redriven message goes to, instead of the origin its metadata names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<u32>,
+    /// Decide and count, but send, delete and archive nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub error_classes: Vec<ErrorClass>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub error_kinds: Vec<String>,
+    /// Only messages whose last failure is at least this old (`10m`, `2h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_age: Option<String>,
+    /// Only messages whose last failure is at most this old.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribute: Option<AttributeFilter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_second: Option<f64>,
+    /// The operator has fixed the cause: redrive what the policy would leave for review (permanent
+    /// errors, backoff not passed). The reprocess cap still holds.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Only messages with this String attribute value (original attributes, packed ones included).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttributeFilter {
+    pub name: String,
+    pub value: String,
+}
+
+/// A checked command with every default filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub source_url: String,
+    pub destination_arn: Option<String>,
+    pub max_messages: u32,
+    pub dry_run: bool,
+    pub filter: Filter,
+    pub rate_per_second: f64,
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    pub classes: Vec<ErrorClass>,
+    pub kinds: Vec<String>,
+    pub min_age: Option<Duration>,
+    pub max_age: Option<Duration>,
+    pub attribute: Option<AttributeFilter>,
+}
+
+impl RedriveCommand {
+    pub fn plan(&self, defaults: &ReprocessSettings) -> Result<Plan, ConfigError> {
+        let age = |field: &str, text: &Option<String>| match text {
+            None => Ok(None),
+            Some(text) => parse_duration(text).map(Some).ok_or_else(|| {
+                ConfigError::new(field, text, "expected a duration such as 30s, 10m or 2h")
+            }),
+        };
+        let source_url = self
+            .source
+            .clone()
+            .or_else(|| defaults.source_url.clone())
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "source",
+                    "",
+                    "no DLQ to drain: name one in the command or set REDRIVE_REPROCESS_SOURCE_URL",
+                )
+            })?;
+        let destination_arn = match &self.destination {
+            Some(arn) if !(arn.starts_with("arn:") && arn.contains(":sqs:")) => {
+                return Err(ConfigError::new(
+                    "destination",
+                    arn,
+                    "expected an SQS queue ARN (arn:aws:sqs:region:account:name)",
+                ))
+            }
+            Some(arn) => Some(arn.clone()),
+            None => None,
+        };
+        let rate_per_second = self.rate_per_second.unwrap_or(defaults.rate_per_second);
+        if !(0.1..=3000.0).contains(&rate_per_second) {
+            return Err(ConfigError::new(
+                "ratePerSecond",
+                &rate_per_second.to_string(),
+                "expected 0.1 to 3000 messages per second",
+            ));
+        }
+        Ok(Plan {
+            source_url,
+            destination_arn,
+            max_messages: self.max_messages.unwrap_or(defaults.max_messages).max(1),
+            dry_run: self.dry_run,
+            filter: Filter {
+                classes: self.error_classes.clone(),
+                kinds: self.error_kinds.clone(),
+                min_age: age("minAge", &self.min_age)?,
+                max_age: age("maxAge", &self.max_age)?,
+                attribute: self.attribute.clone(),
+            },
+            rate_per_second,
+            force: self.force,
+        })
+    }
+}
+
+/// What a run did (or, in a dry run, would do). `examined` = the sum of the decisions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RedriveSummary {
+    pub source: String,
+    pub dry_run: bool,
+    pub examined: u32,
+    pub reprocessed: u32,
+    pub discarded: u32,
+    pub manual_review: u32,
+    pub alerted: u32,
+    pub not_yet: u32,
+    pub filtered_out: u32,
+    /// Re-sends or archive copies SQS did not confirm: those messages stay in the DLQ.
+    pub send_failures: u32,
+    /// Sent but not deleted from the DLQ: each will be examined again (a duplicate downstream).
+    pub delete_failures: u32,
+    /// Examined messages by error class (`none`: moved by SQS itself, no metadata).
+    pub by_class: BTreeMap<String, u32>,
+    /// Whether the run stopped before the DLQ was empty (limit or deadline).
+    pub stopped_early: bool,
+}
+
+impl RedriveSummary {
+    /// The summary as one CloudWatch Embedded Metric Format line (dimension `Source`: the DLQ).
+    pub fn emf_line(&self, namespace: &str, timestamp_ms: u64) -> String {
+        let figures = [
+            ("Examined", self.examined),
+            ("Reprocessed", self.reprocessed),
+            ("Discarded", self.discarded),
+            ("ManualReview", self.manual_review),
+            ("Alerted", self.alerted),
+            ("NotYet", self.not_yet),
+            ("FilteredOut", self.filtered_out),
+            ("SendFailures", self.send_failures),
+            ("DeleteFailures", self.delete_failures),
+        ];
+        let queue = self.source.rsplit('/').next().unwrap_or_default();
+        crate::metrics::emf_line(
+            namespace,
+            ("Source", queue),
+            timestamp_ms,
+            figures.map(|(name, value)| (name, value.into(), "Count")),
+            serde_json::json!({ "DryRun": self.dry_run, "ByClass": self.by_class }),
+        )
+    }
+}
+
+/// How long received messages stay hidden while a run decides about them.
+const HOLD: Duration = Duration::from_secs(120);
+
+pub struct Reprocessor<Q> {
+    queue: Q,
+    policy: RedrivePolicy,
+    archive_url: Option<String>,
+    clock: Arc<dyn Clock>,
+}
+
+/// One received message and what the run decided for it.
+struct Examined {
+    record: SqsRecord<'static>,
+    /// `None`: the command's filters left it out.
+    decision: Option<Decision>,
+    /// The queue a reprocessed message goes to.
+    destination_arn: Option<String>,
+}
+
+impl<Q: QueuePort> Reprocessor<Q> {
+    pub fn new(queue: Q, settings: &ReprocessSettings) -> Self {
+        Self {
+            queue,
+            policy: settings.policy.clone(),
+            archive_url: settings.archive_url.clone(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn queue(&self) -> &Q {
+        &self.queue
+    }
+
+    /// Drains `plan.source_url` until it is empty, `plan.max_messages` were examined or
+    /// `stop_at` is near. `progress` sees the running summary after every batch.
+    pub async fn run(
+        &self,
+        plan: &Plan,
+        stop_at: Option<Instant>,
+        mut progress: impl FnMut(&RedriveSummary),
+    ) -> Result<RedriveSummary, PortError> {
+        let mut summary = RedriveSummary {
+            source: plan.source_url.clone(),
+            dry_run: plan.dry_run,
+            ..RedriveSummary::default()
+        };
+        let started = Instant::now();
+        let mut seen = HashSet::new();
+        let mut left: Vec<String> = Vec::new();
+        let mut urls: HashMap<String, String> = HashMap::new();
+        let outcome = loop {
+            if summary.examined >= plan.max_messages
+                || stop_at.is_some_and(|at| Instant::now() + HOLD / 4 >= at)
+            {
+                summary.stopped_early = true;
+                break Ok(());
+            }
+            let want = (plan.max_messages - summary.examined).min(10);
+            let records = match self
+                .queue
+                .receive(&plan.source_url, want, HOLD, Duration::from_secs(1))
+                .await
+            {
+                Ok(records) if records.is_empty() => break Ok(()),
+                Ok(records) => records,
+                Err(error) => break Err(error),
+            };
+            let mut batch = Vec::with_capacity(records.len());
+            for record in records {
+                let id = record.message_id.as_deref().unwrap_or_default().to_owned();
+                if !seen.insert(id) {
+                    // Seen earlier in this run (its hold ran out): decided already.
+                    left.extend(record.receipt_handle.as_deref().map(str::to_owned));
+                    continue;
+                }
+                batch.push(self.examine(record, plan, &mut summary));
+            }
+            self.carry_out(&batch, plan, &mut urls, &mut summary, &mut left)
+                .await;
+            progress(&summary);
+            let sent = summary.reprocessed + summary.discarded;
+            let due = Duration::from_secs_f64(f64::from(sent) / plan.rate_per_second);
+            if !plan.dry_run && due > started.elapsed() {
+                tokio::time::sleep(due - started.elapsed()).await;
+            }
+        };
+        self.release(&plan.source_url, &left, &mut summary).await;
+        outcome.map(|()| summary)
+    }
+
+    fn examine(
+        &self,
+        record: SqsRecord<'static>,
+        plan: &Plan,
+        summary: &mut RedriveSummary,
+    ) -> Examined {
+        summary.examined += 1;
+        let now = self.clock.now_ms();
+        let sent_ms = record
+            .attributes
+            .sent_timestamp
+            .as_deref()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(now);
+        let (decision, destination_arn) = match Meta::of(&record) {
+            Some(Err(error)) => {
+                *summary.by_class.entry("unreadable".into()).or_default() += 1;
+                (
+                    Some(Decision::ManualReview {
+                        reason: format!("unreadable redrive metadata: {error}"),
+                    }),
+                    None,
+                )
+            }
+            meta => {
+                let meta = meta.and_then(Result::ok);
+                let class = meta.as_ref().map_or("none", |m| m.error_class.as_str());
+                *summary.by_class.entry(class.into()).or_default() += 1;
+                let failed_at = meta.as_ref().map_or(sent_ms, |m| m.last_failure_at.0);
+                let destination_arn = plan.destination_arn.clone().or_else(|| {
+                    meta.as_ref()
+                        .map(|m| m.origin_queue_arn.to_string())
+                        .filter(|arn| !arn.is_empty())
+                });
+                let age = now.saturating_sub(failed_at);
+                let decision = if !plan.filter.admits(&record, meta.as_ref(), age) {
+                    None
+                } else if plan.force {
+                    Some(self.policy.decide_requested(meta.as_ref()))
+                } else {
+                    Some(self.policy.decide(meta.as_ref(), sent_ms, now))
+                };
+                (decision, destination_arn)
+            }
+        };
+        Examined {
+            record,
+            decision,
+            destination_arn,
+        }
+    }
+
+    /// Sends re-sent copies and archive copies, deletes what SQS confirmed, logs what is left.
+    async fn carry_out(
+        &self,
+        batch: &[Examined],
+        plan: &Plan,
+        urls: &mut HashMap<String, String>,
+        summary: &mut RedriveSummary,
+        left: &mut Vec<String>,
+    ) {
+        let now = self.clock.now_ms();
+        let mut outboxes: BTreeMap<&str, Outbox<'_>> = BTreeMap::new();
+        let mut archive = Outbox::default();
+        let mut delete = vec![false; batch.len()];
+        for (index, examined) in batch.iter().enumerate() {
+            let record = &examined.record;
+            let id = record.message_id.as_deref().unwrap_or_default();
+            match &examined.decision {
+                None => summary.filtered_out += 1,
+                Some(Decision::NotYet { .. }) => summary.not_yet += 1,
+                Some(Decision::ManualReview { reason }) => {
+                    summary.manual_review += 1;
+                    tracing::info!(message_id = id, %reason, "left for manual review");
+                }
+                Some(Decision::Alert { reason }) => {
+                    summary.alerted += 1;
+                    tracing::error!(message_id = id, %reason, meta = meta_text(record), "redrive cap reached: needs a person");
+                }
+                Some(Decision::Discard { reason }) => {
+                    tracing::warn!(message_id = id, %reason, dry_run = plan.dry_run, body = record.body.as_deref().unwrap_or_default(), meta = meta_text(record), "discarded");
+                    match (plan.dry_run, &self.archive_url, as_is(record)) {
+                        (true, _, _) => summary.discarded += 1,
+                        (false, None, _) => {
+                            summary.discarded += 1;
+                            delete[index] = true;
+                        }
+                        (false, Some(_), Some(copy)) => archive.push(index, copy),
+                        (false, Some(_), None) => summary.send_failures += 1,
+                    }
+                }
+                Some(Decision::Reprocess) => match (&examined.destination_arn, plan.dry_run) {
+                    (None, _) => {
+                        summary.manual_review += 1;
+                        tracing::info!(message_id = id, "left for manual review: SQS moved it without metadata, so it names no origin; give a destination");
+                    }
+                    (Some(_), true) => summary.reprocessed += 1,
+                    (Some(arn), false) => match redriven(record, arn, now) {
+                        Some(copy) => outboxes.entry(arn).or_default().push(index, copy),
+                        None => summary.send_failures += 1,
+                    },
+                },
+            }
+        }
+
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        for (arn, outbox) in &outboxes {
+            let url = match urls.get(*arn) {
+                Some(url) => url.clone(),
+                None => match self.queue.queue_url(arn).await {
+                    Ok(url) => urls.entry(arn.to_string()).or_insert(url).clone(),
+                    Err(error) => {
+                        let reason = error.to_string();
+                        failed.extend(outbox.indexes.iter().map(|&i| (i, reason.clone())));
+                        continue;
+                    }
+                },
+            };
+            let before = failed.len();
+            outbox.flush(&self.queue, &url, &mut failed).await;
+            let refused: HashSet<usize> = failed[before..].iter().map(|(i, _)| *i).collect();
+            for &index in outbox.indexes.iter().filter(|i| !refused.contains(i)) {
+                summary.reprocessed += 1;
+                delete[index] = true;
+            }
+        }
+        if let Some(url) = &self.archive_url {
+            let before = failed.len();
+            archive.flush(&self.queue, url, &mut failed).await;
+            let refused: HashSet<usize> = failed[before..].iter().map(|(i, _)| *i).collect();
+            for &index in archive.indexes.iter().filter(|i| !refused.contains(i)) {
+                summary.discarded += 1;
+                delete[index] = true;
+            }
+        }
+        for (index, reason) in &failed {
+            let id = batch[*index]
+                .record
+                .message_id
+                .as_deref()
+                .unwrap_or_default();
+            tracing::error!(message_id = id, error = %reason, "send not confirmed: the message stays in the DLQ");
+            summary.send_failures += 1;
+        }
+
+        let (mut done, mut stay) = (Vec::new(), Vec::new());
+        for (examined, delete) in batch.iter().zip(delete) {
+            if let Some(handle) = examined.record.receipt_handle.as_deref() {
+                match delete {
+                    true => done.push(handle),
+                    false => stay.push(handle.to_owned()),
+                }
+            }
+        }
+        left.extend(stay);
+        for handles in done.chunks(10) {
+            let refused = match self.queue.delete_batch(&plan.source_url, handles).await {
+                Ok(failures) => failures.len(),
+                Err(error) => {
+                    tracing::error!(%error, "delete not confirmed: those messages will be examined again");
+                    handles.len()
+                }
+            };
+            summary.delete_failures += u32::try_from(refused).unwrap_or(u32::MAX);
+        }
+    }
+
+    /// Makes the messages this run left in the DLQ visible again.
+    async fn release(&self, queue_url: &str, handles: &[String], summary: &mut RedriveSummary) {
+        for chunk in handles.chunks(10) {
+            let changes: Vec<VisibilityChange<'_>> = chunk
+                .iter()
+                .map(|receipt_handle| VisibilityChange {
+                    receipt_handle,
+                    timeout: Duration::ZERO,
+                })
+                .collect();
+            if let Err(error) = self
+                .queue
+                .change_visibility_batch(queue_url, &changes)
+                .await
+            {
+                // Not lost: they reappear when the hold runs out.
+                tracing::warn!(%error, hold_seconds = HOLD.as_secs(), summary.source, "could not release messages early");
+            }
+        }
+    }
+}
+
+impl Filter {
+    fn admits(&self, record: &SqsRecord<'_>, meta: Option<&Meta<'_>>, age: u64) -> bool {
+        let age = Duration::from_millis(age);
+        (self.classes.is_empty() || meta.is_some_and(|m| self.classes.contains(&m.error_class)))
+            && (self.kinds.is_empty()
+                || meta.is_some_and(|m| self.kinds.iter().any(|k| *k == *m.error_kind)))
+            && self.min_age.is_none_or(|min| age >= min)
+            && self.max_age.is_none_or(|max| age <= max)
+            && self.attribute.as_ref().is_none_or(|wanted| {
+                original_attribute(record, meta, &wanted.name) == Some(wanted.value.as_str())
+            })
+    }
+}
+
+/// A String attribute of the original message, also when it was packed into the metadata.
+fn original_attribute<'r>(
+    record: &'r SqsRecord<'r>,
+    meta: Option<&'r Meta<'r>>,
+    name: &str,
+) -> Option<&'r str> {
+    meta.and_then(|m| m.attributes.as_ref())
+        .and_then(|packed| packed.get(name))
+        .or_else(|| record.message_attributes.get(name))
+        .and_then(|value| value.string_value.as_deref())
+}
+
+fn meta_text<'r>(record: &'r SqsRecord<'r>) -> &'r str {
+    record
+        .message_attributes
+        .get(crate::envelope::META_ATTRIBUTE)
+        .and_then(|value| value.string_value.as_deref())
+        .unwrap_or_default()
+}
+
+/// The copy sent back to `destination_arn`: a fresh set of attempts, `reprocessCount` + 1, the
+/// failure history kept. A message SQS moved by itself gets metadata here for the first time.
+fn redriven<'r>(
+    record: &'r SqsRecord<'r>,
+    destination_arn: &str,
+    now: u64,
+) -> Option<crate::envelope::OutgoingMessage<'r>> {
+    let id = record.message_id.as_deref().unwrap_or_default();
+    let mut meta = match Meta::of(record) {
+        Some(Ok(meta)) => meta,
+        _ => {
+            let sent = record
+                .attributes
+                .sent_timestamp
+                .as_deref()
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(now);
+            Meta {
+                v: META_VERSION,
+                attempts: 0,
+                due_at: None,
+                origin_queue_arn: Text::from(destination_arn.to_owned()),
+                origin_message_id: Text::from(id),
+                first_failure_at: Timestamp(sent),
+                last_failure_at: Timestamp(sent),
+                error_class: ErrorClass::Transient,
+                error_kind: Text::from("max_receive_count"),
+                error_message: Text::from("moved to the DLQ by SQS after maxReceiveCount receives"),
+                reprocess_count: 0,
+                attributes: None,
+            }
+        }
+    };
+    meta.attempts = 0;
+    meta.due_at = None;
+    meta.reprocess_count += 1;
+    let count = meta.reprocess_count;
+    let mut copy = annotate(record, meta).ok()?;
+    if destination_arn.ends_with(".fifo") {
+        copy.group_id = Some(
+            record
+                .attributes
+                .message_group_id
+                .clone()
+                .unwrap_or_else(|| Text::from("redrive")),
+        );
+        copy.deduplication_id = Some(Text::from(format!("{id}-r{count}")));
+    }
+    Some(copy)
+}
+
+/// The message as it is (body, attributes, metadata) for the archive queue.
+fn as_is<'r>(record: &'r SqsRecord<'r>) -> Option<crate::envelope::OutgoingMessage<'r>> {
+    match Meta::of(record) {
+        Some(Ok(meta)) => annotate(record, meta).ok(),
+        _ => Some(crate::envelope::OutgoingMessage {
+            body: record.body.clone().unwrap_or_default(),
+            attributes: record
+                .message_attributes
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
+            delay_seconds: 0,
+            group_id: None,
+            deduplication_id: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::event::MessageAttribute;
+    use crate::port::{Call, RecordingQueue};
+
+    const NOW: u64 = 1_763_790_000_000;
+    const HOUR: u64 = 3_600_000;
+    const DLQ: &str = "https://sqs.local/123456789012/orders-dlq";
+    const ORIGIN_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
+    const ORIGIN: &str = "https://sqs.local/123456789012/orders";
+
+    fn dead_letter(
+        id: &str,
+        class: Option<ErrorClass>,
+        reprocess_count: u32,
+    ) -> SqsRecord<'static> {
+        failed_ago(id, class, reprocess_count, HOUR)
+    }
+
+    fn failed_ago(
+        id: &str,
+        class: Option<ErrorClass>,
+        reprocess_count: u32,
+        ago: u64,
+    ) -> SqsRecord<'static> {
+        let mut record = SqsRecord {
+            message_id: Some(Text::from(id.to_owned())),
+            receipt_handle: Some(Text::from(format!("rh-{id}"))),
+            body: Some(Text::from(format!("{{\"id\":\"{id}\"}}"))),
+            ..SqsRecord::default()
+        };
+        record.attributes.sent_timestamp = Some(Text::from((NOW - 2 * HOUR).to_string()));
+        let tenant = MessageAttribute {
+            string_value: Some(Text::from("acme")),
+            binary_value: None,
+            data_type: Text::from("String"),
+        };
+        record
+            .message_attributes
+            .insert(Text::from("tenant"), tenant);
+        if let Some(class) = class {
+            let meta = Meta {
+                v: META_VERSION,
+                attempts: 5,
+                due_at: None,
+                origin_queue_arn: Text::from(ORIGIN_ARN),
+                origin_message_id: Text::from(id.to_owned()),
+                first_failure_at: Timestamp(NOW - 2 * HOUR),
+                last_failure_at: Timestamp(NOW - ago),
+                error_class: class,
+                error_kind: Text::from("payment_timeout"),
+                error_message: Text::from("timed out"),
+                reprocess_count,
+                attributes: None,
+            };
+            let copy = annotate(&record, meta).unwrap().into_owned();
+            record.message_attributes = copy.attributes.into_iter().collect();
+        }
+        record
+    }
+
+    fn reprocessor(settings: &ReprocessSettings) -> Reprocessor<RecordingQueue> {
+        Reprocessor::new(RecordingQueue::default(), settings)
+            .with_clock(Arc::new(ManualClock::at(NOW)))
+    }
+
+    fn settings() -> ReprocessSettings {
+        ReprocessSettings::from_lookup([], |_| None).unwrap()
+    }
+
+    fn plan(command: RedriveCommand) -> Plan {
+        RedriveCommand {
+            source: Some(DLQ.into()),
+            ..command
+        }
+        .plan(&settings())
+        .unwrap()
+    }
+
+    fn released(queue: &RecordingQueue) -> Vec<String> {
+        queue
+            .calls()
+            .into_iter()
+            .filter_map(|call| match call {
+                Call::ChangeVisibility { changes, .. } => Some(changes),
+                _ => None,
+            })
+            .flatten()
+            .map(|(handle, timeout)| {
+                assert_eq!(timeout, Duration::ZERO);
+                handle
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn eligible_messages_go_back_to_their_origin_and_are_deleted_only_after_the_send() {
+        let reprocessor = reprocessor(&settings());
+        let queue = reprocessor.queue();
+        queue.stock(
+            DLQ,
+            [
+                dead_letter("due", Some(ErrorClass::Transient), 0),
+                dead_letter("invalid", Some(ErrorClass::Permanent), 0),
+                dead_letter("capped", Some(ErrorClass::Transient), 3),
+                failed_ago("recent", Some(ErrorClass::Transient), 2, 10 * 60_000),
+            ],
+        );
+        let summary = reprocessor
+            .run(&plan(RedriveCommand::default()), None, |_| {})
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                summary.examined,
+                summary.reprocessed,
+                summary.manual_review,
+                summary.alerted,
+                summary.not_yet
+            ),
+            (4, 1, 1, 1, 1)
+        );
+        let sent = queue.sent_to(ORIGIN);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(&*sent[0].body, "{\"id\":\"due\"}");
+        assert_eq!(sent[0].attribute("tenant"), Some("acme"));
+        let meta: Meta<'_> = serde_json::from_str(sent[0].attribute("redrive").unwrap()).unwrap();
+        assert_eq!((meta.attempts, meta.reprocess_count), (0, 1));
+        assert_eq!(&*meta.error_kind, "payment_timeout", "history kept");
+        assert_eq!(queue.deleted_from(DLQ), ["rh-due"]);
+        let send_at = queue
+            .calls()
+            .iter()
+            .position(|c| matches!(c, Call::Send { .. }));
+        let delete_at = queue
+            .calls()
+            .iter()
+            .position(|c| matches!(c, Call::Delete { .. }));
+        assert!(send_at < delete_at, "send first, delete after");
+        assert_eq!(released(queue), ["rh-invalid", "rh-capped", "rh-recent"]);
+    }
+
+    #[tokio::test]
+    async fn a_refused_send_leaves_the_message_in_the_dlq() {
+        let reprocessor = reprocessor(&settings());
+        let queue = reprocessor.queue();
+        queue.stock(
+            DLQ,
+            [
+                dead_letter("ok", Some(ErrorClass::Transient), 0),
+                dead_letter("refused", Some(ErrorClass::Transient), 0),
+            ],
+        );
+        queue.refuse_entries_containing("refused");
+        let summary = reprocessor
+            .run(&plan(RedriveCommand::default()), None, |_| {})
+            .await
+            .unwrap();
+        assert_eq!((summary.reprocessed, summary.send_failures), (1, 1));
+        assert_eq!(queue.deleted_from(DLQ), ["rh-ok"]);
+        assert_eq!(released(queue), ["rh-refused"]);
+
+        let reprocessor = reprocessor_failing_origin();
+        let summary = reprocessor
+            .run(&plan(RedriveCommand::default()), None, |_| {})
+            .await
+            .unwrap();
+        assert_eq!((summary.reprocessed, summary.send_failures), (0, 1));
+        assert!(reprocessor.queue().deleted_from(DLQ).is_empty());
+    }
+
+    fn reprocessor_failing_origin() -> Reprocessor<RecordingQueue> {
+        let reprocessor = reprocessor(&settings());
+        reprocessor
+            .queue()
+            .stock(DLQ, [dead_letter("a", Some(ErrorClass::Transient), 0)]);
+        reprocessor.queue().fail_calls_to(ORIGIN);
+        reprocessor
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_sends_and_deletes_nothing() {
+        let reprocessor = reprocessor(&settings());
+        let queue = reprocessor.queue();
+        queue.stock(
+            DLQ,
+            [
+                dead_letter("due", Some(ErrorClass::Transient), 0),
+                dead_letter("invalid", Some(ErrorClass::Permanent), 0),
+            ],
+        );
+        let command = RedriveCommand {
+            dry_run: true,
+            ..RedriveCommand::default()
+        };
+        let summary = reprocessor.run(&plan(command), None, |_| {}).await.unwrap();
+        assert_eq!((summary.reprocessed, summary.manual_review), (1, 1));
+        assert!(queue
+            .calls()
+            .iter()
+            .all(|c| matches!(c, Call::Receive { .. } | Call::ChangeVisibility { .. })));
+        assert_eq!(released(queue), ["rh-due", "rh-invalid"]);
+    }
+
+    #[tokio::test]
+    async fn messages_sqs_moved_itself_need_a_destination() {
+        let reprocessor = reprocessor(&settings());
+        reprocessor
+            .queue()
+            .stock(DLQ, [dead_letter("moved", None, 0)]);
+        let summary = reprocessor
+            .run(&plan(RedriveCommand::default()), None, |_| {})
+            .await
+            .unwrap();
+        assert_eq!((summary.manual_review, summary.reprocessed), (1, 0));
+        assert_eq!(summary.by_class.get("none"), Some(&1));
+
+        let reprocessor = self::reprocessor(&settings());
+        reprocessor
+            .queue()
+            .stock(DLQ, [dead_letter("moved", None, 0)]);
+        let command = RedriveCommand {
+            destination: Some(ORIGIN_ARN.into()),
+            ..RedriveCommand::default()
+        };
+        let summary = reprocessor.run(&plan(command), None, |_| {}).await.unwrap();
+        assert_eq!(summary.reprocessed, 1);
+        let sent = reprocessor.queue().sent_to(ORIGIN);
+        let meta: Meta<'_> = serde_json::from_str(sent[0].attribute("redrive").unwrap()).unwrap();
+        assert_eq!(
+            (meta.reprocess_count, &*meta.error_kind),
+            (1, "max_receive_count")
+        );
+    }
+
+    #[tokio::test]
+    async fn filters_and_force_pick_what_an_operator_asked_for() {
+        let reprocessor = reprocessor(&settings());
+        let queue = reprocessor.queue();
+        let mut other_tenant = dead_letter("globex", Some(ErrorClass::Permanent), 0);
+        other_tenant
+            .message_attributes
+            .get_mut("tenant")
+            .unwrap()
+            .string_value = Some(Text::from("globex"));
+        queue.stock(
+            DLQ,
+            [
+                dead_letter("invalid", Some(ErrorClass::Permanent), 0),
+                other_tenant,
+                dead_letter("transient", Some(ErrorClass::Transient), 0),
+            ],
+        );
+        let command = RedriveCommand {
+            error_classes: vec![ErrorClass::Permanent],
+            attribute: Some(AttributeFilter {
+                name: "tenant".into(),
+                value: "acme".into(),
+            }),
+            min_age: Some("30m".into()),
+            force: true,
+            ..RedriveCommand::default()
+        };
+        let summary = reprocessor.run(&plan(command), None, |_| {}).await.unwrap();
+        assert_eq!((summary.reprocessed, summary.filtered_out), (1, 2));
+        assert_eq!(queue.deleted_from(DLQ), ["rh-invalid"]);
+    }
+
+    #[test]
+    fn commands_are_checked_with_clear_errors() {
+        let bad: [(&str, &str); 4] = [
+            (r#"{"source":"u","minAge":"soon"}"#, "minAge"),
+            (r#"{"source":"u","destination":"orders"}"#, "destination"),
+            (r#"{"source":"u","ratePerSecond":0}"#, "ratePerSecond"),
+            (r#"{}"#, "source"),
+        ];
+        for (json, field) in bad {
+            let command: RedriveCommand = serde_json::from_str(json).unwrap();
+            assert_eq!(command.plan(&settings()).unwrap_err().name, field);
+        }
+        let typo = serde_json::from_str::<RedriveCommand>(r#"{"dryrun":true}"#).unwrap_err();
+        assert!(
+            typo.to_string().contains("unknown field `dryrun`"),
+            "{typo}"
+        );
+    }
+
+    #[test]
+    fn the_summary_is_one_emf_line() {
+        let summary = RedriveSummary {
+            source: DLQ.into(),
+            examined: 3,
+            reprocessed: 2,
+            ..RedriveSummary::default()
+        };
+        let line: serde_json::Value =
+            serde_json::from_str(&summary.emf_line("redrive", NOW)).unwrap();
+        assert_eq!(line["Source"], "orders-dlq");
+        assert_eq!(line["Reprocessed"], 2);
+        assert_eq!(
+            line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .unwrap()
+                .len(),
+            9
+        );
+    }
+}
