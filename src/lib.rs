@@ -33,7 +33,10 @@ pub mod config;
 pub mod envelope;
 pub mod error;
 pub mod event;
+pub mod eventbridge;
 pub mod fate;
+#[cfg(feature = "lambda")]
+pub mod lambda;
 pub mod metrics;
 pub mod port;
 pub mod processor;

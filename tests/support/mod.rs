@@ -180,7 +180,7 @@ impl Stack {
         let mut context = Context::default();
         context.deadline = deadline_ms;
         let event = LambdaEvent::new(RawValue::from_string(event).unwrap(), context);
-        let processed = sqs_consumer::handle_batch(event, &self.processor, &self.consumer)
+        let processed = redrive::lambda::handle_batch(event, &self.processor, &self.consumer)
             .await
             .map_err(|e| e.to_string())?;
         Ok(serde_json::to_string(&processed.response).unwrap())

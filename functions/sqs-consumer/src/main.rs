@@ -27,8 +27,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
 
     lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| async {
         let function = event.context.env_config.function_name.clone();
-        let processed = sqs_consumer::handle_batch(event, &processor, &handler).await?;
-        Ok::<_, lambda_runtime::Error>(sqs_consumer::respond(processed, namespace, &function))
+        let processed = redrive::lambda::handle_batch(event, &processor, &handler).await?;
+        Ok::<_, lambda_runtime::Error>(redrive::lambda::respond(processed, namespace, &function))
     }))
     .await
 }

@@ -68,14 +68,18 @@ impl<P: PaymentGateway> OrdersHandler<P> {
     pub fn payments(&self) -> &P {
         &self.payments
     }
+
+    /// Validates and charges one order; `attempt` is 1 on the first delivery.
+    pub async fn charge(&self, order: &Order<'_>, attempt: u32) -> Result<(), RecordError> {
+        order.validate()?;
+        self.breaker
+            .call(|| async { Ok(self.payments.charge(order, attempt).await?) })
+            .await
+    }
 }
 
 impl<P: PaymentGateway> RecordHandler for OrdersHandler<P> {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
-        let order: Order<'_> = message.json()?;
-        order.validate()?;
-        self.breaker
-            .call(|| async { Ok(self.payments.charge(&order, message.attempt()).await?) })
-            .await
+        self.charge(&message.json()?, message.attempt()).await
     }
 }

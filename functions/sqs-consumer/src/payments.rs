@@ -88,6 +88,23 @@ impl SimulatedPayments {
         })
     }
 
+    /// The knobs in an env file such as `events/sqs-consumer.env` (`NAME=value` lines, `#` comments).
+    pub fn from_env_file(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| ConfigError::new("env file", &path.display().to_string(), error))?;
+        let pairs: Vec<(&str, &str)> = text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with('#'))
+            .filter_map(|line| line.split_once('='))
+            .collect();
+        Self::from_lookup(|name| {
+            pairs
+                .iter()
+                .find(|(key, _)| key.trim() == name)
+                .map(|(_, value)| value.trim().to_owned())
+        })
+    }
+
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let rate = |name: &str| match get(name) {
             None => Ok(0.0),

@@ -23,26 +23,9 @@ struct Outcome {
 }
 
 fn knobs() -> SimulatedPayments {
-    let env = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../events/sqs-consumer.env"
-    ))
-    .unwrap();
-    let pairs: Vec<(String, String)> = env
-        .lines()
-        .filter(|line| !line.starts_with('#') && line.contains('='))
-        .map(|line| {
-            line.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .unwrap()
-        })
-        .collect();
-    SimulatedPayments::from_lookup(|name| {
-        pairs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    })
+    SimulatedPayments::from_env_file(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/sqs-consumer.env"),
+    )
     .unwrap()
 }
 
@@ -66,8 +49,8 @@ async fn invoke(file: &str) -> Result<Outcome, redrive::BatchError> {
     let mut context = Context::default();
     context.deadline = SystemClock.now_ms() + 30_000;
     let event = LambdaEvent::new(RawValue::from_string(json).unwrap(), context);
-    let response = sqs_consumer::respond(
-        sqs_consumer::handle_batch(event, &processor, &handler).await?,
+    let response = redrive::lambda::respond(
+        redrive::lambda::handle_batch(event, &processor, &handler).await?,
         "redrive",
         "orders",
     );

@@ -91,7 +91,7 @@ impl Lane {
                     RawValue::from_string(event).map_err(|e| e.to_string())?,
                     context,
                 );
-                let processed = sqs_consumer::handle_batch(event, processor, handler)
+                let processed = redrive::lambda::handle_batch(event, processor, handler)
                     .await
                     .map_err(|e| e.to_string())?;
                 report = Some(processed.report);

@@ -1,0 +1,24 @@
+use event_consumer::{handle_event, EventError};
+use lambda_runtime::{service_fn, LambdaEvent};
+use redrive::{CircuitBreaker, Settings};
+use serde_json::value::RawValue;
+use sqs_consumer::orders::OrdersHandler;
+use sqs_consumer::payments::SimulatedPayments;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let settings = Settings::from_env()?;
+    let orders = OrdersHandler::new(
+        SimulatedPayments::from_env()?,
+        CircuitBreaker::new("payments", settings.breaker),
+    );
+    let orders = &orders;
+    lambda_runtime::run(service_fn(
+        move |event: LambdaEvent<Box<RawValue>>| async move {
+            handle_event(event.payload.get(), orders).await?;
+            Ok::<_, EventError>(())
+        },
+    ))
+    .await
+}

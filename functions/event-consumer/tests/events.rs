@@ -1,0 +1,71 @@
+//! The sample order event through the real handler: what Lambda reports for each outcome.
+use std::path::Path;
+
+use event_consumer::handle_event;
+use lambda_runtime::Diagnostic;
+use redrive::{BreakerSettings, CircuitBreaker};
+use sqs_consumer::orders::OrdersHandler;
+use sqs_consumer::payments::SimulatedPayments;
+
+fn events() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../events"))
+}
+
+fn orders() -> OrdersHandler<SimulatedPayments> {
+    let payments = SimulatedPayments::from_env_file(&events().join("sqs-consumer.env")).unwrap();
+    let breaker = BreakerSettings {
+        threshold: 0,
+        ..BreakerSettings::default()
+    };
+    OrdersHandler::new(payments, CircuitBreaker::new("payments", breaker))
+}
+
+fn sample_event() -> serde_json::Value {
+    let text = std::fs::read_to_string(events().join("eventbridge-order-event.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+async fn invoke(
+    orders: &OrdersHandler<SimulatedPayments>,
+    event: &serde_json::Value,
+) -> Result<(), Diagnostic> {
+    handle_event(&event.to_string(), orders)
+        .await
+        .map_err(Diagnostic::from)
+}
+
+#[tokio::test]
+async fn a_transient_failure_is_reported_as_transient_and_succeeds_when_redriven() {
+    let orders = orders();
+    let mut event = sample_event();
+    let error = invoke(&orders, &event).await.unwrap_err();
+    assert_eq!(error.error_type, "redrive.transient.payment_timeout");
+    assert!(orders.payments().charged.lock().unwrap().is_empty());
+
+    event["redrive-count"] = 1.into();
+    invoke(&orders, &event).await.unwrap();
+    assert_eq!(
+        orders.payments().charged.lock().unwrap().clone(),
+        [("o-1003".to_owned(), 2)]
+    );
+}
+
+#[tokio::test]
+async fn invalid_and_malformed_events_are_reported_as_permanent() {
+    let orders = orders();
+    let mut invalid = sample_event();
+    invalid["detail"]["amount"] = (-5.0).into();
+    let error = invoke(&orders, &invalid).await.unwrap_err();
+    assert_eq!(error.error_type, "redrive.permanent.invalid_order");
+    assert!(
+        error.error_message.contains("amount must be positive"),
+        "{}",
+        error.error_message
+    );
+
+    let malformed =
+        serde_json::json!({ "id": "x", "detail-type": "OrderPlaced", "detail": "not an order" });
+    let error = invoke(&orders, &malformed).await.unwrap_err();
+    assert_eq!(error.error_type, "redrive.permanent.malformed_event");
+    assert!(orders.payments().charged.lock().unwrap().is_empty());
+}

@@ -1,0 +1,370 @@
+//! EventBridge redrive: re-delivers an event that failed at one target to that target only.
+//!
+//! Two sources feed it, both SQS queues read through an event source mapping:
+//! - a rule target's dead-letter queue, where EventBridge writes the original event as the body
+//!   with the attributes `RULE_ARN`, `TARGET_ARN`, `ERROR_CODE`, `ERROR_MESSAGE`,
+//!   `EXHAUSTED_RETRY_CONDITION` and `RETRY_ATTEMPTS`;
+//! - a Lambda function's on-failure destination, where Lambda writes an invocation record whose
+//!   `requestPayload` is the event (asynchronous invocations, as EventBridge makes them).
+//!
+//! A `PutEvents` back onto the bus would reach every matching rule and duplicate the event at the
+//! targets that already had it, so the event goes straight to the failed target: SendMessage for an
+//! SQS target, an asynchronous Invoke for a Lambda target. Any other target is parked.
+//!
+//! Fates come from the [`crate::Processor`]: delivered events are done; a delivery that fails is
+//! transient (retried with backoff); parked events are permanent failures, sent to the redrive
+//! function's own DLQ (the parking queue) with the redrive metadata, to be redriven by an operator
+//! once the cause is fixed.
+use std::future::Future;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::config::EventRedriveSettings;
+use crate::envelope::OutgoingMessage;
+use crate::error::{PortError, RecordError};
+use crate::event::Text;
+use crate::port::QueuePort;
+use crate::processor::{Message, RecordHandler};
+
+/// Top-level field the redrive adds to an event it re-invokes a function with: how often the
+/// event was redriven. The loop guard reads it back from the next invocation record.
+pub const REDRIVE_COUNT_FIELD: &str = "redrive-count";
+
+/// Prefix of the Lambda `errorType` a function reports for a failure retrying cannot fix (see
+/// [`permanent_error_type`]); invocation records carrying it are parked, not redriven.
+pub const PERMANENT_ERROR_TYPE: &str = "redrive.permanent";
+
+/// The `errorType` for a function error of `kind`: `redrive.permanent.<kind>` for permanent
+/// errors, `redrive.transient.<kind>` otherwise.
+pub fn error_type(error: &RecordError) -> String {
+    match error.class() {
+        crate::ErrorClass::Transient => format!("redrive.transient.{}", error.kind()),
+        _ => format!("{PERMANENT_ERROR_TYPE}.{}", error.kind()),
+    }
+}
+
+/// The one port for Lambda calls.
+pub trait InvokePort: Send + Sync {
+    /// Invoke with InvocationType `Event`: Lambda queues the payload and answers 202, as it does
+    /// for EventBridge. `Err` when Lambda did not accept it.
+    fn invoke_async(
+        &self,
+        function_arn: &str,
+        payload: &str,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+}
+
+/// An event that failed to reach a target, as one of the two sources delivers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailedEvent<'a> {
+    /// From a rule target's DLQ.
+    TargetDlq {
+        rule_arn: &'a str,
+        target_arn: &'a str,
+        error_code: &'a str,
+        error_message: &'a str,
+        event: &'a str,
+    },
+    /// From a function's on-failure destination.
+    InvocationRecord {
+        function_arn: Text<'a>,
+        condition: Text<'a>,
+        error_type: Option<String>,
+        error_message: Option<String>,
+        event: &'a str,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InvocationRecord<'a> {
+    #[serde(borrow)]
+    request_context: RequestContext<'a>,
+    #[serde(borrow)]
+    request_payload: &'a RawValue,
+    #[serde(default)]
+    response_payload: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestContext<'a> {
+    #[serde(borrow)]
+    function_arn: Text<'a>,
+    #[serde(borrow, default)]
+    condition: Text<'a>,
+}
+
+impl<'a> FailedEvent<'a> {
+    /// Reads a message of either source. Anything else is a permanent `not_a_failed_event`.
+    pub fn read(message: &Message<'a>) -> Result<Self, RecordError> {
+        let attribute = |name: &str| {
+            message
+                .attribute(name)
+                .and_then(|value| value.string_value.as_deref())
+        };
+        if let Some(target_arn) = attribute("TARGET_ARN") {
+            return Ok(Self::TargetDlq {
+                rule_arn: attribute("RULE_ARN").unwrap_or_default(),
+                target_arn,
+                error_code: attribute("ERROR_CODE").unwrap_or_default(),
+                error_message: attribute("ERROR_MESSAGE").unwrap_or_default(),
+                event: message.body(),
+            });
+        }
+        let record: InvocationRecord<'a> =
+            serde_json::from_str(message.body()).map_err(|error| {
+                RecordError::permanent(
+                    "not_a_failed_event",
+                    format!(
+                    "neither an EventBridge DLQ message (no TARGET_ARN attribute) nor a Lambda \
+                     invocation record ({error})"
+                ),
+                )
+            })?;
+        let field = |name: &str| {
+            record
+                .response_payload
+                .as_ref()
+                .and_then(|payload| payload.get(name))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        Ok(Self::InvocationRecord {
+            error_type: field("errorType"),
+            error_message: field("errorMessage"),
+            function_arn: record.request_context.function_arn,
+            condition: record.request_context.condition,
+            event: record.request_payload.get(),
+        })
+    }
+}
+
+/// The record handler of `functions/eventbridge-redrive`.
+pub struct EventRedrive<Q, L> {
+    queue: Q,
+    lambda: L,
+    settings: EventRedriveSettings,
+}
+
+impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
+    pub fn new(queue: Q, lambda: L, settings: EventRedriveSettings) -> Self {
+        Self {
+            queue,
+            lambda,
+            settings,
+        }
+    }
+
+    pub fn lambda(&self) -> &L {
+        &self.lambda
+    }
+
+    pub fn queue(&self) -> &Q {
+        &self.queue
+    }
+
+    async fn redeliver(&self, target_arn: &str, event: &str) -> Result<(), RecordError> {
+        let redriven = redrive_count(event)?;
+        if redriven >= self.settings.max_redrives {
+            return Err(RecordError::permanent(
+                "redrive_cap",
+                format!(
+                    "redriven {redriven} times already (cap {}): parked so it cannot loop",
+                    self.settings.max_redrives
+                ),
+            ));
+        }
+        match target_kind(target_arn) {
+            Some(Target::Queue) => self.send(target_arn, event).await,
+            Some(Target::Function) => {
+                let payload = with_redrive_count(event, redriven + 1)?;
+                self.lambda
+                    .invoke_async(target_arn, &payload)
+                    .await
+                    .map_err(|error| delivery_error("invoke_failed", error))
+            }
+            None => Err(RecordError::permanent(
+                "unsupported_target",
+                format!(
+                    "target {target_arn} is neither an SQS queue nor a Lambda function; a \
+                     PutEvents would reach every matching rule, so it is parked for an operator \
+                     (README: EventBridge targets other than SQS and Lambda)"
+                ),
+            )),
+        }
+    }
+
+    /// The original event, byte for byte, as the body EventBridge would have sent.
+    async fn send(&self, queue_arn: &str, event: &str) -> Result<(), RecordError> {
+        let url = self
+            .queue
+            .queue_url(queue_arn)
+            .await
+            .map_err(|error| delivery_error("send_failed", error))?;
+        let fifo = queue_arn.ends_with(".fifo");
+        let id = serde_json::from_str::<EventId<'_>>(event)
+            .ok()
+            .map(|e| e.id.into_owned());
+        let message = OutgoingMessage {
+            body: Text::from(event),
+            attributes: Vec::new(),
+            delay_seconds: 0,
+            group_id: fifo.then(|| Text::from("redrive")),
+            deduplication_id: fifo.then(|| Text::from(id.unwrap_or_default())),
+        };
+        match self.queue.send_batch(&url, &[message]).await {
+            Ok(refused) if refused.is_empty() => Ok(()),
+            Ok(refused) => Err(RecordError::transient(
+                "send_failed",
+                format!("SQS refused the event: {}", refused[0].message),
+            )),
+            Err(error) => Err(delivery_error("send_failed", error)),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct EventId<'a> {
+    #[serde(borrow, default)]
+    id: Text<'a>,
+}
+
+impl<Q: QueuePort, L: InvokePort> RecordHandler for EventRedrive<Q, L> {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        match FailedEvent::read(message)? {
+            FailedEvent::TargetDlq {
+                target_arn,
+                error_code,
+                error_message,
+                event,
+                ..
+            } => {
+                if self
+                    .settings
+                    .parked_error_codes
+                    .iter()
+                    .any(|c| c == error_code)
+                {
+                    return Err(RecordError::permanent(
+                        format!("parked_{}", error_code.to_ascii_lowercase()),
+                        format!(
+                            "EventBridge could not deliver to {target_arn}: {error_code} \
+                             ({error_message}); retrying cannot help until it is fixed"
+                        ),
+                    ));
+                }
+                self.redeliver(target_arn, event).await
+            }
+            FailedEvent::InvocationRecord {
+                function_arn,
+                error_type,
+                error_message,
+                event,
+                ..
+            } => {
+                if let Some(error_type) = error_type
+                    .as_deref()
+                    .filter(|t| t.starts_with(PERMANENT_ERROR_TYPE))
+                {
+                    return Err(RecordError::permanent(
+                        "function_permanent_error",
+                        format!(
+                            "{function_arn} failed with {error_type}: {}",
+                            error_message.as_deref().unwrap_or_default()
+                        ),
+                    ));
+                }
+                self.redeliver(&function_arn, event).await
+            }
+        }
+    }
+}
+
+enum Target {
+    Queue,
+    Function,
+}
+
+fn target_kind(arn: &str) -> Option<Target> {
+    match arn.split(':').nth(2) {
+        Some("sqs") => Some(Target::Queue),
+        Some("lambda") => Some(Target::Function),
+        _ => None,
+    }
+}
+
+/// How often an event was redriven (the [`REDRIVE_COUNT_FIELD`] it carries; 0 without one).
+pub fn redrive_count(event: &str) -> Result<u32, RecordError> {
+    #[derive(Deserialize)]
+    struct Count {
+        #[serde(rename = "redrive-count", default)]
+        count: u32,
+    }
+    serde_json::from_str::<Count>(event)
+        .map(|c| c.count)
+        .map_err(|error| RecordError::permanent("malformed_event", error))
+}
+
+/// The event with its [`REDRIVE_COUNT_FIELD`] set to `count`; every other field unchanged.
+fn with_redrive_count(event: &str, count: u32) -> Result<String, RecordError> {
+    let mut fields: serde_json::Map<String, serde_json::Value> = serde_json::from_str(event)
+        .map_err(|error| RecordError::permanent("malformed_event", error))?;
+    fields.insert(REDRIVE_COUNT_FIELD.into(), count.into());
+    Ok(serde_json::Value::Object(fields).to_string())
+}
+
+/// Missing targets and missing permissions do not heal by retrying; anything else may.
+fn delivery_error(kind: &'static str, error: PortError) -> RecordError {
+    const LASTING: [&str; 5] = [
+        "AccessDenied",
+        "ResourceNotFound",
+        "NonExistentQueue",
+        "QueueDoesNotExist",
+        "is not an SQS queue ARN",
+    ];
+    match LASTING.iter().any(|code| error.message.contains(code)) {
+        true => RecordError::permanent(kind, error),
+        false => RecordError::transient(kind, error),
+    }
+}
+
+/// Records every invoke and accepts it, unless told to refuse a function. For tests: moto cannot
+/// run Lambda code without Docker.
+#[derive(Default)]
+pub struct RecordingInvoker {
+    invokes: std::sync::Mutex<Vec<(String, String)>>,
+    refused: std::sync::Mutex<Option<(String, String)>>,
+}
+
+impl RecordingInvoker {
+    /// Refuse every invoke of `function_arn` with `message` (an AWS error text).
+    pub fn refuse(&self, function_arn: &str, message: &str) {
+        *self.refused.lock().unwrap() = Some((function_arn.to_owned(), message.to_owned()));
+    }
+
+    /// `(function ARN, payload)` of every accepted invoke, in order.
+    pub fn invokes(&self) -> Vec<(String, String)> {
+        self.invokes.lock().unwrap().clone()
+    }
+}
+
+impl InvokePort for RecordingInvoker {
+    async fn invoke_async(&self, function_arn: &str, payload: &str) -> Result<(), PortError> {
+        if let Some((_, message)) = self
+            .refused
+            .lock()
+            .unwrap()
+            .as_ref()
+            .filter(|(arn, _)| arn == function_arn)
+        {
+            return Err(PortError::new("Invoke", message));
+        }
+        self.invokes
+            .lock()
+            .unwrap()
+            .push((function_arn.to_owned(), payload.to_owned()));
+        Ok(())
+    }
+}

@@ -1,0 +1,70 @@
+//! Lambda glue shared by the functions (feature `lambda`): one SQS batch in, the partial batch
+//! response and one EMF line out.
+use crate::clock::{Clock, SystemClock};
+use crate::{BatchError, Processed, Processor, QueuePort, RecordHandler, SqsEvent};
+use lambda_runtime::LambdaEvent;
+use serde_json::value::RawValue;
+
+pub use aws_lambda_events::sqs::SqsBatchResponse;
+
+/// Handles one SQS batch: parses the event without copying and settles every record's fate.
+pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
+    event: LambdaEvent<Box<RawValue>>,
+    processor: &Processor<Q>,
+    handler: &H,
+) -> Result<Processed, BatchError> {
+    let (payload, context) = event.into_parts();
+    let sqs = SqsEvent::parse(payload.get())?;
+    tracing::debug!(
+        records = sqs.records.len(),
+        deadline_ms = context.deadline,
+        "batch received"
+    );
+    let now = SystemClock.now_ms();
+    processor
+        .process(
+            handler,
+            &sqs.records,
+            absolute_deadline(context.deadline, now),
+        )
+        .await
+}
+
+/// Writes the batch's figures as one EMF line on stdout (CloudWatch makes metrics of it) and
+/// returns the partial batch response for Lambda.
+pub fn respond(processed: Processed, metrics_namespace: &str, function: &str) -> SqsBatchResponse {
+    println!(
+        "{}",
+        processed
+            .report
+            .emf_line(metrics_namespace, function, SystemClock.now_ms())
+    );
+    processed.response
+}
+
+/// Lambda sends the deadline in ms since the epoch; `cargo lambda watch` sends its timeout
+/// (600000) instead. No real deadline lies before 2001, so such a value is read as relative.
+pub fn absolute_deadline(deadline_ms: u64, now_ms: u64) -> u64 {
+    const YEAR_2001_MS: u64 = 978_307_200_000;
+    match deadline_ms < YEAR_2001_MS {
+        true => now_ms.saturating_add(deadline_ms),
+        false => deadline_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::absolute_deadline;
+
+    #[test]
+    fn a_relative_deadline_from_cargo_lambda_watch_is_made_absolute() {
+        let now = 1_795_327_660_195;
+        assert_eq!(absolute_deadline(600_000, now), now + 600_000);
+        assert_eq!(
+            absolute_deadline(now + 30_000, now),
+            now + 30_000,
+            "Lambda's absolute deadline"
+        );
+        assert_eq!(absolute_deadline(0, now), now, "no time left");
+    }
+}

@@ -1,0 +1,245 @@
+//! `dlq`: the operator's tool for SQS dead-letter queues, on the redrive library. Works against
+//! AWS (the usual AWS_PROFILE / AWS_REGION) and against the local stack (AWS_ENDPOINT_URL).
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use redrive::clock::{Clock, SystemClock};
+use redrive::config::ReprocessSettings;
+use redrive::reprocess::{
+    browse, export_line, AttributeFilter, Inventory, RedriveCommand, RedriveSummary, Reprocessor,
+};
+use redrive::{ErrorClass, SqsQueue};
+
+/// Inspect, export and redrive SQS dead-letter queues without losing a message.
+///
+/// QUEUE is a queue URL, ARN or name. Reading commands (stats, peek, export) hide each message
+/// while they read and make it visible again at the end: nothing is consumed. `redrive` sends each
+/// chosen message back to the queue it failed in and deletes it from the DLQ only once SQS has
+/// confirmed the copy.
+///
+/// Examples:
+///   dlq stats orders-dlq
+///   dlq peek orders-dlq -n 3
+///   dlq export orders-dlq > dead-letters.jsonl
+///   dlq redrive orders-dlq --dry-run
+///   dlq redrive orders-dlq --error-kind payment_timeout --rate 20
+///   dlq redrive orders-dlq --error-class permanent --force    # after deploying a fix
+///   dlq move-task start orders-dlq
+#[derive(Parser)]
+#[command(name = "dlq", version, verbatim_doc_comment)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Count messages by error class, error kind, origin queue, redrive count and age.
+    Stats {
+        queue: String,
+        /// Messages to read at most.
+        #[arg(long, default_value_t = 10_000)]
+        max: u32,
+    },
+    /// Show the first messages (body, attributes, failure metadata) as JSON.
+    Peek {
+        queue: String,
+        #[arg(short = 'n', long, default_value_t = 5)]
+        count: u32,
+    },
+    /// Write every message as one JSON line to stdout, for an archive or a ticket.
+    Export {
+        queue: String,
+        #[arg(long, default_value_t = 10_000)]
+        max: u32,
+    },
+    /// Send eligible messages back to their origin queue (see the README's redrive policy).
+    Redrive(RedriveArgs),
+    /// SQS's native StartMessageMoveTask: moves everything, no filters, up to 500 messages/s.
+    #[command(subcommand)]
+    MoveTask(MoveTask),
+}
+
+#[derive(Args)]
+struct RedriveArgs {
+    queue: String,
+    /// Queue ARN to send to instead of each message's origin (needed for messages SQS moved
+    /// itself, which carry no origin).
+    #[arg(long)]
+    destination: Option<String>,
+    /// Messages to examine at most.
+    #[arg(long, default_value_t = 1000)]
+    max: u32,
+    /// Decide and count; send, delete and archive nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Only this error class (transient, permanent, panic); repeatable.
+    #[arg(long = "error-class", value_parser = parse_class)]
+    error_classes: Vec<ErrorClass>,
+    /// Only this error kind (payment_timeout, invalid_order, ...); repeatable.
+    #[arg(long = "error-kind")]
+    error_kinds: Vec<String>,
+    /// Only messages whose last failure is at least this old (30s, 10m, 2h).
+    #[arg(long)]
+    min_age: Option<String>,
+    /// Only messages whose last failure is at most this old.
+    #[arg(long)]
+    max_age: Option<String>,
+    /// Only messages with this String attribute, as NAME=VALUE.
+    #[arg(long, value_parser = parse_attribute)]
+    attribute: Option<AttributeFilter>,
+    /// Messages re-sent per second at most.
+    #[arg(long, default_value_t = 50.0)]
+    rate: f64,
+    /// You fixed the cause: also redrive what the policy leaves for review (permanent errors,
+    /// backoff not passed). The redrive cap still holds.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Subcommand)]
+enum MoveTask {
+    /// Start moving every message of a DLQ back to its source queue(s), or to --destination.
+    Start {
+        queue: String,
+        #[arg(long)]
+        destination: Option<String>,
+        /// Messages per second (SQS's default is its maximum, 500).
+        #[arg(long)]
+        rate: Option<u32>,
+    },
+    /// List the recent move tasks of a DLQ.
+    List { queue: String },
+    /// Cancel a running move task (its handle comes from `start` or `list`).
+    Cancel { task_handle: String },
+}
+
+fn parse_class(text: &str) -> Result<ErrorClass, String> {
+    serde_json::from_value(text.into())
+        .map_err(|_| format!("{text:?} is not an error class: transient, permanent or panic"))
+}
+
+fn parse_attribute(text: &str) -> Result<AttributeFilter, String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected NAME=VALUE"))?;
+    Ok(AttributeFilter {
+        name: name.to_owned(),
+        value: value.to_owned(),
+    })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("dlq: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let sqs = SqsQueue::lazy();
+    let mut out = std::io::stdout().lock();
+    match cli.command {
+        Command::Stats { queue, max } => {
+            let url = sqs.resolve(&queue).await?;
+            let depth = sqs.describe(&url).await?;
+            let records = browse(&sqs, &url, max).await?;
+            let inventory = Inventory::of(&records, SystemClock.now_ms());
+            let report = serde_json::json!({
+                "queue": url,
+                "approximate": { "visible": depth.visible, "inFlight": depth.in_flight, "delayed": depth.delayed },
+                "read": inventory,
+            });
+            writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        }
+        Command::Peek { queue, count } => {
+            let url = sqs.resolve(&queue).await?;
+            for record in browse(&sqs, &url, count).await? {
+                let line: serde_json::Value = serde_json::from_str(&export_line(&record))?;
+                writeln!(out, "{}", serde_json::to_string_pretty(&line)?)?;
+            }
+        }
+        Command::Export { queue, max } => {
+            let url = sqs.resolve(&queue).await?;
+            let records = browse(&sqs, &url, max).await?;
+            for record in &records {
+                writeln!(out, "{}", export_line(record))?;
+            }
+            eprintln!("dlq: exported {} messages from {url}", records.len());
+        }
+        Command::Redrive(args) => {
+            let url = sqs.resolve(&args.queue).await?;
+            let settings = ReprocessSettings::from_env()?;
+            let command = RedriveCommand {
+                source: Some(url),
+                destination: args.destination,
+                max_messages: Some(args.max),
+                dry_run: args.dry_run,
+                error_classes: args.error_classes,
+                error_kinds: args.error_kinds,
+                min_age: args.min_age,
+                max_age: args.max_age,
+                attribute: args.attribute,
+                rate_per_second: Some(args.rate),
+                force: args.force,
+            };
+            let plan = command.plan(&settings)?;
+            let reprocessor = Reprocessor::new(sqs, &settings);
+            let summary = reprocessor
+                .run(&plan, None, |summary| progress(summary, plan.max_messages))
+                .await?;
+            eprintln!();
+            writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
+        }
+        Command::MoveTask(MoveTask::Start {
+            queue,
+            destination,
+            rate,
+        }) => {
+            let url = sqs.resolve(&queue).await?;
+            let arn = sqs.describe(&url).await?.arn;
+            let handle = sqs
+                .start_move_task(&arn, destination.as_deref(), rate)
+                .await?;
+            writeln!(out, "{handle}")?;
+            eprintln!("dlq: move task started; follow it with `dlq move-task list {queue}`");
+        }
+        Command::MoveTask(MoveTask::List { queue }) => {
+            let url = sqs.resolve(&queue).await?;
+            let arn = sqs.describe(&url).await?.arn;
+            let tasks = sqs.list_move_tasks(&arn).await?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&tasks)?)?;
+        }
+        Command::MoveTask(MoveTask::Cancel { task_handle }) => {
+            let moved = sqs.cancel_move_task(&task_handle).await?;
+            writeln!(out, "cancelled; about {moved} messages had been moved")?;
+        }
+    }
+    Ok(())
+}
+
+/// A one-line progress bar on stderr.
+fn progress(summary: &RedriveSummary, max: u32) {
+    const WIDTH: u32 = 30;
+    let filled = (summary.examined.min(max) * WIDTH / max.max(1)) as usize;
+    eprint!(
+        "\r[{}{}] {}/{max} examined, {} redriven, {} left for review, {} send failures",
+        "#".repeat(filled),
+        " ".repeat(WIDTH as usize - filled),
+        summary.examined,
+        summary.reprocessed,
+        summary.manual_review + summary.alerted,
+        summary.send_failures,
+    );
+}
