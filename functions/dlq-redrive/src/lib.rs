@@ -24,7 +24,8 @@ const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
 /// The command in `payload`: a command object, or an EventBridge scheduled event (defaults).
 pub fn command_of(payload: &str) -> Result<RedriveCommand, serde_json::Error> {
     let value: serde_json::Value = serde_json::from_str(payload)?;
-    match value.get("detail-type").is_some() || value.get("source").is_some() {
+    // `detail-type` marks an EventBridge event; a command has no such field.
+    match value.get("detail-type").is_some() {
         true => Ok(RedriveCommand::default()),
         false => serde_json::from_value(value),
     }
