@@ -56,8 +56,11 @@ mod tests {
     use super::*;
 
     fn sample(file: &str) -> String {
-        std::fs::read_to_string(format!("{}/../../events/{file}", env!("CARGO_MANIFEST_DIR")))
-            .unwrap()
+        std::fs::read_to_string(format!(
+            "{}/../../events/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
     }
 
     #[test]
@@ -71,6 +74,9 @@ mod tests {
         assert_eq!(command.max_messages, Some(100));
         assert_eq!(command.error_kinds, ["payment_timeout"]);
         let error = command_of(r#"{"maxMessage": 5}"#).unwrap_err();
-        assert!(error.to_string().contains("unknown field `maxMessage`"), "{error}");
+        assert!(
+            error.to_string().contains("unknown field `maxMessage`"),
+            "{error}"
+        );
     }
 }
