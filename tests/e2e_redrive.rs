@@ -69,7 +69,7 @@ async fn the_dlq_reprocessor_sends_healed_failures_home_once_and_leaves_the_rest
     stack.drain(LIMIT).await;
     assert_eq!(stack.charged(), ["o-fine"]);
     assert_eq!(dlq_depth(&stack).await, 2);
-    stack.heal();
+    stack.consumer.payments_mut().heal();
     let now = [("REDRIVE_REPROCESS_AFTER", "0s")];
 
     // A dry run decides and counts; the DLQ is as it was.

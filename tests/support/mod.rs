@@ -123,19 +123,6 @@ impl Stack {
         );
     }
 
-    /// The payments service is fixed: the consumer runs with no fault knobs from now on (what it
-    /// charged so far is kept).
-    pub fn heal(&mut self) {
-        let charged = std::mem::take(&mut *self.consumer.payments().charged.lock().unwrap());
-        let payments = SimulatedPayments::from_lookup(|_| None).unwrap();
-        *payments.charged.lock().unwrap() = charged;
-        let breaker = BreakerSettings {
-            threshold: 0,
-            ..BreakerSettings::default()
-        };
-        self.consumer = OrdersHandler::new(payments, CircuitBreaker::new("payments", breaker));
-    }
-
     /// Sends orders (or raw bodies) to the source queue; FIFO messages go to `group`.
     pub async fn send(&self, bodies: &[String], group: Option<&str>) {
         for (chunk_index, chunk) in bodies.chunks(10).enumerate() {

@@ -69,6 +69,10 @@ impl<P: PaymentGateway> OrdersHandler<P> {
         &self.payments
     }
 
+    pub fn payments_mut(&mut self) -> &mut P {
+        &mut self.payments
+    }
+
     /// Validates and charges one order; `attempt` is 1 on the first delivery.
     pub async fn charge(&self, order: &Order<'_>, attempt: u32) -> Result<(), RecordError> {
         order.validate()?;

@@ -26,6 +26,10 @@ use redrive::{ErrorClass, SqsQueue};
 ///   dlq redrive orders-dlq --error-kind payment_timeout --rate 20
 ///   dlq redrive orders-dlq --error-class permanent --force    # after deploying a fix
 ///   dlq move-task start orders-dlq
+///
+/// Settings: REDRIVE_REPROCESS_MAX, REDRIVE_REPROCESS_AFTER, REDRIVE_DISCARD_KINDS and
+/// REDRIVE_ARCHIVE_QUEUE_URL as for the dlq-redrive function (README, Configuration).
+/// Local stack: AWS_ENDPOINT_URL=http://127.0.0.1:PORT (make demo prints the port).
 #[derive(Parser)]
 #[command(name = "dlq", version, verbatim_doc_comment)]
 struct Cli {
@@ -37,6 +41,7 @@ struct Cli {
 enum Command {
     /// Count messages by error class, error kind, origin queue, redrive count and age.
     Stats {
+        /// The queue: URL, ARN or name.
         queue: String,
         /// Messages to read at most.
         #[arg(long, default_value_t = 10_000)]
@@ -44,12 +49,14 @@ enum Command {
     },
     /// Show the first messages (body, attributes, failure metadata) as JSON.
     Peek {
+        /// The queue: URL, ARN or name.
         queue: String,
         #[arg(short = 'n', long, default_value_t = 5)]
         count: u32,
     },
     /// Write every message as one JSON line to stdout, for an archive or a ticket.
     Export {
+        /// The queue: URL, ARN or name.
         queue: String,
         #[arg(long, default_value_t = 10_000)]
         max: u32,
@@ -63,6 +70,7 @@ enum Command {
 
 #[derive(Args)]
 struct RedriveArgs {
+    /// The DLQ: URL, ARN or name.
     queue: String,
     /// Queue ARN to send to instead of each message's origin (needed for messages SQS moved
     /// itself, which carry no origin).
@@ -102,6 +110,7 @@ struct RedriveArgs {
 enum MoveTask {
     /// Start moving every message of a DLQ back to its source queue(s), or to --destination.
     Start {
+        /// The queue: URL, ARN or name.
         queue: String,
         #[arg(long)]
         destination: Option<String>,

@@ -11,6 +11,9 @@ use aws_sdk_sqs::Client;
 use lambda_runtime::{Context, LambdaEvent};
 use redrive::backoff::RetryPolicy;
 use redrive::clock::{Clock, SystemClock};
+use redrive::config::ReprocessSettings;
+use redrive::redrive::RedrivePolicy;
+use redrive::reprocess::{browse, RedriveCommand, RedriveSummary, Reprocessor};
 use redrive::{BatchReport, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
 use redrive_local::observe::{Observed, Sent};
 use redrive_local::poller::Poller;
@@ -103,6 +106,24 @@ impl Lane {
         }
         self.whole_batch_errors += usize::from(poll.whole_batch_failed);
         Ok(())
+    }
+
+    /// Polls until the source queue is empty (the redriven messages are handled).
+    async fn drain(&mut self, client: &Client) -> Result<(), redrive_local::Error> {
+        let started = Instant::now();
+        loop {
+            self.poll().await?;
+            let (visible, in_flight, delayed) = depth(client, &self.queue.url).await?;
+            if visible + in_flight + delayed == 0 {
+                return Ok(());
+            }
+            if started.elapsed() > RUN_LIMIT {
+                return Err(redrive_local::Error::Emulator(format!(
+                    "{} did not drain within {RUN_LIMIT:?}",
+                    self.queue.key
+                )));
+            }
+        }
     }
 
     fn charged(&self) -> Vec<(String, u32)> {
@@ -265,7 +286,127 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if tty {
         println!();
     }
-    report(&client, &topology, &lanes, scale, started.elapsed()).await
+    report(&client, &topology, &lanes, scale, started.elapsed()).await?;
+    heal_and_redrive(&client, &topology, &mut lanes, scale).await
+}
+
+/// The downstream is fixed, then the DLQs are redriven to empty as an operator would: the
+/// scheduled reprocessor first (transient failures go home, unfixable input is archived), then a
+/// forced redrive of the panics once the bug fix is deployed.
+async fn heal_and_redrive(
+    client: &Client,
+    topology: &Topology,
+    lanes: &mut [Lane],
+    scale: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    println!("\n== Heal the downstream, then redrive the DLQs");
+    let archive_url = client
+        .create_queue()
+        .queue_name(format!("{}-dlq-archive", topology.name_prefix))
+        .send()
+        .await
+        .map_err(redrive_local::Error::sdk)?
+        .queue_url
+        .unwrap_or_default();
+    let settings = ReprocessSettings {
+        archive_url: Some(archive_url),
+        policy: RedrivePolicy {
+            eligible_after: Duration::from_secs_f64(300.0 / scale),
+            discard_kinds: vec!["malformed_body".into(), "invalid_order".into()],
+            ..RedrivePolicy::default()
+        },
+        rate_per_second: 500.0,
+        ..ReprocessSettings::from_lookup([], |_| None)?
+    };
+    println!(
+        "  policy: transient failures redriven {:.0}s after their last failure (5 min scaled), at most {} times; \
+         kinds {:?} archived; permanent errors and panics left for review",
+        settings.policy.eligible_after.as_secs_f64(),
+        settings.policy.max_reprocess,
+        settings.policy.discard_kinds
+    );
+    for lane in lanes.iter_mut() {
+        lane.handler.payments_mut().heal();
+    }
+    tokio::time::sleep(settings.policy.eligible_after).await;
+    let steps = [
+        ("scheduled run", RedriveCommand::default()),
+        (
+            "dlq redrive --error-class panic --force (after the bug fix)",
+            RedriveCommand {
+                error_classes: vec![redrive::ErrorClass::Panic],
+                force: true,
+                ..RedriveCommand::default()
+            },
+        ),
+    ];
+    let mut archived: BTreeMap<String, u32> = BTreeMap::new();
+    for (step, command) in steps {
+        for lane in lanes.iter_mut() {
+            let plan = RedriveCommand {
+                source: Some(lane.queue.dlq_url.clone()),
+                ..command.clone()
+            }
+            .plan(&settings)?;
+            let summary = Reprocessor::new(SqsQueue::with_client(client.clone()), &settings)
+                .run(&plan, None, |_| {})
+                .await?;
+            print_summary(step, &lane.queue.key, &summary);
+            *archived.entry(lane.queue.key.clone()).or_default() += summary.discarded;
+            lane.drain(client).await?;
+        }
+    }
+
+    println!("\n== After the redrive");
+    for lane in lanes.iter() {
+        let (dlq, dlq_in_flight, dlq_delayed) = depth(client, &lane.queue.dlq_url).await?;
+        let (visible, in_flight, delayed) = depth(client, &lane.queue.url).await?;
+        let charged = lane.charged();
+        let mut unique: Vec<&String> = charged.iter().map(|(id, _)| id).collect();
+        unique.sort();
+        unique.dedup();
+        let in_dlq = dlq + dlq_in_flight + dlq_delayed;
+        let archived = archived[&lane.queue.key] as usize;
+        let left = (visible + in_flight + delayed) as usize;
+        let lost = lane.produced as i64 - (unique.len() + archived + in_dlq as usize + left) as i64;
+        println!(
+            "{:<10} in {:>4} = processed {:>4} + archived {:>2} + in DLQ {} + still queued {left} | lost {lost}",
+            lane.queue.key,
+            lane.produced,
+            unique.len(),
+            archived,
+            in_dlq,
+        );
+        alarm(
+            &format!(
+                "{} DLQ depth > {}",
+                lane.queue.key, topology.alarms.dlq_depth_threshold
+            ),
+            dlq as f64,
+            f64::from(topology.alarms.dlq_depth_threshold),
+        );
+        if lost != 0 || in_dlq != 0 {
+            return Err(format!(
+                "{}: the DLQ is not empty or messages are unaccounted for",
+                lane.queue.key
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+fn print_summary(step: &str, queue: &str, summary: &RedriveSummary) {
+    println!(
+        "  {step:<58} {queue:<9} examined {:>3}: redriven {:>2}, archived {:>2}, review {:>2}, alert {}, not yet {}, send failures {}",
+        summary.examined,
+        summary.reprocessed,
+        summary.discarded,
+        summary.manual_review,
+        summary.alerted,
+        summary.not_yet,
+        summary.send_failures
+    );
 }
 
 fn progress(lanes: &[Lane], total: usize, elapsed: Duration) -> String {
@@ -353,7 +494,7 @@ async fn report(
     let mut all_dead = Vec::new();
     println!("\n== Where every message went");
     for lane in lanes {
-        let dead = drain_dlq(client, &lane.queue.dlq_url).await?;
+        let dead = read_dlq(client, &lane.queue.dlq_url).await?;
         let charged = lane.charged();
         let mut unique: Vec<&String> = charged.iter().map(|(id, _)| id).collect();
         unique.sort();
@@ -496,33 +637,17 @@ async fn oldest_age_seconds(client: &Client, url: &str) -> Result<f64, redrive_l
     Ok(((now - oldest) / 1000.0).max(0.0))
 }
 
-async fn drain_dlq(
+/// The DLQ's messages with their metadata, read without consuming them.
+async fn read_dlq(
     client: &Client,
     url: &str,
-) -> Result<Vec<(Option<Meta<'static>>, String)>, redrive_local::Error> {
-    let mut all = Vec::new();
-    loop {
-        let output = client
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .visibility_timeout(300)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .map_err(redrive_local::Error::sdk)?;
-        let messages = output.messages.unwrap_or_default();
-        if messages.is_empty() {
-            return Ok(all);
-        }
-        for message in messages {
-            let meta = message
-                .message_attributes()
-                .and_then(|a| a.get(redrive::META_ATTRIBUTE))
-                .and_then(|v| v.string_value())
-                .and_then(|json| serde_json::from_str::<Meta<'_>>(json).ok())
-                .map(Meta::into_owned);
-            all.push((meta, message.body().unwrap_or_default().to_owned()));
-        }
-    }
+) -> Result<Vec<(Option<Meta<'static>>, String)>, redrive::PortError> {
+    let records = browse(&SqsQueue::with_client(client.clone()), url, 10_000).await?;
+    Ok(records
+        .iter()
+        .map(|record| {
+            let meta = Meta::of(record).and_then(Result::ok).map(Meta::into_owned);
+            (meta, record.body.as_deref().unwrap_or_default().to_owned())
+        })
+        .collect())
 }
