@@ -7,7 +7,7 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 CARGO       ?= cargo
 # The Lambda functions (crates under functions/): one bootstrap.zip each.
-FUNCTIONS   := sqs-consumer
+FUNCTIONS   := sqs-consumer event-consumer eventbridge-redrive dlq-redrive
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help venv test lint infra-check build bench demo deploy destroy clean

@@ -212,7 +212,7 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
             attributes: Vec::new(),
             delay_seconds: 0,
             group_id: fifo.then(|| Text::from("redrive")),
-            deduplication_id: fifo.then(|| Text::from(id.unwrap_or_default())),
+            deduplication_id: fifo.then(|| id.unwrap_or_default()),
         };
         match self.queue.send_batch(&url, &[message]).await {
             Ok(refused) if refused.is_empty() => Ok(()),
@@ -241,11 +241,15 @@ impl<Q: QueuePort, L: InvokePort> RecordHandler for EventRedrive<Q, L> {
                 event,
                 ..
             } => {
-                if self
-                    .settings
-                    .parked_error_codes
-                    .iter()
-                    .any(|c| c == error_code)
+                // An operator who redrove a parked event from the parking queue has fixed the
+                // cause: its ERROR_CODE is history then.
+                let redriven_by_operator = message.meta().is_some_and(|m| m.reprocess_count > 0);
+                if !redriven_by_operator
+                    && self
+                        .settings
+                        .parked_error_codes
+                        .iter()
+                        .any(|c| c == error_code)
                 {
                     return Err(RecordError::permanent(
                         format!("parked_{}", error_code.to_ascii_lowercase()),

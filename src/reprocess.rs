@@ -596,7 +596,7 @@ pub fn export_line(record: &SqsRecord<'_>) -> String {
         .map(|(name, value)| (&**name, value))
         .collect();
     let meta = match &meta {
-        Some(Ok(meta)) => serde_json::to_value(&meta).unwrap_or_default(),
+        Some(Ok(meta)) => serde_json::to_value(meta).unwrap_or_default(),
         Some(Err(error)) => {
             serde_json::json!({ "unreadable": error.to_string(), "raw": meta_text(record) })
         }

@@ -249,23 +249,24 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
         dlq_arn: String::new(),
     };
     let poller = Poller::new(client.clone(), &queue, 10, Duration::ZERO);
+    let invoke = |event: String| {
+        let (processor, handler) = (&processor, &handler);
+        async move {
+            let mut context = lambda_runtime::Context::default();
+            context.deadline = u64::MAX / 2;
+            let event = lambda_runtime::LambdaEvent::new(
+                serde_json::value::RawValue::from_string(event).unwrap(),
+                context,
+            );
+            let processed = redrive::lambda::handle_batch(event, processor, handler)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(serde_json::to_string(&processed.response).unwrap())
+        }
+    };
     let mut deleted = 0;
     while deleted < 3 {
-        let poll = poller
-            .poll(Duration::from_secs(1), |event| async {
-                let mut context = lambda_runtime::Context::default();
-                context.deadline = u64::MAX / 2;
-                let event = lambda_runtime::LambdaEvent::new(
-                    serde_json::value::RawValue::from_string(event).unwrap(),
-                    context,
-                );
-                let processed = redrive::lambda::handle_batch(event, &processor, &handler)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok(serde_json::to_string(&processed.response).unwrap())
-            })
-            .await
-            .unwrap();
+        let poll = poller.poll(Duration::from_secs(1), invoke).await.unwrap();
         assert_eq!(poll.given_back, 0);
         deleted += poll.deleted;
     }
@@ -298,7 +299,7 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
         (invokes[0].0.as_str(), payload["detail"]["orderId"].as_str()),
         (function, Some("o-lambda"))
     );
-    let parked = take(parked_url).await;
+    let parked = take(parked_url.clone()).await;
     assert_eq!(parked.len(), 1);
     let parked_event: serde_json::Value = serde_json::from_str(parked[0].body().unwrap()).unwrap();
     assert_eq!(parked_event["detail"]["orderId"], "o-denied");
@@ -307,4 +308,36 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
         "parked_no_permissions"
     );
     assert_eq!(depth(&client, &dlq_url).await.unwrap(), (0, 0, 0));
+
+    // The permission is fixed; the operator redrives the parking queue (`take` above hid its
+    // message: make it visible) and the event reaches its target this time.
+    for message in &parked {
+        client
+            .change_message_visibility()
+            .queue_url(&parked_url)
+            .receipt_handle(message.receipt_handle().unwrap_or_default())
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
+    }
+    let settings = ReprocessSettings::from_lookup([], |_| None).unwrap();
+    let plan = RedriveCommand {
+        source: Some(parked_url.clone()),
+        force: true,
+        ..RedriveCommand::default()
+    }
+    .plan(&settings)
+    .unwrap();
+    let summary = Reprocessor::new(SqsQueue::with_client(client.clone()), &settings)
+        .run(&plan, None, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(summary.reprocessed, 1);
+    let poll = poller.poll(Duration::from_secs(1), invoke).await.unwrap();
+    assert_eq!((poll.received, poll.deleted), (1, 1));
+    let invokes = handler.lambda().invokes();
+    assert_eq!(invokes.len(), 2);
+    assert!(invokes[1].1.contains("o-denied"));
+    assert_eq!(depth(&client, &parked_url).await.unwrap(), (0, 0, 0));
 }
