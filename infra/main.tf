@@ -1,6 +1,15 @@
-# The complete redrive stack: every consumer of the tfvars topology, alarms and a dashboard.
+# The complete redrive stack: every SQS consumer of the tfvars topology, an EventBridge route with
+# its event consumer, a Kinesis consumer, the recovery functions, alarms and a dashboard.
 
 locals {
+  zips = {
+    sqs_consumer        = "${var.lambda_dir}/sqs-consumer/bootstrap.zip"
+    event_consumer      = "${var.lambda_dir}/event-consumer/bootstrap.zip"
+    dlq_redrive         = "${var.lambda_dir}/dlq-redrive/bootstrap.zip"
+    eventbridge_redrive = "${var.lambda_dir}/eventbridge-redrive/bootstrap.zip"
+  }
+  event_redrive_timeout_seconds = 30
+
   # The environment the consumers read (redrive::Settings); the same values the local stack uses.
   function_environment = merge(
     {
@@ -34,7 +43,7 @@ module "consumer" {
 
   name                          = "${var.name_prefix}-${each.key}"
   fifo                          = each.value.fifo
-  function_zip                  = "${var.lambda_dir}/sqs-consumer/bootstrap.zip"
+  function_zip                  = local.zips.sqs_consumer
   function_timeout_seconds      = each.value.function_timeout_seconds
   function_memory_mb            = each.value.function_memory_mb
   environment                   = local.function_environment
@@ -52,4 +61,67 @@ module "consumer" {
   oldest_message_age_seconds    = var.alarms.oldest_message_age_seconds
   lambda_errors_threshold       = var.alarms.lambda_errors_threshold
   lambda_throttles_threshold    = var.alarms.lambda_throttles_threshold
+}
+
+module "events" {
+  source = "./modules/eventbridge-route"
+
+  name                             = "${var.name_prefix}-orders-events"
+  event_pattern                    = jsonencode({ source = var.events.sources, "detail-type" = var.events.detail_types })
+  consumer_zip                     = local.zips.event_consumer
+  environment                      = local.function_environment
+  log_retention_days               = var.log_retention_days
+  target_retry_attempts            = var.events.target_retry_attempts
+  target_max_event_age_seconds     = var.events.target_max_event_age_seconds
+  async_retry_attempts             = var.events.async_retry_attempts
+  redrive_function_timeout_seconds = local.event_redrive_timeout_seconds
+  alarm_topic_arn                  = module.alerts.topic_arn
+}
+
+module "stream" {
+  source = "./modules/stream-consumer"
+
+  name                       = "${var.name_prefix}-orders-stream"
+  function_zip               = local.zips.sqs_consumer
+  environment                = local.function_environment
+  log_retention_days         = var.log_retention_days
+  retention_hours            = var.stream.retention_hours
+  batch_size                 = var.stream.batch_size
+  maximum_retry_attempts     = var.stream.maximum_retry_attempts
+  maximum_record_age_seconds = var.stream.maximum_record_age_seconds
+  parallelization_factor     = var.stream.parallelization_factor
+  alarm_topic_arn            = module.alerts.topic_arn
+}
+
+module "redrive" {
+  source = "./modules/redrive"
+
+  name                          = var.name_prefix
+  reprocessor_zip               = local.zips.dlq_redrive
+  event_redrive_zip             = local.zips.eventbridge_redrive
+  event_redrive_timeout_seconds = local.event_redrive_timeout_seconds
+  environment                   = local.function_environment
+  log_retention_days            = var.log_retention_days
+  schedule_expression           = var.redrive.schedule_expression
+  policy = {
+    max_reprocess          = var.redrive.max_reprocess
+    eligible_after_seconds = var.redrive.eligible_after_seconds
+    discard_kinds          = var.redrive.discard_kinds
+    max_messages           = var.redrive.max_messages
+    rate_per_second        = var.redrive.rate_per_second
+  }
+  # The stream's DLQ is not drained here: its on-failure records point into the stream, and its
+  # dead letters name the stream as origin (README, "Kinesis").
+  dlqs = { for key, consumer in module.consumer : key => {
+    url        = consumer.dlq_url
+    arn        = consumer.dlq_arn
+    origin_arn = consumer.queue_arn
+  } }
+  event_sources = {
+    target-dlq        = module.events.target_dlq_arn
+    consumer-failures = module.events.consumer_failures_dlq_arn
+  }
+  sqs_target_arns      = [module.events.target_queue_arn]
+  function_target_arns = [module.events.consumer_function_arn]
+  alarm_topic_arn      = module.alerts.topic_arn
 }

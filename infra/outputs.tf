@@ -16,3 +16,32 @@ output "dashboard_name" {
   description = "CloudWatch dashboard of the stack."
   value       = module.alerts.dashboard_name
 }
+
+output "events" {
+  description = "The EventBridge route: bus, rule and the queues the redrive reads."
+  value = {
+    bus_name       = module.events.bus_name
+    rule_arn       = module.events.rule_arn
+    target_dlq_url = module.events.target_dlq_url
+    consumer       = module.events.consumer_function_name
+  }
+}
+
+output "stream" {
+  description = "The Kinesis consumer: stream, DLQ and function."
+  value = {
+    stream_name   = module.stream.stream_name
+    dlq_url       = module.stream.dlq_url
+    function_name = module.stream.function_name
+  }
+}
+
+output "redrive" {
+  description = "The recovery functions and their queues."
+  value = {
+    reprocessor       = module.redrive.reprocessor_function_name
+    eventbridge       = module.redrive.event_redrive_function_name
+    archive_queue_url = module.redrive.archive_queue_url
+    parked_queue_url  = module.redrive.parked_queue_url
+  }
+}

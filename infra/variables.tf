@@ -139,3 +139,67 @@ variable "tags" {
   type        = map(string)
   default     = { Project = "redrive" }
 }
+
+variable "events" {
+  description = "The EventBridge route (modules/eventbridge-route): which events reach the event consumer and the SQS target, and how hard delivery is retried."
+  type = object({
+    sources                      = list(string)
+    detail_types                 = list(string)
+    target_retry_attempts        = number
+    target_max_event_age_seconds = number
+    async_retry_attempts         = number
+  })
+  default = {
+    sources                      = ["shop.orders"]
+    detail_types                 = ["OrderPlaced"]
+    target_retry_attempts        = 185
+    target_max_event_age_seconds = 86400
+    async_retry_attempts         = 2
+  }
+
+  validation {
+    condition     = length(var.events.sources) > 0
+    error_message = "events.sources must name at least one event source."
+  }
+  # The bounds of the retry settings are validated by the eventbridge-route module.
+}
+
+variable "stream" {
+  description = "The Kinesis consumer (modules/stream-consumer)."
+  type = object({
+    retention_hours            = number
+    batch_size                 = number
+    maximum_retry_attempts     = number
+    maximum_record_age_seconds = number
+    parallelization_factor     = number
+  })
+  default = {
+    retention_hours            = 24
+    batch_size                 = 100
+    maximum_retry_attempts     = 5
+    maximum_record_age_seconds = 3600
+    parallelization_factor     = 1
+  }
+  # Bounds, and maximum_record_age_seconds below the retention, are validated by the module.
+}
+
+variable "redrive" {
+  description = "The recovery side (modules/redrive): how often the DLQ reprocessor runs and its policy."
+  type = object({
+    schedule_expression    = string
+    max_reprocess          = number
+    eligible_after_seconds = number
+    discard_kinds          = list(string)
+    max_messages           = number
+    rate_per_second        = number
+  })
+  default = {
+    schedule_expression    = "rate(15 minutes)"
+    max_reprocess          = 3
+    eligible_after_seconds = 300
+    discard_kinds          = []
+    max_messages           = 1000
+    rate_per_second        = 50
+  }
+  # Bounds are validated by the redrive module.
+}

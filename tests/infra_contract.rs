@@ -1,41 +1,55 @@
 //! Contract tests on `infra/`: the cross-resource rules checkov cannot express, read from the
 //! parsed HCL. Each rule is also run on a broken copy of the configuration to show it can fail.
+//! References are module-local in Terraform, so each rule looks at one module at a time.
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use hcl::{Block, Body, Expression};
+use hcl::{Block, Body, Expression, ObjectKey};
 
-/// Every `.tf` file under `infra/`, as (path, text).
-fn sources() -> Vec<(PathBuf, String)> {
-    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+fn infra() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("infra")
+}
+
+/// Every `.tf` file under `infra/`, as (path relative to `infra/`, text).
+fn sources() -> Vec<(String, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(String, String)>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() && !path.ends_with(".terraform") {
                 walk(&path, out);
             } else if path.extension().is_some_and(|e| e == "tf") {
-                out.push((path.clone(), std::fs::read_to_string(&path).unwrap()));
+                let relative = path.strip_prefix(infra()).unwrap().display().to_string();
+                out.push((relative, std::fs::read_to_string(&path).unwrap()));
             }
         }
     }
     let mut out = Vec::new();
-    walk(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("infra"),
-        &mut out,
-    );
+    walk(&infra(), &mut out);
     out.sort();
     out
 }
 
-fn parse(sources: &[(PathBuf, String)]) -> Vec<Body> {
-    sources
-        .iter()
-        .map(|(path, text)| {
-            hcl::from_str(text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        })
+/// One Terraform module: the bodies of its files.
+struct Module {
+    dir: String,
+    bodies: Vec<Body>,
+}
+
+fn parse(sources: &[(String, String)]) -> Vec<Module> {
+    let mut modules: BTreeMap<String, Vec<Body>> = BTreeMap::new();
+    for (path, text) in sources {
+        let dir = Path::new(path).parent().unwrap().display().to_string();
+        let body = hcl::from_str(text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        modules.entry(dir).or_default().push(body);
+    }
+    modules
+        .into_iter()
+        .map(|(dir, bodies)| Module { dir, bodies })
         .collect()
 }
 
 /// `sources` with `from` replaced by `to` in the file whose path ends with `file`.
-fn broken(file: &str, from: &str, to: &str) -> Vec<Body> {
+fn broken(file: &str, from: &str, to: &str) -> Vec<Module> {
     let mut copy = sources();
     let (_, text) = copy
         .iter_mut()
@@ -46,18 +60,27 @@ fn broken(file: &str, from: &str, to: &str) -> Vec<Body> {
     parse(&copy)
 }
 
-fn blocks<'a>(
-    bodies: &'a [Body],
-    kind: &'a str,
-    type_: &'a str,
-) -> impl Iterator<Item = &'a Block> + 'a {
-    bodies
-        .iter()
-        .flat_map(|body| body.blocks())
-        .filter(move |block| {
-            block.identifier() == kind
-                && block.labels().first().is_some_and(|l| l.as_str() == type_)
-        })
+impl Module {
+    fn blocks<'a>(&'a self, kind: &'a str, type_: &'a str) -> impl Iterator<Item = &'a Block> {
+        self.bodies
+            .iter()
+            .flat_map(|body| body.blocks())
+            .filter(move |block| {
+                block.identifier() == kind
+                    && block.labels().first().is_some_and(|l| l.as_str() == type_)
+            })
+    }
+
+    /// `module` blocks whose source is the module directory `name`.
+    fn calls<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Block> {
+        self.bodies
+            .iter()
+            .flat_map(|body| body.blocks())
+            .filter(move |block| {
+                block.identifier() == "module"
+                    && attr(block, "source").is_some_and(|s| s.ends_with(&format!("/{name}\"")))
+            })
+    }
 }
 
 fn label(block: &Block, index: usize) -> &str {
@@ -72,48 +95,70 @@ fn attr(block: &Block, name: &str) -> Option<String> {
         .map(|a| text(a.expr()))
 }
 
+fn child<'a>(block: &'a Block, name: &str) -> Option<&'a Block> {
+    block.body().blocks().find(|b| b.identifier() == name)
+}
+
 /// The expression as HCL text, white space collapsed.
 fn text(expr: &Expression) -> String {
     let formatted = hcl::format::to_string(expr).unwrap();
     formatted.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Each DLQ has exactly one depth alarm: ApproximateNumberOfMessagesVisible, Maximum, 60 s,
-/// > 0, notBreaching, with alarm and OK actions.
-fn dlq_alarms(bodies: &[Body]) -> Vec<String> {
+/// Each DLQ (a queue whose resource name contains `dlq`) has exactly one `dlq-alarm`, and that
+/// module's alarm is ApproximateNumberOfMessagesVisible, Maximum, 60 s, > 0, notBreaching, with
+/// alarm and OK actions.
+fn dlq_alarms(modules: &[Module]) -> Vec<String> {
     let mut violations = Vec::new();
-    for dlq in blocks(bodies, "resource", "aws_sqs_queue").filter(|q| label(q, 1).contains("dlq")) {
-        let reference = format!("aws_sqs_queue.{}.name", label(dlq, 1));
-        let alarms: Vec<&Block> = blocks(bodies, "resource", "aws_cloudwatch_metric_alarm")
-            .filter(|a| attr(a, "dimensions").is_some_and(|d| d.contains(&reference)))
-            .collect();
-        if alarms.len() != 1 {
-            violations.push(format!(
-                "{reference}: {} depth alarms, expected 1",
-                alarms.len()
-            ));
-            continue;
-        }
-        let expected = [
-            ("metric_name", "\"ApproximateNumberOfMessagesVisible\""),
-            ("statistic", "\"Maximum\""),
-            ("period", "60"),
-            ("threshold", "0"),
-            ("comparison_operator", "\"GreaterThanThreshold\""),
-            ("treat_missing_data", "\"notBreaching\""),
-        ];
-        for (name, value) in expected {
-            if attr(alarms[0], name).as_deref() != Some(value) {
+    for module in modules {
+        for dlq in module
+            .blocks("resource", "aws_sqs_queue")
+            .filter(|q| label(q, 1).contains("dlq"))
+        {
+            let reference = format!("aws_sqs_queue.{}.name", label(dlq, 1));
+            let alarms = module
+                .calls("dlq-alarm")
+                .filter(|call| attr(call, "queue_name").as_deref() == Some(&reference))
+                .count();
+            if alarms != 1 {
                 violations.push(format!(
-                    "{reference} alarm: {name} is {:?}, expected {value}",
-                    attr(alarms[0], name)
+                    "{}: {reference} has {alarms} dlq-alarm modules, expected 1",
+                    module.dir
                 ));
             }
         }
-        for actions in ["alarm_actions", "ok_actions"] {
-            if attr(alarms[0], actions).is_none_or(|a| a == "[]") {
-                violations.push(format!("{reference} alarm: no {actions}"));
-            }
+    }
+    let module = modules
+        .iter()
+        .find(|m| m.dir == "modules/dlq-alarm")
+        .expect("modules/dlq-alarm");
+    let alarms: Vec<&Block> = module
+        .blocks("resource", "aws_cloudwatch_metric_alarm")
+        .collect();
+    if alarms.len() != 1 {
+        violations.push(format!("dlq-alarm: {} alarms, expected 1", alarms.len()));
+        return violations;
+    }
+    let expected = [
+        ("metric_name", "\"ApproximateNumberOfMessagesVisible\""),
+        ("statistic", "\"Maximum\""),
+        ("period", "60"),
+        ("threshold", "0"),
+        ("comparison_operator", "\"GreaterThanThreshold\""),
+        ("treat_missing_data", "\"notBreaching\""),
+        ("dimensions", "{ QueueName = var.queue_name }"),
+    ];
+    for (name, value) in expected {
+        if attr(alarms[0], name).as_deref() != Some(value) {
+            violations.push(format!(
+                "dlq-alarm: {name} is {:?}, expected {value}",
+                attr(alarms[0], name)
+            ));
+        }
+    }
+    for actions in ["alarm_actions", "ok_actions"] {
+        if attr(alarms[0], actions).is_none_or(|a| a == "[]") {
+            violations.push(format!("dlq-alarm: no {actions}"));
         }
     }
     violations
@@ -131,32 +176,57 @@ const STREAM_ONLY: [&str; 8] = [
     "destination_config",
 ];
 
-/// Every SQS event source mapping reports item failures and carries no stream-only argument.
-fn sqs_mappings(bodies: &[Body]) -> Vec<String> {
+fn present(block: &Block, name: &str) -> bool {
+    block.body().attributes().any(|a| a.key() == name) || child(block, name).is_some()
+}
+
+/// Every mapping reports item failures. A mapping on a stream bisects, retries and ages out
+/// records a bounded number of times and has an on-failure destination; any other mapping is an
+/// SQS mapping and carries no stream-only argument.
+fn mappings(modules: &[Module]) -> Vec<String> {
     let mut violations = Vec::new();
-    for mapping in blocks(bodies, "resource", "aws_lambda_event_source_mapping") {
-        let name = label(mapping, 1);
-        if !attr(mapping, "function_response_types")
-            .is_some_and(|t| t.contains("\"ReportBatchItemFailures\""))
-        {
-            violations.push(format!("{name}: no ReportBatchItemFailures"));
-        }
-        let sqs =
-            attr(mapping, "event_source_arn").is_some_and(|arn| arn.contains("aws_sqs_queue."));
-        let present = |arg: &&str| {
-            mapping.body().attributes().any(|a| a.key() == *arg)
-                || mapping.body().blocks().any(|b| b.identifier() == *arg)
-        };
-        for arg in STREAM_ONLY.iter().filter(|arg| sqs && present(arg)) {
-            violations.push(format!("{name}: {arg} is for stream sources only"));
+    for module in modules {
+        for mapping in module.blocks("resource", "aws_lambda_event_source_mapping") {
+            let name = format!("{}: {}", module.dir, label(mapping, 1));
+            if !attr(mapping, "function_response_types")
+                .is_some_and(|t| t.contains("\"ReportBatchItemFailures\""))
+            {
+                violations.push(format!("{name}: no ReportBatchItemFailures"));
+            }
+            let stream = attr(mapping, "event_source_arn")
+                .is_some_and(|arn| arn.contains("aws_kinesis_stream."));
+            if !stream {
+                for arg in STREAM_ONLY.iter().filter(|arg| present(mapping, arg)) {
+                    violations.push(format!("{name}: {arg} is for stream sources only"));
+                }
+                continue;
+            }
+            if attr(mapping, "bisect_batch_on_function_error").as_deref() != Some("true") {
+                violations.push(format!(
+                    "{name}: a stream mapping must bisect failing batches"
+                ));
+            }
+            for bounded in ["maximum_retry_attempts", "maximum_record_age_in_seconds"] {
+                match attr(mapping, bounded) {
+                    Some(value) if value != "-1" => {}
+                    _ => violations.push(format!("{name}: {bounded} must be set and bounded")),
+                }
+            }
+            if !child(mapping, "destination_config")
+                .and_then(|d| child(d, "on_failure"))
+                .is_some_and(|f| present(f, "destination_arn"))
+            {
+                violations.push(format!("{name}: no on-failure destination"));
+            }
         }
     }
     violations
 }
 
-/// The validation conditions of variable `name` (in any module).
-fn validations(bodies: &[Body], name: &str) -> Vec<String> {
-    blocks(bodies, "variable", name)
+/// The validation conditions of variable `name` in `module`.
+fn validations(module: &Module, name: &str) -> Vec<String> {
+    module
+        .blocks("variable", name)
         .flat_map(|variable| {
             variable
                 .body()
@@ -168,54 +238,220 @@ fn validations(bodies: &[Body], name: &str) -> Vec<String> {
 }
 
 /// Visibility timeout >= 6 x function timeout + window; DLQ retention > source retention;
-/// maxReceiveCount >= 5 and above the code's attempt limit.
-fn queue_rules(bodies: &[Body]) -> Vec<String> {
+/// maxReceiveCount >= 5 and above the code's attempt limit; stream records age out before the
+/// stream forgets them and retries are bounded.
+fn variable_rules(modules: &[Module]) -> Vec<String> {
     let required = [
-        ("visibility_timeout_seconds", "var.visibility_timeout_seconds >= 6 * var.function_timeout_seconds + var.batching_window_seconds"),
-        ("dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
-        ("max_receive_count", "var.max_receive_count >= 5"),
-        ("max_receive_count", "var.max_receive_count > var.max_attempts"),
+        ("modules/sqs-consumer", "visibility_timeout_seconds", "var.visibility_timeout_seconds >= 6 * var.function_timeout_seconds + var.batching_window_seconds"),
+        ("modules/sqs-consumer", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
+        ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count >= 5"),
+        ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count > var.max_attempts"),
+        ("modules/eventbridge-route", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
+        ("modules/stream-consumer", "maximum_record_age_seconds", "var.maximum_record_age_seconds < var.retention_hours * 3600"),
+        ("modules/stream-consumer", "maximum_retry_attempts", "var.maximum_retry_attempts >= 0"),
+        ("modules/stream-consumer", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.retention_hours * 3600"),
     ];
     required
         .iter()
-        .filter(|(variable, rule)| {
-            !validations(bodies, variable)
+        .filter(|(dir, variable, rule)| {
+            !modules
                 .iter()
-                .any(|c| c.contains(rule))
+                .filter(|m| m.dir == *dir)
+                .any(|m| validations(m, variable).iter().any(|c| c.contains(rule)))
         })
-        .map(|(variable, rule)| format!("variable {variable}: no validation `{rule}`"))
+        .map(|(dir, variable, rule)| format!("{dir}: variable {variable}: no validation `{rule}`"))
         .collect()
 }
 
-/// No wildcard IAM action; `*` resources only where AWS allows nothing narrower.
-fn iam(bodies: &[Body]) -> Vec<String> {
-    let mut violations = Vec::new();
-    for document in blocks(bodies, "data", "aws_iam_policy_document") {
-        let key_policy = document.body().blocks().any(|s| {
-            s.identifier() == "statement"
-                && attr(s, "sid").is_some_and(|sid| sid.contains("CloudWatchPublishes"))
-        });
-        for statement in document
-            .body()
-            .blocks()
-            .filter(|b| b.identifier() == "statement")
-        {
-            let actions = attr(statement, "actions").unwrap_or_default();
-            let where_ = format!(
-                "{} statement {}",
-                label(document, 1),
-                attr(statement, "sid").unwrap_or_default()
-            );
-            // The account administering its own key is AWS's default key policy.
-            let key_administration =
-                key_policy && actions.matches(':').count() == 1 && actions.contains("\"kms:*\"");
-            if (actions.contains("\"*\"") || actions.contains(":*\"")) && !key_administration {
-                violations.push(format!("{where_}: wildcard action {actions}"));
+/// An IAM statement as (where, actions, resources), from policy documents and from the
+/// `statements` the modules hand to the function module.
+fn statements(modules: &[Module]) -> Vec<(String, String, String, bool)> {
+    let mut out = Vec::new();
+    for module in modules {
+        for document in module.blocks("data", "aws_iam_policy_document") {
+            let key_policy = document.body().blocks().any(|s| {
+                s.identifier() == "statement"
+                    && attr(s, "sid").is_some_and(|sid| sid.contains("CloudWatchPublishes"))
+            });
+            for statement in document
+                .body()
+                .blocks()
+                .filter(|b| b.identifier() == "statement")
+            {
+                out.push((
+                    format!(
+                        "{} {} statement {}",
+                        module.dir,
+                        label(document, 1),
+                        attr(statement, "sid").unwrap_or_default()
+                    ),
+                    attr(statement, "actions").unwrap_or_default(),
+                    attr(statement, "resources").unwrap_or_default(),
+                    key_policy,
+                ));
             }
-            let resources = attr(statement, "resources").unwrap_or_default();
-            let xray_only = actions.split(',').all(|a| a.contains("xray:Put"));
-            if resources.contains("\"*\"") && !xray_only && !key_policy {
-                violations.push(format!("{where_}: resource \"*\" for {actions}"));
+        }
+        for call in module.calls("function") {
+            let Some(list) = call.body().attributes().find(|a| a.key() == "statements") else {
+                continue;
+            };
+            let mut objects = Vec::new();
+            collect_statements(list.expr(), &mut objects);
+            for object in objects {
+                let field = |name: &str| {
+                    object
+                        .iter()
+                        .find(|(key, _)| matches!(key, ObjectKey::Identifier(id) if id.as_str() == name))
+                        .map(|(_, value)| text(value))
+                        .unwrap_or_default()
+                };
+                out.push((
+                    format!(
+                        "{} module {} statement {}",
+                        module.dir,
+                        label(call, 0),
+                        field("sid")
+                    ),
+                    field("actions"),
+                    field("resources"),
+                    false,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Every object with an `actions` key inside `expr` (lists, `concat(...)`, conditionals).
+fn collect_statements<'a>(
+    expr: &'a Expression,
+    out: &mut Vec<&'a hcl::Object<ObjectKey, Expression>>,
+) {
+    match expr {
+        Expression::Object(object)
+            if object
+                .keys()
+                .any(|k| matches!(k, ObjectKey::Identifier(id) if id.as_str() == "actions")) =>
+        {
+            out.push(object)
+        }
+        Expression::Object(object) => object.values().for_each(|v| collect_statements(v, out)),
+        Expression::Array(items) => items.iter().for_each(|v| collect_statements(v, out)),
+        Expression::FuncCall(call) => call.args.iter().for_each(|v| collect_statements(v, out)),
+        Expression::Conditional(c) => {
+            collect_statements(&c.true_expr, out);
+            collect_statements(&c.false_expr, out);
+        }
+        Expression::Parenthesis(inner) => collect_statements(inner, out),
+        _ => {}
+    }
+}
+
+/// No wildcard IAM action; `*` resources only where AWS allows nothing narrower.
+fn iam(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (where_, actions, resources, key_policy) in statements(modules) {
+        // The account administering its own key is AWS's default key policy.
+        let key_administration =
+            key_policy && actions.matches(':').count() == 1 && actions.contains("\"kms:*\"");
+        if (actions.contains("\"*\"") || actions.contains(":*\"")) && !key_administration {
+            violations.push(format!("{where_}: wildcard action {actions}"));
+        }
+        let xray_only = actions.split(',').all(|a| a.contains("xray:Put"));
+        if resources.contains("\"*\"") && !xray_only && !key_policy {
+            violations.push(format!("{where_}: resource \"*\" for {actions}"));
+        }
+    }
+    violations
+}
+
+/// Every EventBridge target has a retry policy and a dead-letter queue, and that queue has a policy
+/// that lets EventBridge send to it for this rule only (`aws:SourceArn`).
+fn event_targets(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for target in module.blocks("resource", "aws_cloudwatch_event_target") {
+            let name = format!("{}: {}", module.dir, label(target, 1));
+            let retry = child(target, "retry_policy");
+            if !retry.is_some_and(|r| {
+                present(r, "maximum_retry_attempts") && present(r, "maximum_event_age_in_seconds")
+            }) {
+                violations.push(format!(
+                    "{name}: no retry policy with attempts and event age"
+                ));
+            }
+            let Some(queue) = child(target, "dead_letter_config")
+                .and_then(|d| attr(d, "arn"))
+                .and_then(|arn| {
+                    arn.strip_prefix("aws_sqs_queue.")
+                        .map(|s| s.replace(".arn", ""))
+                })
+            else {
+                violations.push(format!("{name}: no dead-letter queue of this module"));
+                continue;
+            };
+            let queue_url = format!("aws_sqs_queue.{queue}.id");
+            let allowed = module
+                .blocks("resource", "aws_sqs_queue_policy")
+                .filter(|p| attr(p, "queue_url").as_deref() == Some(&queue_url))
+                .filter_map(|p| attr(p, "policy"))
+                .any(|policy| {
+                    module
+                        .blocks("data", "aws_iam_policy_document")
+                        .any(|document| {
+                            policy.contains(&format!(
+                                "data.aws_iam_policy_document.{}",
+                                label(document, 1)
+                            )) && document.body().blocks().any(|s| {
+                                attr(s, "actions")
+                                    .is_some_and(|a| a.contains("\"sqs:SendMessage\""))
+                                    && child(s, "principals")
+                                        .and_then(|p| attr(p, "identifiers"))
+                                        .is_some_and(|i| i.contains("\"events.amazonaws.com\""))
+                                    && child(s, "condition")
+                                        .and_then(|c| attr(c, "variable"))
+                                        .as_deref()
+                                        == Some("\"aws:SourceArn\"")
+                            })
+                        })
+                });
+            if !allowed {
+                violations.push(format!(
+                    "{name}: {queue_url} has no policy letting events.amazonaws.com send for the rule (aws:SourceArn)"
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// Every asynchronously invoked function has an on-failure destination; every schedule a DLQ.
+fn async_failures(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for config in module.blocks("resource", "aws_lambda_function_event_invoke_config") {
+            if !child(config, "destination_config")
+                .and_then(|d| child(d, "on_failure"))
+                .is_some_and(|f| present(f, "destination"))
+            {
+                violations.push(format!(
+                    "{}: {}: no on-failure destination",
+                    module.dir,
+                    label(config, 1)
+                ));
+            }
+        }
+        for schedule in module.blocks("resource", "aws_scheduler_schedule") {
+            let target = child(schedule, "target");
+            if !target
+                .and_then(|t| child(t, "dead_letter_config"))
+                .is_some_and(|d| present(d, "arn"))
+            {
+                violations.push(format!(
+                    "{}: {}: no dead-letter queue",
+                    module.dir,
+                    label(schedule, 1)
+                ));
             }
         }
     }
@@ -224,25 +460,37 @@ fn iam(bodies: &[Body]) -> Vec<String> {
 
 #[test]
 fn the_configuration_keeps_every_rule() {
-    let bodies = parse(&sources());
+    let modules = parse(&sources());
     for (rule, violations) in [
-        ("dlq alarms", dlq_alarms(&bodies)),
-        ("sqs mappings", sqs_mappings(&bodies)),
-        ("queue rules", queue_rules(&bodies)),
-        ("iam", iam(&bodies)),
+        ("dlq alarms", dlq_alarms(&modules)),
+        ("mappings", mappings(&modules)),
+        ("variable rules", variable_rules(&modules)),
+        ("iam", iam(&modules)),
+        ("event targets", event_targets(&modules)),
+        ("async failures", async_failures(&modules)),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
     }
-    assert!(blocks(&bodies, "resource", "aws_sqs_queue").count() >= 2);
+    let count = |kind: &str| -> usize {
+        modules
+            .iter()
+            .map(|m| m.blocks("resource", kind).count())
+            .sum()
+    };
     assert_eq!(
-        blocks(&bodies, "resource", "aws_lambda_event_source_mapping").count(),
-        1
+        count("aws_lambda_event_source_mapping"),
+        3,
+        "SQS consumer, stream consumer, EventBridge redrive"
     );
+    assert_eq!(count("aws_cloudwatch_event_target"), 2);
+    assert!(statements(&modules)
+        .iter()
+        .any(|(w, ..)| w.contains("module function statement \"RetryAndDeadLetter\"")));
 }
 
 #[test]
-fn every_module_has_the_standard_files() {
-    let modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/modules");
+fn every_module_has_the_standard_files_and_its_readme_lists_every_input_and_output() {
+    let modules = infra().join("modules");
     for module in std::fs::read_dir(modules).unwrap() {
         let module = module.unwrap().path();
         for file in [
@@ -258,6 +506,19 @@ fn every_module_has_the_standard_files() {
                 module.display()
             );
         }
+        let readme = std::fs::read_to_string(module.join("README.md")).unwrap();
+        for (file, kind) in [("variables.tf", "variable"), ("outputs.tf", "output")] {
+            let body: Body =
+                hcl::from_str(&std::fs::read_to_string(module.join(file)).unwrap()).unwrap();
+            for block in body.blocks().filter(|b| b.identifier() == kind) {
+                let row = format!("| {} |", label(block, 0));
+                assert!(
+                    readme.contains(&row),
+                    "{}/README.md lists no {kind} {row}",
+                    module.display()
+                );
+            }
+        }
     }
 }
 
@@ -265,74 +526,118 @@ const CONSUMER: &str = "modules/sqs-consumer/main.tf";
 const CONSUMER_VARIABLES: &str = "modules/sqs-consumer/variables.tf";
 
 #[test]
-fn a_dlq_alarm_with_a_threshold_or_a_second_alarm_is_caught() {
+fn a_dlq_without_its_alarm_or_a_weakened_alarm_is_caught() {
     let raised = broken(
-        CONSUMER,
+        "modules/dlq-alarm/main.tf",
         "  threshold           = 0\n",
         "  threshold           = 5\n",
     );
     assert_eq!(
         dlq_alarms(&raised),
-        ["aws_sqs_queue.dlq.name alarm: threshold is Some(\"5\"), expected 0"]
+        ["dlq-alarm: threshold is Some(\"5\"), expected 0"]
     );
-    let missing = broken(CONSUMER, "treat_missing_data  = \"notBreaching\"\n  alarm_actions       = [var.alarm_topic_arn]\n  ok_actions          = [var.alarm_topic_arn]\n}\n\nlocals {", "treat_missing_data  = \"missing\"\n  alarm_actions       = [var.alarm_topic_arn]\n}\n\nlocals {");
-    assert_eq!(dlq_alarms(&missing).len(), 2, "{:?}", dlq_alarms(&missing));
+    let missing = broken(
+        "modules/dlq-alarm/main.tf",
+        "  treat_missing_data  = \"notBreaching\"\n",
+        "  treat_missing_data  = \"missing\"\n",
+    );
+    assert_eq!(dlq_alarms(&missing).len(), 1, "{:?}", dlq_alarms(&missing));
+    let silent = broken(
+        "modules/dlq-alarm/main.tf",
+        "  ok_actions          = [var.alarm_topic_arn]\n",
+        "",
+    );
+    assert_eq!(dlq_alarms(&silent), ["dlq-alarm: no ok_actions"]);
     let none = broken(
         CONSUMER,
-        "dimensions          = { QueueName = aws_sqs_queue.dlq.name }",
-        "dimensions          = { QueueName = \"other\" }",
+        "queue_name      = aws_sqs_queue.dlq.name",
+        "queue_name      = \"other\"",
     );
     assert_eq!(
         dlq_alarms(&none),
-        ["aws_sqs_queue.dlq.name: 0 depth alarms, expected 1"]
+        ["modules/sqs-consumer: aws_sqs_queue.dlq.name has 0 dlq-alarm modules, expected 1"]
     );
+    let parked = broken(
+        "modules/redrive/main.tf",
+        "queue_name      = aws_sqs_queue.parked_dlq.name",
+        "queue_name      = aws_sqs_queue.archive.name",
+    );
+    assert_eq!(dlq_alarms(&parked).len(), 1, "{:?}", dlq_alarms(&parked));
 }
 
 #[test]
-fn a_mapping_without_item_failures_or_with_bisection_is_caught() {
+fn a_mapping_without_item_failures_or_with_the_wrong_arguments_is_caught() {
     let plain = broken(
         CONSUMER,
         "function_response_types            = [\"ReportBatchItemFailures\"]",
         "function_response_types            = []",
     );
     assert_eq!(
-        sqs_mappings(&plain),
-        ["consumer: no ReportBatchItemFailures"]
+        mappings(&plain),
+        ["modules/sqs-consumer: consumer: no ReportBatchItemFailures"]
     );
     let bisect = broken(
         CONSUMER,
         "  function_response_types ",
         "  bisect_batch_on_function_error     = true\n  function_response_types ",
     );
+    assert_eq!(mappings(&bisect), ["modules/sqs-consumer: consumer: bisect_batch_on_function_error is for stream sources only"]);
+    let stream = "modules/stream-consumer/main.tf";
+    let no_bisect = broken(
+        stream,
+        "bisect_batch_on_function_error     = true",
+        "bisect_batch_on_function_error     = false",
+    );
     assert_eq!(
-        sqs_mappings(&bisect),
-        ["consumer: bisect_batch_on_function_error is for stream sources only"]
+        mappings(&no_bisect),
+        ["modules/stream-consumer: stream: a stream mapping must bisect failing batches"]
+    );
+    let forever = broken(
+        stream,
+        "maximum_retry_attempts             = var.maximum_retry_attempts",
+        "maximum_retry_attempts             = -1",
+    );
+    assert_eq!(
+        mappings(&forever),
+        ["modules/stream-consumer: stream: maximum_retry_attempts must be set and bounded"]
+    );
+    let no_destination = broken(stream, "destination_arn = aws_sqs_queue.dlq.arn", "");
+    assert_eq!(
+        mappings(&no_destination),
+        ["modules/stream-consumer: stream: no on-failure destination"]
     );
 }
 
 #[test]
-fn weakened_queue_rules_are_caught() {
+fn weakened_variable_rules_are_caught() {
     let visibility = broken(
         CONSUMER_VARIABLES,
         ">= 6 * var.function_timeout_seconds",
         ">= 2 * var.function_timeout_seconds",
     );
-    assert_eq!(queue_rules(&visibility).len(), 1);
+    assert_eq!(variable_rules(&visibility).len(), 1);
     let retention = broken(
         CONSUMER_VARIABLES,
         "var.dlq_message_retention_seconds > var.message_retention_seconds",
         "var.dlq_message_retention_seconds >= 60",
     );
-    assert_eq!(queue_rules(&retention).len(), 1);
+    assert_eq!(
+        variable_rules(&retention).len(),
+        1,
+        "the other modules' rule does not cover this one"
+    );
     let receives = broken(
         CONSUMER_VARIABLES,
         " && var.max_receive_count > var.max_attempts",
         "",
     );
-    assert_eq!(
-        queue_rules(&receives),
-        ["variable max_receive_count: no validation `var.max_receive_count > var.max_attempts`"]
+    assert_eq!(variable_rules(&receives), ["modules/sqs-consumer: variable max_receive_count: no validation `var.max_receive_count > var.max_attempts`"]);
+    let age = broken(
+        "modules/stream-consumer/variables.tf",
+        " && var.maximum_record_age_seconds < var.retention_hours * 3600",
+        "",
     );
+    assert_eq!(variable_rules(&age).len(), 1);
 }
 
 #[test]
@@ -349,4 +654,71 @@ fn wildcard_iam_is_caught() {
         "resources = [\"*\"]",
     );
     assert_eq!(iam(&resources).len(), 1, "{:?}", iam(&resources));
+    let conditional = broken(
+        "modules/redrive/main.tf",
+        "actions   = [\"lambda:InvokeFunction\"]\n      resources = var.function_target_arns",
+        "actions   = [\"lambda:*\"]\n      resources = var.function_target_arns",
+    );
+    assert_eq!(iam(&conditional).len(), 1, "{:?}", iam(&conditional));
+    let scheduler = broken(
+        "modules/redrive/main.tf",
+        "resources = [module.reprocessor.function_arn]",
+        "resources = [\"*\"]",
+    );
+    assert_eq!(iam(&scheduler).len(), 1, "{:?}", iam(&scheduler));
+}
+
+#[test]
+fn an_event_target_without_retry_dlq_or_queue_policy_is_caught() {
+    let route = "modules/eventbridge-route/main.tf";
+    let no_retry = broken(route, "  retry_policy {\n    maximum_retry_attempts       = var.target_retry_attempts\n    maximum_event_age_in_seconds = var.target_max_event_age_seconds\n  }\n", "");
+    assert_eq!(
+        event_targets(&no_retry),
+        ["modules/eventbridge-route: consumer: no retry policy with attempts and event age"]
+    );
+    let no_dlq = broken(
+        route,
+        "  dead_letter_config {\n    arn = aws_sqs_queue.target_dlq.arn\n  }\n",
+        "",
+    );
+    assert_eq!(
+        event_targets(&no_dlq),
+        ["modules/eventbridge-route: consumer: no dead-letter queue of this module"]
+    );
+    let open = broken(
+        route,
+        "      variable = \"aws:SourceArn\"",
+        "      variable = \"aws:SourceAccount\"",
+    );
+    assert_eq!(event_targets(&open).len(), 2, "{:?}", event_targets(&open));
+    let no_policy = broken(route, "resource \"aws_sqs_queue_policy\" \"target_dlq\" {\n  queue_url = aws_sqs_queue.target_dlq.id", "resource \"aws_sqs_queue_policy\" \"target_dlq\" {\n  queue_url = aws_sqs_queue.target.id");
+    assert_eq!(
+        event_targets(&no_policy).len(),
+        2,
+        "{:?}",
+        event_targets(&no_policy)
+    );
+}
+
+#[test]
+fn an_async_function_or_schedule_without_a_failure_destination_is_caught() {
+    let route = "modules/eventbridge-route/main.tf";
+    let lost = broken(
+        route,
+        "destination = aws_sqs_queue.consumer_failures_dlq.arn",
+        "",
+    );
+    assert_eq!(
+        async_failures(&lost),
+        ["modules/eventbridge-route: consumer: no on-failure destination"]
+    );
+    let schedule = broken(
+        "modules/redrive/main.tf",
+        "    dead_letter_config {\n      arn = aws_sqs_queue.reprocessor_failures_dlq.arn\n    }\n",
+        "",
+    );
+    assert_eq!(
+        async_failures(&schedule),
+        ["modules/redrive: reprocess: no dead-letter queue"]
+    );
 }

@@ -30,5 +30,5 @@ output "dlq_name" {
 
 output "function_name" {
   description = "Name of the consumer function."
-  value       = aws_lambda_function.consumer.function_name
+  value       = module.function.function_name
 }

@@ -1,0 +1,186 @@
+# An EventBridge route: a bus, a rule, and two targets that each have a retry policy and a
+# dead-letter queue: the event consumer function (invoked asynchronously, with its own on-failure
+# destination for function errors) and an SQS queue. Both DLQs are read by the EventBridge redrive.
+
+locals {
+  rule_alarm_metrics = {
+    failed-invocations        = "FailedInvocations"
+    invocations-failed-to-dlq = "InvocationsFailedToBeSentToDlq"
+    invocations-sent-to-dlq   = "InvocationsSentToDlq"
+  }
+}
+
+resource "aws_cloudwatch_event_bus" "bus" {
+  name = var.name
+}
+
+resource "aws_cloudwatch_event_rule" "route" {
+  name           = "${var.name}-route"
+  description    = "Routes ${var.name} events to the event consumer and the ${var.name}-queue target."
+  event_bus_name = aws_cloudwatch_event_bus.bus.name
+  event_pattern  = var.event_pattern
+}
+
+# Where EventBridge puts an event it could not deliver to a target (a standard queue, as EventBridge
+# requires). Read by the EventBridge redrive: the visibility timeout fits its function.
+resource "aws_sqs_queue" "target_dlq" {
+  name                       = "${var.name}-target-dlq"
+  message_retention_seconds  = var.dlq_message_retention_seconds
+  visibility_timeout_seconds = 6 * var.redrive_function_timeout_seconds
+  sqs_managed_sse_enabled    = true
+}
+
+# Where Lambda puts an invocation record when the consumer failed after its asynchronous retries.
+resource "aws_sqs_queue" "consumer_failures_dlq" {
+  name                       = "${var.name}-consumer-failures-dlq"
+  message_retention_seconds  = var.dlq_message_retention_seconds
+  visibility_timeout_seconds = 6 * var.redrive_function_timeout_seconds
+  sqs_managed_sse_enabled    = true
+}
+
+# The SQS target of the rule (for example an audit trail or a second consumer).
+resource "aws_sqs_queue" "target" {
+  name                      = "${var.name}-queue"
+  message_retention_seconds = var.message_retention_seconds
+  sqs_managed_sse_enabled   = true
+}
+
+data "aws_iam_policy_document" "events_send" {
+  for_each = {
+    target_dlq = aws_sqs_queue.target_dlq.arn
+    target     = aws_sqs_queue.target.arn
+  }
+
+  statement {
+    sid       = "EventBridgeRuleSends"
+    actions   = ["sqs:SendMessage"]
+    resources = [each.value]
+    principals {
+      type        = "Service"
+      identifiers = ["events.amazonaws.com"]
+    }
+    condition {
+      test     = "ArnEquals"
+      variable = "aws:SourceArn"
+      values   = [aws_cloudwatch_event_rule.route.arn]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "target_dlq" {
+  queue_url = aws_sqs_queue.target_dlq.id
+  policy    = data.aws_iam_policy_document.events_send["target_dlq"].json
+}
+
+resource "aws_sqs_queue_policy" "target" {
+  queue_url = aws_sqs_queue.target.id
+  policy    = data.aws_iam_policy_document.events_send["target"].json
+}
+
+module "consumer" {
+  source = "../function"
+
+  name               = "${var.name}-consumer"
+  description        = "EventBridge consumer of ${var.name} events (redrive)"
+  zip                = var.consumer_zip
+  timeout_seconds    = var.function_timeout_seconds
+  memory_mb          = var.function_memory_mb
+  log_retention_days = var.log_retention_days
+  environment        = var.environment
+  statements = [
+    {
+      # Lambda writes the on-failure record with the function's role.
+      sid       = "OnFailureDestination"
+      actions   = ["sqs:SendMessage"]
+      resources = [aws_sqs_queue.consumer_failures_dlq.arn]
+    },
+  ]
+}
+
+resource "aws_lambda_permission" "events" {
+  statement_id  = "EventBridgeInvokes"
+  action        = "lambda:InvokeFunction"
+  function_name = module.consumer.function_name
+  principal     = "events.amazonaws.com"
+  source_arn    = aws_cloudwatch_event_rule.route.arn
+}
+
+resource "aws_lambda_function_event_invoke_config" "consumer" {
+  function_name                = module.consumer.function_name
+  maximum_retry_attempts       = var.async_retry_attempts
+  maximum_event_age_in_seconds = var.async_max_event_age_seconds
+
+  destination_config {
+    on_failure {
+      destination = aws_sqs_queue.consumer_failures_dlq.arn
+    }
+  }
+}
+
+resource "aws_cloudwatch_event_target" "consumer" {
+  rule           = aws_cloudwatch_event_rule.route.name
+  event_bus_name = aws_cloudwatch_event_bus.bus.name
+  target_id      = "consumer"
+  arn            = module.consumer.function_arn
+
+  retry_policy {
+    maximum_retry_attempts       = var.target_retry_attempts
+    maximum_event_age_in_seconds = var.target_max_event_age_seconds
+  }
+
+  dead_letter_config {
+    arn = aws_sqs_queue.target_dlq.arn
+  }
+}
+
+resource "aws_cloudwatch_event_target" "queue" {
+  rule           = aws_cloudwatch_event_rule.route.name
+  event_bus_name = aws_cloudwatch_event_bus.bus.name
+  target_id      = "queue"
+  arn            = aws_sqs_queue.target.arn
+
+  retry_policy {
+    maximum_retry_attempts       = var.target_retry_attempts
+    maximum_event_age_in_seconds = var.target_max_event_age_seconds
+  }
+
+  dead_letter_config {
+    arn = aws_sqs_queue.target_dlq.arn
+  }
+}
+
+module "target_dlq_alarm" {
+  source          = "../dlq-alarm"
+  name            = "${var.name}-target-dlq"
+  queue_name      = aws_sqs_queue.target_dlq.name
+  runbook         = "Runbook: README, 'EventBridge target DLQ not empty'."
+  alarm_topic_arn = var.alarm_topic_arn
+}
+
+module "consumer_failures_dlq_alarm" {
+  source          = "../dlq-alarm"
+  name            = "${var.name}-consumer-failures-dlq"
+  queue_name      = aws_sqs_queue.consumer_failures_dlq.name
+  runbook         = "Runbook: README, 'EventBridge target DLQ not empty'."
+  alarm_topic_arn = var.alarm_topic_arn
+}
+
+# FailedInvocations: a target could not be reached (then the DLQ has the event).
+# InvocationsFailedToBeSentToDlq: not even the DLQ could be reached - events are being lost.
+resource "aws_cloudwatch_metric_alarm" "rule" {
+  for_each = local.rule_alarm_metrics
+
+  alarm_name          = "${var.name}-${each.key}"
+  alarm_description   = "${each.value} of rule ${aws_cloudwatch_event_rule.route.name}. Runbook: README, 'EventBridge rule alarms'."
+  namespace           = "AWS/Events"
+  metric_name         = each.value
+  dimensions          = { EventBusName = aws_cloudwatch_event_bus.bus.name, RuleName = aws_cloudwatch_event_rule.route.name }
+  statistic           = "Sum"
+  period              = 60
+  evaluation_periods  = 1
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
+}

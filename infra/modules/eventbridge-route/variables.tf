@@ -1,0 +1,130 @@
+variable "name" {
+  description = "Name of the bus; prefix of the rule, queues, function and alarms."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9-]{1,40}$", var.name))
+    error_message = "name must be 1 to 40 letters, digits or hyphens."
+  }
+}
+
+variable "event_pattern" {
+  description = "The rule's event pattern (JSON)."
+  type        = string
+
+  validation {
+    condition     = can(jsondecode(var.event_pattern))
+    error_message = "event_pattern must be JSON, e.g. jsonencode({ source = [\"shop.orders\"] })."
+  }
+}
+
+variable "consumer_zip" {
+  description = "bootstrap.zip of functions/event-consumer."
+  type        = string
+}
+
+variable "function_timeout_seconds" {
+  description = "Timeout of the event consumer."
+  type        = number
+  default     = 30
+}
+
+variable "function_memory_mb" {
+  description = "Memory of the event consumer."
+  type        = number
+  default     = 256
+}
+
+variable "environment" {
+  description = "Environment of the event consumer (REDRIVE_BREAKER_*, PAYMENTS_*)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "log_retention_days" {
+  description = "Retention of the consumer's log group (validated by the function module)."
+  type        = number
+  default     = 14
+}
+
+variable "target_retry_attempts" {
+  description = "EventBridge retry policy: attempts per target before the event goes to the target DLQ."
+  type        = number
+  default     = 185
+
+  validation {
+    condition     = var.target_retry_attempts >= 0 && var.target_retry_attempts <= 185
+    error_message = "target_retry_attempts must be 0 to 185."
+  }
+}
+
+variable "target_max_event_age_seconds" {
+  description = "EventBridge retry policy: age after which an undelivered event goes to the target DLQ."
+  type        = number
+  default     = 86400
+
+  validation {
+    condition     = var.target_max_event_age_seconds >= 60 && var.target_max_event_age_seconds <= 86400
+    error_message = "target_max_event_age_seconds must be 60 to 86400."
+  }
+}
+
+variable "async_retry_attempts" {
+  description = "Lambda's retries of a failed asynchronous invocation of the consumer before the on-failure destination."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.async_retry_attempts >= 0 && var.async_retry_attempts <= 2
+    error_message = "async_retry_attempts must be 0 to 2."
+  }
+}
+
+variable "async_max_event_age_seconds" {
+  description = "Age after which Lambda stops retrying an asynchronous invocation and records the failure."
+  type        = number
+  default     = 21600
+
+  validation {
+    condition     = var.async_max_event_age_seconds >= 60 && var.async_max_event_age_seconds <= 21600
+    error_message = "async_max_event_age_seconds must be 60 to 21600."
+  }
+}
+
+variable "message_retention_seconds" {
+  description = "Retention of the SQS target queue."
+  type        = number
+  default     = 345600
+
+  validation {
+    condition     = var.message_retention_seconds >= 60 && var.message_retention_seconds <= 1209600
+    error_message = "message_retention_seconds must be 60 to 1209600 (14 days)."
+  }
+}
+
+variable "dlq_message_retention_seconds" {
+  description = "Retention of the target DLQ and the consumer's failure queue."
+  type        = number
+  default     = 1209600
+
+  validation {
+    condition     = var.dlq_message_retention_seconds > var.message_retention_seconds && var.dlq_message_retention_seconds <= 1209600
+    error_message = "dlq_message_retention_seconds must be longer than message_retention_seconds and at most 1209600."
+  }
+}
+
+variable "redrive_function_timeout_seconds" {
+  description = "Timeout of the EventBridge redrive that reads the DLQs: their visibility timeout is 6 x this."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.redrive_function_timeout_seconds >= 1 && var.redrive_function_timeout_seconds <= 900
+    error_message = "redrive_function_timeout_seconds must be 1 to 900."
+  }
+}
+
+variable "alarm_topic_arn" {
+  description = "SNS topic for alarm and OK notifications."
+  type        = string
+}

@@ -1,0 +1,87 @@
+# One Lambda function as every redrive module deploys it: arm64 provided.al2023 from the
+# cargo-lambda zip, JSON logs into its own log group, X-Ray, and a role with exactly the
+# statements the caller passes, plus its log group and X-Ray.
+
+resource "aws_cloudwatch_log_group" "function" {
+  #checkov:skip=CKV_AWS_158:Lambda logs carry no secrets; a customer KMS key would add cost and a key policy to every log group.
+  #checkov:skip=CKV_AWS_338:Retention is a validated input (log_retention_days); one year is not required for operational logs.
+  name              = "/aws/lambda/${var.name}"
+  retention_in_days = var.log_retention_days
+}
+
+data "aws_iam_policy_document" "assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["lambda.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "function" {
+  name               = "${var.name}-function"
+  assume_role_policy = data.aws_iam_policy_document.assume.json
+}
+
+# Least privilege: the caller names every queue, stream and function (no AWS managed policy).
+data "aws_iam_policy_document" "function" {
+  dynamic "statement" {
+    for_each = var.statements
+    content {
+      sid       = statement.value.sid
+      actions   = statement.value.actions
+      resources = statement.value.resources
+    }
+  }
+  statement {
+    sid       = "Logs"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    resources = ["${aws_cloudwatch_log_group.function.arn}:*"]
+  }
+  statement {
+    # X-Ray's PutTraceSegments and PutTelemetryRecords support no resource-level permissions.
+    sid       = "Tracing"
+    actions   = ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
+    resources = ["*"]
+  }
+}
+
+resource "aws_iam_role_policy" "function" {
+  name   = "${var.name}-function"
+  role   = aws_iam_role.function.id
+  policy = data.aws_iam_policy_document.function.json
+}
+
+resource "aws_lambda_function" "function" {
+  #checkov:skip=CKV_AWS_116:Failures are routed by the caller: SQS and Kinesis sources have their own DLQs, asynchronous callers an on-failure destination (aws_lambda_function_event_invoke_config).
+  #checkov:skip=CKV_AWS_115:Concurrency is capped per source by the event source mapping's scaling_config or by the schedule.
+  #checkov:skip=CKV_AWS_117:The functions only call SQS, Kinesis, Lambda, CloudWatch and X-Ray public endpoints; a VPC adds NAT cost and no protection here.
+  #checkov:skip=CKV_AWS_272:Code signing needs a signing profile the deploying account may not have; zips come from the reviewed build.
+  #checkov:skip=CKV_AWS_173:The environment holds queue URLs and retry settings, no secrets; AWS encrypts it at rest with its own key.
+  function_name    = var.name
+  description      = var.description
+  role             = aws_iam_role.function.arn
+  runtime          = "provided.al2023"
+  architectures    = ["arm64"]
+  handler          = "bootstrap"
+  filename         = var.zip
+  source_code_hash = filebase64sha256(var.zip)
+  timeout          = var.timeout_seconds
+  memory_size      = var.memory_mb
+
+  environment {
+    variables = var.environment
+  }
+
+  logging_config {
+    log_format = "JSON"
+    log_group  = aws_cloudwatch_log_group.function.name
+  }
+
+  tracing_config {
+    mode = "Active"
+  }
+
+  depends_on = [aws_iam_role_policy.function]
+}

@@ -1,0 +1,77 @@
+variable "name" {
+  description = "Function name; also names its role and log group."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9-_]{1,56}$", var.name))
+    error_message = "name must be 1 to 56 letters, digits, hyphens or underscores (the role adds -function)."
+  }
+}
+
+variable "description" {
+  description = "Function description."
+  type        = string
+  default     = ""
+}
+
+variable "zip" {
+  description = "Path of the function's bootstrap.zip from `cargo lambda build --release --arm64 --output-format zip`."
+  type        = string
+
+  validation {
+    condition     = endswith(var.zip, ".zip")
+    error_message = "zip must be the path of a .zip file (target/lambda/<function>/bootstrap.zip)."
+  }
+}
+
+variable "timeout_seconds" {
+  description = "Function timeout."
+  type        = number
+
+  validation {
+    condition     = var.timeout_seconds >= 1 && var.timeout_seconds <= 900
+    error_message = "timeout_seconds must be between 1 and 900."
+  }
+}
+
+variable "memory_mb" {
+  description = "Function memory."
+  type        = number
+  default     = 256
+
+  validation {
+    condition     = var.memory_mb >= 128 && var.memory_mb <= 10240
+    error_message = "memory_mb must be between 128 and 10240."
+  }
+}
+
+variable "environment" {
+  description = "Environment variables of the function."
+  type        = map(string)
+  default     = {}
+}
+
+variable "statements" {
+  description = "IAM statements of the function's role besides its log group and X-Ray: name every resource."
+  type = list(object({
+    sid       = string
+    actions   = list(string)
+    resources = list(string)
+  }))
+
+  validation {
+    condition     = alltrue([for s in var.statements : length(s.actions) > 0 && length(s.resources) > 0])
+    error_message = "Every statement needs at least one action and one resource."
+  }
+}
+
+variable "log_retention_days" {
+  description = "Retention of the function's log group."
+  type        = number
+  default     = 14
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be a retention CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, 60, 90, ...)."
+  }
+}

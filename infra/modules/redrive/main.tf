@@ -1,0 +1,208 @@
+# Recovery: the DLQ reprocessor on an EventBridge Scheduler schedule per DLQ (with its own
+# on-failure destination), and the EventBridge redrive reading the EventBridge target DLQs and the
+# event consumers' on-failure queues through SQS event source mappings.
+
+locals {
+  queue_access = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"]
+  dlq_arns     = [for dlq in values(var.dlqs) : dlq.arn]
+  origin_arns  = distinct(flatten([for dlq in values(var.dlqs) : dlq.origin_arn]))
+  event_arns   = values(var.event_sources)
+}
+
+# Copies of discarded messages (REDRIVE_DISCARD_KINDS), kept as long as SQS allows.
+resource "aws_sqs_queue" "archive" {
+  name                      = "${var.name}-archive"
+  message_retention_seconds = 1209600
+  sqs_managed_sse_enabled   = true
+}
+
+# Failed reprocessor runs: the scheduler's DLQ and the function's on-failure destination.
+resource "aws_sqs_queue" "reprocessor_failures_dlq" {
+  name                      = "${var.name}-reprocessor-failures-dlq"
+  message_retention_seconds = 1209600
+  sqs_managed_sse_enabled   = true
+}
+
+module "reprocessor" {
+  source = "../function"
+
+  name               = "${var.name}-dlq-redrive"
+  description        = "DLQ reprocessor (redrive)"
+  zip                = var.reprocessor_zip
+  timeout_seconds    = var.reprocessor_timeout_seconds
+  log_retention_days = var.log_retention_days
+  environment = {
+    REDRIVE_ARCHIVE_QUEUE_URL      = aws_sqs_queue.archive.url
+    REDRIVE_REPROCESS_MAX          = tostring(var.policy.max_reprocess)
+    REDRIVE_REPROCESS_AFTER        = "${var.policy.eligible_after_seconds}s"
+    REDRIVE_DISCARD_KINDS          = join(",", var.policy.discard_kinds)
+    REDRIVE_REPROCESS_MAX_MESSAGES = tostring(var.policy.max_messages)
+    REDRIVE_REPROCESS_RATE         = tostring(var.policy.rate_per_second)
+  }
+  statements = [
+    {
+      sid       = "DrainDeadLetterQueues"
+      actions   = local.queue_access
+      resources = local.dlq_arns
+    },
+    {
+      sid       = "SendHome"
+      actions   = ["sqs:SendMessage", "sqs:GetQueueUrl"]
+      resources = local.origin_arns
+    },
+    {
+      sid       = "ArchiveAndRecordFailures"
+      actions   = ["sqs:SendMessage"]
+      resources = [aws_sqs_queue.archive.arn, aws_sqs_queue.reprocessor_failures_dlq.arn]
+    },
+  ]
+}
+
+resource "aws_lambda_function_event_invoke_config" "reprocessor" {
+  function_name          = module.reprocessor.function_name
+  maximum_retry_attempts = 0 # the next scheduled run is the retry
+
+  destination_config {
+    on_failure {
+      destination = aws_sqs_queue.reprocessor_failures_dlq.arn
+    }
+  }
+}
+
+data "aws_iam_policy_document" "scheduler_assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["scheduler.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "scheduler" {
+  name               = "${var.name}-scheduler"
+  assume_role_policy = data.aws_iam_policy_document.scheduler_assume.json
+}
+
+data "aws_iam_policy_document" "scheduler" {
+  statement {
+    sid       = "InvokeReprocessor"
+    actions   = ["lambda:InvokeFunction"]
+    resources = [module.reprocessor.function_arn]
+  }
+  statement {
+    sid       = "SchedulerDeadLetter"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.reprocessor_failures_dlq.arn]
+  }
+}
+
+resource "aws_iam_role_policy" "scheduler" {
+  name   = "${var.name}-scheduler"
+  role   = aws_iam_role.scheduler.id
+  policy = data.aws_iam_policy_document.scheduler.json
+}
+
+# One schedule per DLQ; its input is the reprocessor's command (README, "Redrive").
+resource "aws_scheduler_schedule" "reprocess" {
+  #checkov:skip=CKV_AWS_297:The schedule's input is a queue URL and ARN, no secrets; Scheduler encrypts it with an AWS owned key.
+  for_each = var.dlqs
+
+  name                = "${var.name}-${each.key}"
+  description         = "Redrives ${each.value.url} under the redrive policy."
+  schedule_expression = var.schedule_expression
+
+  flexible_time_window {
+    mode = "OFF"
+  }
+
+  target {
+    arn      = module.reprocessor.function_arn
+    role_arn = aws_iam_role.scheduler.arn
+    input    = jsonencode({ source = each.value.url, destination = each.value.origin_arn })
+
+    retry_policy {
+      maximum_retry_attempts       = 0
+      maximum_event_age_in_seconds = 3600
+    }
+
+    dead_letter_config {
+      arn = aws_sqs_queue.reprocessor_failures_dlq.arn
+    }
+  }
+}
+
+# Events the EventBridge redrive gives up on (parked), with the redrive metadata.
+resource "aws_sqs_queue" "parked_dlq" {
+  name                      = "${var.name}-parked-dlq"
+  message_retention_seconds = 1209600
+  sqs_managed_sse_enabled   = true
+}
+
+module "event_redrive" {
+  source = "../function"
+
+  name               = "${var.name}-eventbridge-redrive"
+  description        = "Redrives EventBridge target DLQs and on-failure records to the failed target (redrive)"
+  zip                = var.event_redrive_zip
+  timeout_seconds    = var.event_redrive_timeout_seconds
+  log_retention_days = var.log_retention_days
+  environment = merge(var.environment, {
+    REDRIVE_DLQ_URL       = aws_sqs_queue.parked_dlq.url
+    REDRIVE_REPROCESS_MAX = tostring(var.policy.max_reprocess)
+  })
+  statements = concat(
+    [
+      {
+        sid       = "ConsumeEventDeadLetters"
+        actions   = local.queue_access
+        resources = local.event_arns
+      },
+      {
+        sid       = "RetryAndPark"
+        actions   = ["sqs:SendMessage"]
+        resources = concat(local.event_arns, [aws_sqs_queue.parked_dlq.arn])
+      },
+    ],
+    length(var.sqs_target_arns) == 0 ? [] : [{
+      sid       = "DeliverToQueueTargets"
+      actions   = ["sqs:SendMessage", "sqs:GetQueueUrl"]
+      resources = var.sqs_target_arns
+    }],
+    length(var.function_target_arns) == 0 ? [] : [{
+      sid       = "DeliverToFunctionTargets"
+      actions   = ["lambda:InvokeFunction"]
+      resources = var.function_target_arns
+    }],
+  )
+}
+
+resource "aws_lambda_event_source_mapping" "event_redrive" {
+  for_each = var.event_sources
+
+  event_source_arn                   = each.value
+  function_name                      = module.event_redrive.function_arn
+  batch_size                         = 10
+  maximum_batching_window_in_seconds = 0
+  function_response_types            = ["ReportBatchItemFailures"]
+
+  scaling_config {
+    maximum_concurrency = 2
+  }
+}
+
+module "parked_dlq_alarm" {
+  source          = "../dlq-alarm"
+  name            = "${var.name}-parked-dlq"
+  queue_name      = aws_sqs_queue.parked_dlq.name
+  runbook         = "Runbook: README, 'EventBridge: parking queue not empty'."
+  alarm_topic_arn = var.alarm_topic_arn
+}
+
+module "reprocessor_failures_dlq_alarm" {
+  source          = "../dlq-alarm"
+  name            = "${var.name}-reprocessor-failures-dlq"
+  queue_name      = aws_sqs_queue.reprocessor_failures_dlq.name
+  runbook         = "Runbook: README, 'Redrive metrics'."
+  alarm_topic_arn = var.alarm_topic_arn
+}

@@ -1,0 +1,128 @@
+variable "name" {
+  description = "Prefix of the functions, queues, schedules and alarms."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9-]{1,32}$", var.name))
+    error_message = "name must be 1 to 32 letters, digits or hyphens."
+  }
+}
+
+variable "reprocessor_zip" {
+  description = "bootstrap.zip of functions/dlq-redrive."
+  type        = string
+}
+
+variable "event_redrive_zip" {
+  description = "bootstrap.zip of functions/eventbridge-redrive."
+  type        = string
+}
+
+variable "reprocessor_timeout_seconds" {
+  description = "Timeout of the DLQ reprocessor; a run stops 10 s before it."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.reprocessor_timeout_seconds >= 30 && var.reprocessor_timeout_seconds <= 900
+    error_message = "reprocessor_timeout_seconds must be 30 to 900."
+  }
+}
+
+variable "event_redrive_timeout_seconds" {
+  description = "Timeout of the EventBridge redrive (its source queues' visibility timeout must be 6 x this)."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.event_redrive_timeout_seconds >= 1 && var.event_redrive_timeout_seconds <= 900
+    error_message = "event_redrive_timeout_seconds must be 1 to 900."
+  }
+}
+
+variable "dlqs" {
+  description = "DLQs the reprocessor drains on the schedule: URL, ARN and the origin queue ARN their messages go back to."
+  type = map(object({
+    url        = string
+    arn        = string
+    origin_arn = string
+  }))
+
+  validation {
+    condition     = alltrue([for dlq in values(var.dlqs) : startswith(dlq.arn, "arn:") && startswith(dlq.origin_arn, "arn:")])
+    error_message = "Every DLQ needs its queue ARN and its origin queue ARN."
+  }
+}
+
+variable "schedule_expression" {
+  description = "When the reprocessor runs, as EventBridge Scheduler writes it: rate(15 minutes), cron(0 * * * ? *)."
+  type        = string
+  default     = "rate(15 minutes)"
+
+  validation {
+    condition     = can(regex("^(rate|cron|at)\\(.+\\)$", var.schedule_expression))
+    error_message = "schedule_expression must be rate(...), cron(...) or at(...)."
+  }
+}
+
+variable "policy" {
+  description = "The redrive policy (README, 'Redrive'): reprocess cap, eligibility backoff, discarded kinds, run limits."
+  type = object({
+    max_reprocess          = number
+    eligible_after_seconds = number
+    discard_kinds          = list(string)
+    max_messages           = number
+    rate_per_second        = number
+  })
+  default = {
+    max_reprocess          = 3
+    eligible_after_seconds = 300
+    discard_kinds          = []
+    max_messages           = 1000
+    rate_per_second        = 50
+  }
+
+  validation {
+    condition     = var.policy.max_reprocess >= 0 && var.policy.max_reprocess <= 100 && var.policy.eligible_after_seconds >= 0
+    error_message = "policy.max_reprocess must be 0 to 100 and policy.eligible_after_seconds at least 0."
+  }
+  validation {
+    condition     = var.policy.max_messages >= 1 && var.policy.rate_per_second >= 0.1 && var.policy.rate_per_second <= 3000
+    error_message = "policy.max_messages must be at least 1 and policy.rate_per_second 0.1 to 3000."
+  }
+}
+
+variable "event_sources" {
+  description = "Queues the EventBridge redrive reads, by a static key: EventBridge target DLQs and on-failure destination queues."
+  type        = map(string)
+  default     = {}
+}
+
+variable "sqs_target_arns" {
+  description = "SQS queues the EventBridge redrive may deliver to (the rules' SQS targets)."
+  type        = list(string)
+  default     = []
+}
+
+variable "function_target_arns" {
+  description = "Functions the EventBridge redrive may invoke (the rules' Lambda targets)."
+  type        = list(string)
+  default     = []
+}
+
+variable "environment" {
+  description = "Retry settings of the EventBridge redrive (REDRIVE_BACKOFF_* and friends)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "log_retention_days" {
+  description = "Retention of the functions' log groups (validated by the function module)."
+  type        = number
+  default     = 14
+}
+
+variable "alarm_topic_arn" {
+  description = "SNS topic for alarm and OK notifications."
+  type        = string
+}

@@ -1,0 +1,93 @@
+# A Kinesis stream consumer: the stream, the function, and an event source mapping that bisects a
+# failing batch, retries a bounded number of times, drops records past a bounded age, and sends
+# what it gives up on to an SQS DLQ. Bisection is a stream feature: SQS mappings have none.
+
+resource "aws_kinesis_stream" "stream" {
+  name             = var.name
+  retention_period = var.retention_hours
+  encryption_type  = "KMS"
+  kms_key_id       = "alias/aws/kinesis"
+
+  stream_mode_details {
+    stream_mode = "ON_DEMAND"
+  }
+}
+
+# Two kinds of message land here: the records the function itself dead-letters (permanent errors,
+# with the body and the redrive metadata), and Lambda's on-failure records for batches it gave up on
+# (shard, sequence-number range and the reason; the data stays in the stream for its retention).
+resource "aws_sqs_queue" "dlq" {
+  name                      = "${var.name}-dlq"
+  message_retention_seconds = var.dlq_message_retention_seconds
+  sqs_managed_sse_enabled   = true
+}
+
+module "function" {
+  source = "../function"
+
+  name               = var.name
+  description        = "Kinesis consumer of ${var.name} (redrive)"
+  zip                = var.function_zip
+  timeout_seconds    = var.function_timeout_seconds
+  memory_mb          = var.function_memory_mb
+  log_retention_days = var.log_retention_days
+  environment = merge(var.environment, {
+    REDRIVE_DLQ_URL = aws_sqs_queue.dlq.url
+  })
+  statements = [
+    {
+      sid       = "ReadStream"
+      actions   = ["kinesis:DescribeStream", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards"]
+      resources = [aws_kinesis_stream.stream.arn]
+    },
+    {
+      # The function's dead letters, and Lambda's on-failure records (sent with this role).
+      sid       = "DeadLetter"
+      actions   = ["sqs:SendMessage"]
+      resources = [aws_sqs_queue.dlq.arn]
+    },
+  ]
+}
+
+resource "aws_lambda_event_source_mapping" "stream" {
+  event_source_arn                   = aws_kinesis_stream.stream.arn
+  function_name                      = module.function.function_arn
+  starting_position                  = var.starting_position
+  batch_size                         = var.batch_size
+  maximum_batching_window_in_seconds = var.batching_window_seconds
+  parallelization_factor             = var.parallelization_factor
+  bisect_batch_on_function_error     = true
+  maximum_retry_attempts             = var.maximum_retry_attempts
+  maximum_record_age_in_seconds      = var.maximum_record_age_seconds
+  function_response_types            = ["ReportBatchItemFailures"]
+
+  destination_config {
+    on_failure {
+      destination_arn = aws_sqs_queue.dlq.arn
+    }
+  }
+}
+
+module "dlq_alarm" {
+  source          = "../dlq-alarm"
+  name            = "${var.name}-dlq"
+  queue_name      = aws_sqs_queue.dlq.name
+  alarm_topic_arn = var.alarm_topic_arn
+}
+
+# The consumer falls behind the stream: records get older than they should before they are read.
+resource "aws_cloudwatch_metric_alarm" "iterator_age" {
+  alarm_name          = "${var.name}-iterator-age"
+  alarm_description   = "${var.name} reads records older than ${var.iterator_age_threshold_ms} ms: it is behind or stuck on a failing batch. Runbook: README, 'Stream consumer behind'."
+  namespace           = "AWS/Lambda"
+  metric_name         = "IteratorAge"
+  dimensions          = { FunctionName = module.function.function_name }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 1
+  threshold           = var.iterator_age_threshold_ms
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
+}

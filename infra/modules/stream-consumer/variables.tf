@@ -1,0 +1,142 @@
+variable "name" {
+  description = "Name of the stream and the function; prefix of the DLQ and alarms."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9-]{1,50}$", var.name))
+    error_message = "name must be 1 to 50 letters, digits or hyphens."
+  }
+}
+
+variable "function_zip" {
+  description = "bootstrap.zip of the consumer (functions/sqs-consumer reads Kinesis events too)."
+  type        = string
+}
+
+variable "function_timeout_seconds" {
+  description = "Function timeout."
+  type        = number
+  default     = 60
+}
+
+variable "function_memory_mb" {
+  description = "Function memory."
+  type        = number
+  default     = 256
+}
+
+variable "environment" {
+  description = "Environment of the function; REDRIVE_DLQ_URL is added."
+  type        = map(string)
+  default     = {}
+}
+
+variable "log_retention_days" {
+  description = "Retention of the function's log group (validated by the function module)."
+  type        = number
+  default     = 14
+}
+
+variable "retention_hours" {
+  description = "Stream retention: how long a record can still be replayed."
+  type        = number
+  default     = 24
+
+  validation {
+    condition     = var.retention_hours >= 24 && var.retention_hours <= 8760
+    error_message = "retention_hours must be 24 to 8760."
+  }
+}
+
+variable "starting_position" {
+  description = "Where a new mapping starts reading: LATEST or TRIM_HORIZON."
+  type        = string
+  default     = "TRIM_HORIZON"
+
+  validation {
+    condition     = contains(["LATEST", "TRIM_HORIZON"], var.starting_position)
+    error_message = "starting_position must be LATEST or TRIM_HORIZON."
+  }
+}
+
+variable "batch_size" {
+  description = "Records per batch."
+  type        = number
+  default     = 100
+
+  validation {
+    condition     = var.batch_size >= 1 && var.batch_size <= 10000
+    error_message = "batch_size must be 1 to 10000."
+  }
+}
+
+variable "batching_window_seconds" {
+  description = "How long the mapping gathers records before it invokes."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.batching_window_seconds >= 0 && var.batching_window_seconds <= 300
+    error_message = "batching_window_seconds must be 0 to 300."
+  }
+}
+
+variable "parallelization_factor" {
+  description = "Concurrent batches per shard (order is kept per partition key)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.parallelization_factor >= 1 && var.parallelization_factor <= 10
+    error_message = "parallelization_factor must be 1 to 10."
+  }
+}
+
+variable "maximum_retry_attempts" {
+  description = "Retries of a failing batch (bisected) before it goes to the DLQ. Bounded: -1 (forever) would block the shard."
+  type        = number
+  default     = 5
+
+  validation {
+    condition     = var.maximum_retry_attempts >= 0 && var.maximum_retry_attempts <= 10000
+    error_message = "maximum_retry_attempts must be 0 to 10000 (not -1: a poison record would block its shard until it expires)."
+  }
+}
+
+variable "maximum_record_age_seconds" {
+  description = "Records older than this go to the DLQ instead of being processed. Bounded: must be below the stream retention."
+  type        = number
+  default     = 3600
+
+  validation {
+    condition     = var.maximum_record_age_seconds >= 60 && var.maximum_record_age_seconds <= 604800 && var.maximum_record_age_seconds < var.retention_hours * 3600
+    error_message = "maximum_record_age_seconds must be 60 to 604800 and below the stream retention (retention_hours x 3600)."
+  }
+}
+
+variable "dlq_message_retention_seconds" {
+  description = "Retention of the DLQ."
+  type        = number
+  default     = 1209600
+
+  validation {
+    condition     = var.dlq_message_retention_seconds >= 60 && var.dlq_message_retention_seconds <= 1209600 && var.dlq_message_retention_seconds > var.retention_hours * 3600
+    error_message = "dlq_message_retention_seconds must be 60 to 1209600 and longer than the stream retention."
+  }
+}
+
+variable "iterator_age_threshold_ms" {
+  description = "IteratorAge above which the consumer counts as behind."
+  type        = number
+  default     = 60000
+
+  validation {
+    condition     = var.iterator_age_threshold_ms >= 1000
+    error_message = "iterator_age_threshold_ms must be at least 1000."
+  }
+}
+
+variable "alarm_topic_arn" {
+  description = "SNS topic for alarm and OK notifications."
+  type        = string
+}
