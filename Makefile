@@ -36,10 +36,11 @@ $(CHECKOV_STAMP): tools/checkov-requirements.txt
 	.venv-checkov/bin/pip install --quiet --disable-pip-version-check -r tools/checkov-requirements.txt
 	@touch $@
 
-infra-check: $(CHECKOV_STAMP) ## terraform fmt -check and checkov (0 failed, skips inline with reasons)
+infra-check: $(CHECKOV_STAMP) ## terraform fmt -check, checkov (0 failed, skips inline with reasons), fetch the provider schema
 	@if command -v terraform >/dev/null; then terraform fmt -check -recursive infra; \
 	else echo "terraform is not installed: skipping terraform fmt -check"; fi
 	.venv-checkov/bin/checkov -d infra --framework terraform --quiet --compact --skip-download
+	tools/provider-schema
 
 lint: ## cargo fmt --check and clippy with warnings denied
 	$(CARGO) fmt --all -- --check

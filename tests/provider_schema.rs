@@ -1,0 +1,261 @@
+//! Every argument and block name in `infra/` exists in the AWS provider's schema, as the CDK for
+//! Terraform bindings publish it (`tools/provider-schema` fetches them; `make test` runs it first).
+//! `terraform validate` would do this, but it needs the provider binary, which this machine cannot
+//! download. Each binding's `*ToTerraform` functions list the snake_case names Terraform takes.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use hcl::{Block, Body, Structure};
+
+const BINDINGS: &str = ".cache/cdktf-provider-aws-21.22.1/package/lib";
+/// Terraform's own meta-arguments, valid on every resource.
+const META: [&str; 7] = [
+    "count",
+    "for_each",
+    "depends_on",
+    "provider",
+    "lifecycle",
+    "provisioner",
+    "connection",
+];
+/// The top-level names of a resource.
+const TOP: &str = "synthesizeAttributes";
+
+/// A resource's schema: for each struct, its names and the struct a name opens (blocks).
+struct Schema {
+    structs: HashMap<String, Vec<(String, Option<String>)>>,
+}
+
+impl Schema {
+    fn load(kind: &str, type_: &str) -> Result<Self, String> {
+        let name = type_.trim_start_matches("aws_").replace('_', "-");
+        let dir = match kind {
+            "data" => format!("data-aws-{name}"),
+            _ => name,
+        };
+        let path = bindings().join(dir).join("index.js");
+        let source = std::fs::read_to_string(&path).map_err(|error| {
+            format!(
+                "{}: {error}; run `tools/provider-schema` (or `make infra-check`) to fetch the bindings",
+                path.display()
+            )
+        })?;
+        Ok(Self::parse(&source))
+    }
+
+    fn parse(source: &str) -> Self {
+        let mut structs: HashMap<String, Vec<(String, Option<String>)>> = HashMap::new();
+        let mut current: Option<String> = None;
+        let mut collecting = false;
+        for line in source.lines() {
+            let trimmed = line.trim();
+            if let Some(rest) = trimmed.strip_prefix("function ") {
+                current = rest
+                    .strip_suffix("ToTerraform(struct) {")
+                    .map(str::to_owned);
+                collecting = false;
+            } else if trimmed == "synthesizeAttributes() {" {
+                current = Some(TOP.to_owned());
+                collecting = false;
+            } else if current.is_some() && trimmed == "return {" {
+                collecting = true;
+            } else if collecting && trimmed.starts_with("};") {
+                collecting = false;
+                current = None;
+            } else if let (true, Some(name)) = (collecting, &current) {
+                if let Some((key, value)) = trimmed.split_once(": ") {
+                    structs
+                        .entry(name.clone())
+                        .or_default()
+                        .push((key.to_owned(), child_struct(value)));
+                }
+            }
+        }
+        Self { structs }
+    }
+
+    /// The names `body` uses that the schema does not know, as dotted paths.
+    fn unknown(&self, body: &Body, at: &str, path: &str, out: &mut Vec<String>) {
+        let known = self.structs.get(at).map(Vec::as_slice).unwrap_or_default();
+        let find = |name: &str| known.iter().find(|(key, _)| key == name);
+        for structure in body.iter() {
+            let (name, nested) = match structure {
+                Structure::Attribute(attribute) => (attribute.key.as_str(), None),
+                Structure::Block(block) if block.identifier() == "dynamic" => {
+                    let content = block
+                        .body()
+                        .blocks()
+                        .find(|b| b.identifier() == "content")
+                        .map(Block::body);
+                    (block.labels()[0].as_str(), content)
+                }
+                Structure::Block(block) => (block.identifier(), Some(block.body())),
+            };
+            if path.is_empty() && META.contains(&name) {
+                continue;
+            }
+            match (find(name), nested) {
+                (None, _) => out.push(format!("{path}{name}")),
+                (Some((_, Some(child))), Some(nested)) => {
+                    self.unknown(nested, child, &format!("{path}{name}."), out)
+                }
+                (Some((_, None)), Some(_)) => {
+                    out.push(format!("{path}{name} (an argument, written as a block)"))
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The struct function a value converts with: `fooBarToTerraform(` or `cdktf.listMapper(fooBarToTerraform, ...)`.
+fn child_struct(value: &str) -> Option<String> {
+    value.match_indices("ToTerraform").find_map(|(end, _)| {
+        let start = value[..end]
+            .rfind(|c: char| !c.is_ascii_alphanumeric())
+            .map_or(0, |i| i + 1);
+        let preceded_by_dot = start > 0 && value.as_bytes()[start - 1] == b'.';
+        (!preceded_by_dot && start < end).then(|| value[start..end].to_owned())
+    })
+}
+
+fn bindings() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(BINDINGS)
+}
+
+fn sources() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && !path.ends_with(".terraform") {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "tf") {
+                out.push((path.clone(), std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("infra"),
+        &mut out,
+    );
+    out.sort();
+    out
+}
+
+/// Every name in `sources` the provider's schema does not know, as `file: resource.name: path`.
+fn violations(sources: &[(PathBuf, String)]) -> Result<Vec<String>, String> {
+    let mut schemas: HashMap<(String, String), Schema> = HashMap::new();
+    let mut out = Vec::new();
+    for (path, text) in sources {
+        let body: Body = hcl::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
+        for block in body.blocks() {
+            let kind = block.identifier();
+            if !matches!(kind, "resource" | "data") {
+                continue;
+            }
+            let type_ = block.labels()[0].as_str();
+            let key = (kind.to_owned(), type_.to_owned());
+            if !schemas.contains_key(&key) {
+                schemas.insert(key.clone(), Schema::load(kind, type_)?);
+            }
+            let schema = &schemas[&key];
+            if schema.structs.get(TOP).is_none_or(Vec::is_empty) {
+                return Err(format!(
+                    "no top-level names found for {type_}: the bindings' layout changed"
+                ));
+            }
+            let mut unknown = Vec::new();
+            schema.unknown(block.body(), TOP, "", &mut unknown);
+            let file = path.file_name().unwrap().to_string_lossy();
+            let module = path
+                .parent()
+                .unwrap()
+                .file_name()
+                .unwrap()
+                .to_string_lossy();
+            out.extend(unknown.into_iter().map(|name| {
+                format!(
+                    "{module}/{file}: {type_}.{}: {name}",
+                    block.labels()[1].as_str()
+                )
+            }));
+        }
+    }
+    Ok(out)
+}
+
+fn broken(file: &str, from: &str, to: &str) -> Vec<String> {
+    let mut copy = sources();
+    let (_, text) = copy
+        .iter_mut()
+        .find(|(path, _)| path.ends_with(file))
+        .expect("file");
+    assert!(text.contains(from), "{file} no longer contains {from:?}");
+    *text = text.replacen(from, to, 1);
+    violations(&copy).unwrap()
+}
+
+#[test]
+fn every_argument_and_block_is_in_the_provider_schema() {
+    let found = violations(&sources()).unwrap_or_else(|error| panic!("{error}"));
+    assert!(
+        found.is_empty(),
+        "names the AWS provider does not know: {found:#?}"
+    );
+}
+
+#[test]
+fn a_misnamed_argument_or_block_is_caught_at_any_depth() {
+    let top = broken(
+        "modules/sqs-consumer/main.tf",
+        "maximum_batching_window_in_seconds",
+        "maximum_batching_window_seconds",
+    );
+    assert_eq!(
+        top,
+        ["sqs-consumer/main.tf: aws_lambda_event_source_mapping.consumer: maximum_batching_window_seconds"]
+    );
+    // The invoke config's on_failure takes `destination`; the event source mapping's takes `destination_arn`.
+    let nested = broken(
+        "modules/eventbridge-route/main.tf",
+        "destination = aws_sqs_queue.consumer_failures_dlq.arn",
+        "destination_arn = aws_sqs_queue.consumer_failures_dlq.arn",
+    );
+    assert_eq!(
+        nested,
+        ["eventbridge-route/main.tf: aws_lambda_function_event_invoke_config.consumer: destination_config.on_failure.destination_arn"]
+    );
+    let dynamic = broken(
+        "modules/function/main.tf",
+        "      resources = statement.value.resources",
+        "      resource = statement.value.resources",
+    );
+    assert_eq!(
+        dynamic,
+        ["function/main.tf: aws_iam_policy_document.function: statement.resource"]
+    );
+    let block_for_argument = broken(
+        "modules/function/main.tf",
+        "  timeout          = var.timeout_seconds\n",
+        "  timeout {\n    seconds = var.timeout_seconds\n  }\n",
+    );
+    assert_eq!(
+        block_for_argument,
+        ["function/main.tf: aws_lambda_function.function: timeout (an argument, written as a block)"]
+    );
+}
+
+#[test]
+fn the_bindings_parse_into_nested_structs() {
+    let schema = Schema::load("resource", "aws_lambda_event_source_mapping").unwrap();
+    let top = &schema.structs[TOP];
+    let scaling = top.iter().find(|(key, _)| key == "scaling_config").unwrap();
+    assert_eq!(
+        scaling.1.as_deref(),
+        Some("lambdaEventSourceMappingScalingConfig")
+    );
+    assert!(schema.structs["lambdaEventSourceMappingScalingConfig"]
+        .iter()
+        .any(|(key, _)| key == "maximum_concurrency"));
+}
