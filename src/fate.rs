@@ -73,6 +73,18 @@ impl GiveBackReason {
     }
 }
 
+/// A stream record's fate. A Kinesis shard is read in order and Lambda resumes a failed batch from
+/// a checkpoint, so a record that cannot be settled now ends the batch there: the mapping's
+/// retries, bisection, maximum record age and on-failure destination take over from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamFate {
+    Done,
+    /// Send to the DLQ with the failure metadata, and go on with the next record.
+    DeadLetter,
+    /// Report this record's sequence number: Lambda retries from here.
+    Checkpoint,
+}
+
 /// Decides fates for one batch. It remembers the FIFO message groups that must stop.
 pub struct Judge<'p> {
     policy: &'p RetryPolicy,
@@ -139,6 +151,20 @@ impl<'p> Judge<'p> {
         fate
     }
 
+    /// The fate of a stream record. A permanent failure is dead-lettered (retrying cannot help,
+    /// and the shard would stall behind it); anything else that did not succeed is a checkpoint.
+    pub fn decide_stream(&self, outcome: Outcome<'_>) -> StreamFate {
+        match outcome {
+            Outcome::Succeeded => StreamFate::Done,
+            Outcome::Failed(error)
+                if error.class() != ErrorClass::Transient && !self.report_only =>
+            {
+                StreamFate::DeadLetter
+            }
+            _ => StreamFate::Checkpoint,
+        }
+    }
+
     fn fate(
         &self,
         outcome: Outcome<'_>,
@@ -180,6 +206,36 @@ impl<'p> Judge<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_dead_letters_permanent_failures_and_checkpoints_the_rest() {
+        let policy = RetryPolicy::default();
+        let judge = Judge::new(&policy, false);
+        let permanent = RecordError::permanent("invalid", "no");
+        let deferred = RecordError::defer("circuit_open", Duration::from_secs(5));
+        assert_eq!(judge.decide_stream(Outcome::Succeeded), StreamFate::Done);
+        assert_eq!(
+            judge.decide_stream(Outcome::Failed(&permanent)),
+            StreamFate::DeadLetter
+        );
+        assert_eq!(
+            judge.decide_stream(Outcome::Failed(&transient())),
+            StreamFate::Checkpoint
+        );
+        assert_eq!(
+            judge.decide_stream(Outcome::Failed(&deferred)),
+            StreamFate::Checkpoint
+        );
+        assert_eq!(
+            judge.decide_stream(Outcome::NotStarted),
+            StreamFate::Checkpoint
+        );
+        let report_only = Judge::new(&policy, false).report_only(true);
+        assert_eq!(
+            report_only.decide_stream(Outcome::Failed(&permanent)),
+            StreamFate::Checkpoint
+        );
+    }
 
     fn transient() -> RecordError {
         RecordError::transient("timeout", "slow")

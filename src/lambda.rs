@@ -1,11 +1,46 @@
-//! Lambda glue shared by the functions (feature `lambda`): one SQS batch in, the partial batch
-//! response and one EMF line out.
+//! Lambda glue shared by the functions (feature `lambda`): one SQS or Kinesis batch in, the
+//! partial batch response and one EMF line out.
 use crate::clock::{Clock, SystemClock};
+use crate::stream::{KinesisEvent, KinesisEventResponse};
 use crate::{BatchError, Processed, Processor, QueuePort, RecordHandler, SqsEvent};
 use lambda_runtime::LambdaEvent;
+use serde::Serialize;
 use serde_json::value::RawValue;
 
 pub use aws_lambda_events::sqs::SqsBatchResponse;
+
+/// The partial batch response of either source; both serialise as `{"batchItemFailures": [...]}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum BatchResponse {
+    Sqs(SqsBatchResponse),
+    Kinesis(KinesisEventResponse),
+}
+
+/// Handles an SQS or a Kinesis batch, for a function that sits behind both kinds of source.
+pub async fn handle_sqs_or_kinesis<Q: QueuePort, H: RecordHandler>(
+    event: LambdaEvent<Box<RawValue>>,
+    processor: &Processor<Q>,
+    handler: &H,
+) -> Result<Processed<BatchResponse>, BatchError> {
+    if !KinesisEvent::is_kinesis(event.payload.get()) {
+        let processed = handle_batch(event, processor, handler).await?;
+        return Ok(Processed {
+            response: BatchResponse::Sqs(processed.response),
+            report: processed.report,
+        });
+    }
+    let (payload, context) = event.into_parts();
+    let kinesis = KinesisEvent::parse(payload.get())?;
+    let deadline = absolute_deadline(context.deadline, SystemClock.now_ms());
+    let processed = processor
+        .process_stream(handler, &kinesis.records, deadline)
+        .await?;
+    Ok(Processed {
+        response: BatchResponse::Kinesis(processed.response),
+        report: processed.report,
+    })
+}
 
 /// Handles one SQS batch: parses the event without copying and settles every record's fate.
 pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
@@ -32,7 +67,7 @@ pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
 
 /// Writes the batch's figures as one EMF line on stdout (CloudWatch makes metrics of it) and
 /// returns the partial batch response for Lambda.
-pub fn respond(processed: Processed, metrics_namespace: &str, function: &str) -> SqsBatchResponse {
+pub fn respond<R>(processed: Processed<R>, metrics_namespace: &str, function: &str) -> R {
     println!(
         "{}",
         processed

@@ -44,6 +44,7 @@ pub mod redrive;
 pub mod reprocess;
 mod scan;
 pub mod sqs;
+pub mod stream;
 
 pub use backoff::{Backoff, RetryPolicy};
 pub use breaker::{BreakerSettings, CircuitBreaker};

@@ -132,9 +132,10 @@ impl From<&Settings> for ProcessorConfig {
 }
 
 /// What [`Processor::process`] returns: the answer for Lambda and the figures of the batch.
+/// (`Processed<KinesisEventResponse>` for a stream batch.)
 #[derive(Debug, Clone)]
-pub struct Processed {
-    pub response: SqsBatchResponse,
+pub struct Processed<R = SqsBatchResponse> {
+    pub response: R,
     pub report: BatchReport,
 }
 
@@ -147,15 +148,15 @@ pub struct Processor<Q> {
 }
 
 /// A record ready for handling.
-struct Item<'r> {
-    record: &'r SqsRecord<'r>,
-    id: &'r str,
-    meta: Option<Meta<'r>>,
-    attempts_before: u32,
+pub(crate) struct Item<'r> {
+    pub(crate) record: &'r SqsRecord<'r>,
+    pub(crate) id: &'r str,
+    pub(crate) meta: Option<Meta<'r>>,
+    pub(crate) attempts_before: u32,
 }
 
 impl<'r> Item<'r> {
-    fn message(&'r self) -> Message<'r> {
+    pub(crate) fn message(&'r self) -> Message<'r> {
         Message {
             record: self.record,
             id: self.id,
@@ -208,6 +209,14 @@ impl<Q: QueuePort> Processor<Q> {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = fastrand::Rng::with_seed(seed);
         self
+    }
+
+    pub(crate) fn dlq_url(&self) -> Option<&str> {
+        self.config.dlq_url.as_deref()
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     pub fn queue(&self) -> &Q {
@@ -325,7 +334,7 @@ impl<Q: QueuePort> Processor<Q> {
         Ok(self.settle(&items, decided).await)
     }
 
-    fn judge(&self, records: &[SqsRecord<'_>]) -> Judge<'_> {
+    pub(crate) fn judge(&self, records: &[SqsRecord<'_>]) -> Judge<'_> {
         Judge::new(&self.config.retry, records.iter().any(SqsRecord::is_fifo))
             .report_only(self.config.dlq_url.is_none())
     }
@@ -377,7 +386,7 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// Time left for handling before the deadline margin.
-    fn budget(&self, deadline_ms: u64) -> Duration {
+    pub(crate) fn budget(&self, deadline_ms: u64) -> Duration {
         let margin = u64::try_from(self.config.deadline_margin.as_millis()).unwrap_or(u64::MAX);
         Duration::from_millis(
             deadline_ms
@@ -526,7 +535,7 @@ impl<Q: QueuePort> Processor<Q> {
         Ok(message)
     }
 
-    fn dead_letter<'r>(
+    pub(crate) fn dead_letter<'r>(
         &self,
         item: &'r Item<'r>,
         now: u64,
@@ -649,7 +658,9 @@ impl From<Result<(), RecordError>> for Handled {
 }
 
 /// Runs a handler future; a panic becomes a `panic` error for this record only.
-async fn caught(future: impl Future<Output = Result<(), RecordError>>) -> Result<(), RecordError> {
+pub(crate) async fn caught(
+    future: impl Future<Output = Result<(), RecordError>>,
+) -> Result<(), RecordError> {
     let mut future = pin!(future);
     poll_fn(
         |cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
@@ -660,7 +671,7 @@ async fn caught(future: impl Future<Output = Result<(), RecordError>>) -> Result
     .await
 }
 
-fn deadline_error() -> RecordError {
+pub(crate) fn deadline_error() -> RecordError {
     RecordError::transient(
         "deadline",
         "the handler was still running at the Lambda deadline margin",

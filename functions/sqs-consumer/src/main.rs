@@ -1,3 +1,6 @@
+// The handler future nests the processor, the SDK client and the runtime deeply.
+#![recursion_limit = "256"]
+
 use lambda_runtime::{service_fn, LambdaEvent};
 use redrive::{CircuitBreaker, Processor, ProcessorConfig, Settings, SqsQueue};
 use serde_json::value::RawValue;
@@ -27,7 +30,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
 
     lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| async {
         let function = event.context.env_config.function_name.clone();
-        let processed = redrive::lambda::handle_batch(event, &processor, &handler).await?;
+        let processed = redrive::lambda::handle_sqs_or_kinesis(event, &processor, &handler).await?;
         Ok::<_, lambda_runtime::Error>(redrive::lambda::respond(processed, namespace, &function))
     }))
     .await

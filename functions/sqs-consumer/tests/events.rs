@@ -50,7 +50,7 @@ async fn invoke(file: &str) -> Result<Outcome, redrive::BatchError> {
     context.deadline = SystemClock.now_ms() + 30_000;
     let event = LambdaEvent::new(RawValue::from_string(json).unwrap(), context);
     let response = redrive::lambda::respond(
-        redrive::lambda::handle_batch(event, &processor, &handler).await?,
+        redrive::lambda::handle_sqs_or_kinesis(event, &processor, &handler).await?,
         "redrive",
         "orders",
     );
@@ -207,5 +207,37 @@ async fn a_record_without_message_id_is_a_clear_whole_batch_error() {
         error.to_string(),
         "record 1 has no messageId: Lambda's SQS event source always sets one, and a partial batch response cannot \
          name the record, so the whole batch is failed"
+    );
+}
+
+#[tokio::test]
+async fn a_kinesis_batch_dead_letters_the_invalid_order_and_stops_at_the_timeout() {
+    let outcome = invoke("kinesis-orders.json").await.unwrap();
+    // o-5001 done, o-5002 dead-lettered, o-1003 times out: Lambda retries from its sequence
+    // number, so o-5004 is not started in this invocation.
+    assert_eq!(
+        outcome.response,
+        serde_json::json!({ "batchItemFailures": [{ "itemIdentifier": "49590338271490256608559692538361571095921575989136588892" }] })
+    );
+    assert_eq!(
+        outcome.dead_letters(),
+        [(
+            "o-5002".into(),
+            ErrorClass::Permanent,
+            "invalid_order".into(),
+            1
+        )]
+    );
+    let dead = &outcome.queue.sent_to(DLQ)[0];
+    assert_eq!(dead.attribute("partitionKey"), Some("c-9"));
+    assert_eq!(
+        &*meta(dead).origin_queue_arn,
+        "arn:aws:kinesis:us-east-1:123456789012:stream/redrive-orders-stream"
+    );
+    assert!(outcome.retries().is_empty(), "a stream is never re-sent to");
+    assert_eq!(
+        outcome.calls.len(),
+        1,
+        "one SendMessageBatch for the dead letter"
     );
 }

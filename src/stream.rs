@@ -1,0 +1,363 @@
+//! Kinesis: the same record handlers on a stream. A shard is read in order and Lambda retries a
+//! failed batch from a checkpoint, so the fates differ from SQS ([`crate::fate::StreamFate`]): a
+//! permanent failure is dead-lettered (with its data and the redrive metadata) and the batch goes
+//! on; any other failure, or the deadline, ends the batch at that record, whose sequence number is
+//! the streams partial batch response. The event source mapping's retries, bisection, maximum
+//! record age and on-failure destination take over from there.
+use std::time::Instant;
+
+use serde::Deserialize;
+
+pub use aws_lambda_events::streams::KinesisEventResponse;
+
+use crate::error::{BatchError, RecordError};
+use crate::event::{MessageAttribute, SqsRecord, Text};
+use crate::fate::{Outcome, StreamFate};
+use crate::metrics::BatchReport;
+use crate::port::QueuePort;
+use crate::processor::{caught, deadline_error, Item, Processed, Processor, RecordHandler};
+
+#[derive(Debug, Default, Deserialize)]
+pub struct KinesisEvent<'a> {
+    #[serde(rename = "Records", borrow, default)]
+    pub records: Vec<KinesisRecord<'a>>,
+}
+
+impl<'a> KinesisEvent<'a> {
+    pub fn parse(json: &'a str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    /// Whether Lambda event bytes are a Kinesis event (`"aws:kinesis"` cannot occur unescaped
+    /// inside a JSON string, so a record body cannot fake it).
+    pub fn is_kinesis(json: &str) -> bool {
+        json.contains("\"aws:kinesis\"")
+    }
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct KinesisRecord<'a> {
+    #[serde(borrow, default)]
+    pub kinesis: KinesisData<'a>,
+    #[serde(rename = "eventSourceARN", borrow, default)]
+    pub event_source_arn: Option<Text<'a>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KinesisData<'a> {
+    #[serde(borrow, default)]
+    pub partition_key: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    pub sequence_number: Option<Text<'a>>,
+    /// The record's data, base64.
+    #[serde(borrow, default)]
+    pub data: Option<Text<'a>>,
+    /// Seconds since the epoch.
+    #[serde(default)]
+    pub approximate_arrival_timestamp: Option<f64>,
+}
+
+/// Attribute of a stream record's DLQ copy that keeps its partition key.
+pub const PARTITION_KEY_ATTRIBUTE: &str = "partitionKey";
+
+impl KinesisRecord<'_> {
+    /// The record as the handlers see messages: the data decoded as the body, the sequence number
+    /// as the id, the partition key as an attribute. Data that is not base64 UTF-8 keeps its
+    /// base64 text as the body and fails with a permanent `malformed_data` error.
+    fn as_message(&self) -> (SqsRecord<'static>, Option<RecordError>) {
+        let data = self.kinesis.data.as_deref().unwrap_or_default();
+        let (body, error) = match aws_smithy_types::base64::decode(data)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| String::from_utf8(bytes).map_err(|e| e.to_string()))
+        {
+            Ok(text) => (text, None),
+            Err(reason) => (
+                data.to_owned(),
+                Some(RecordError::permanent(
+                    "malformed_data",
+                    format!("the record's data is not base64 UTF-8: {reason}"),
+                )),
+            ),
+        };
+        let mut record = SqsRecord {
+            message_id: self.kinesis.sequence_number.clone().map(Text::into_owned),
+            body: Some(Text::from(body)),
+            event_source_arn: self.event_source_arn.clone().map(Text::into_owned),
+            ..SqsRecord::default()
+        };
+        record.attributes.sent_timestamp = self
+            .kinesis
+            .approximate_arrival_timestamp
+            .map(|seconds| Text::from(((seconds * 1000.0) as u64).to_string()));
+        if let Some(key) = &self.kinesis.partition_key {
+            let attribute = MessageAttribute {
+                string_value: Some(key.clone().into_owned()),
+                binary_value: None,
+                data_type: Text::from("String"),
+            };
+            record
+                .message_attributes
+                .insert(Text::from(PARTITION_KEY_ATTRIBUTE), attribute);
+        }
+        (record, error)
+    }
+}
+
+impl<Q: QueuePort> Processor<Q> {
+    /// Handles a Kinesis batch in order (see the module docs for the fates).
+    pub async fn process_stream<H: RecordHandler>(
+        &self,
+        handler: &H,
+        records: &[KinesisRecord<'_>],
+        deadline_ms: u64,
+    ) -> Result<Processed<KinesisEventResponse>, BatchError> {
+        let judge = self.judge(&[]);
+        let budget = self.budget(deadline_ms);
+        let stop_at = Instant::now() + budget;
+        let mut report = BatchReport {
+            records: u32::try_from(records.len()).unwrap_or(u32::MAX),
+            ..BatchReport::default()
+        };
+        let mut checkpoint = None;
+        for (index, kinesis) in records.iter().enumerate() {
+            let Some(sequence) = kinesis.kinesis.sequence_number.as_deref() else {
+                return Err(BatchError::MissingMessageId { index });
+            };
+            let (record, malformed) = kinesis.as_message();
+            let item = Item {
+                record: &record,
+                id: sequence,
+                meta: None,
+                attempts_before: 0,
+            };
+            let left = stop_at.saturating_duration_since(Instant::now());
+            let result = match (malformed, left.is_zero()) {
+                (Some(error), _) => Err(error),
+                (None, true) => {
+                    checkpoint = Some(sequence);
+                    break;
+                }
+                (None, false) => {
+                    tokio::time::timeout(left, caught(handler.handle(&item.message())))
+                        .await
+                        .unwrap_or_else(|_| Err(deadline_error()))
+                }
+            };
+            let outcome = match &result {
+                Ok(()) => Outcome::Succeeded,
+                Err(error) => Outcome::Failed(error),
+            };
+            let fate = judge.decide_stream(outcome);
+            if let Err(error) = &result {
+                report.count_error(error.class());
+            }
+            match fate {
+                StreamFate::Done => report.done += 1,
+                StreamFate::DeadLetter => match self
+                    .dead_letter_now(&item, result.as_ref().err(), &mut report)
+                    .await
+                {
+                    Ok(()) => report.dead_lettered += 1,
+                    Err(reason) => {
+                        tracing::error!(sequence_number = sequence, error = %reason, "dead letter not confirmed: the batch stops here");
+                        report.send_failures += 1;
+                        checkpoint = Some(sequence);
+                        break;
+                    }
+                },
+                StreamFate::Checkpoint => {
+                    let error = result.as_ref().err();
+                    tracing::warn!(
+                        sequence_number = sequence,
+                        error_class = error.map(|e| e.class().as_str()),
+                        error_kind = error.map(RecordError::kind),
+                        error = error.map(RecordError::message),
+                        "record failed: the batch stops here and Lambda retries from it"
+                    );
+                    checkpoint = Some(sequence);
+                    break;
+                }
+            }
+        }
+        let mut response = KinesisEventResponse::default();
+        if let Some(sequence) = checkpoint {
+            report.given_back = report.records - report.done - report.dead_lettered;
+            response.add_failure(sequence);
+        }
+        Ok(Processed { response, report })
+    }
+
+    async fn dead_letter_now(
+        &self,
+        item: &Item<'_>,
+        error: Option<&RecordError>,
+        report: &mut BatchReport,
+    ) -> Result<(), String> {
+        let url = self.dlq_url().ok_or("no DLQ is configured")?;
+        let message = self
+            .dead_letter(item, self.now_ms(), error, 1)
+            .map_err(|too_large| too_large.to_string())?;
+        report.sqs_requests += 1;
+        match self.queue().send_batch(url, &[message]).await {
+            Ok(refused) if refused.is_empty() => {
+                let error = error.expect("a dead letter has an error");
+                tracing::error!(
+                    sequence_number = item.id,
+                    error_class = error.class().as_str(),
+                    error_kind = error.kind(),
+                    error = error.message(),
+                    fate = "dead_letter",
+                    "record dead-lettered"
+                );
+                Ok(())
+            }
+            Ok(refused) => Err(format!("{}: {}", refused[0].code, refused[0].message)),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backoff::RetryPolicy;
+    use crate::port::RecordingQueue;
+    use crate::processor::{Message, ProcessorConfig};
+    use crate::Meta;
+
+    const DLQ: &str = "https://sqs.local/123456789012/stream-dlq";
+
+    struct Orders;
+    impl RecordHandler for Orders {
+        async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+            match message.body() {
+                "bad" => Err(RecordError::permanent("invalid", "bad order")),
+                "slow" => Err(RecordError::transient("timeout", "slow")),
+                "bug" => panic!("bug"),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    fn record(sequence: &str, data: &str) -> KinesisRecord<'static> {
+        KinesisRecord {
+            kinesis: KinesisData {
+                partition_key: Some(Text::from("p")),
+                sequence_number: Some(Text::from(sequence.to_owned())),
+                data: Some(Text::from(aws_smithy_types::base64::encode(data))),
+                approximate_arrival_timestamp: Some(1_763_791_800.5),
+            },
+            event_source_arn: Some(Text::from(
+                "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+            )),
+        }
+    }
+
+    fn processor(dlq: Option<&str>) -> Processor<RecordingQueue> {
+        Processor::new(
+            RecordingQueue::default(),
+            ProcessorConfig {
+                dlq_url: dlq.map(str::to_owned),
+                source_queue_url: None,
+                retry: RetryPolicy::default(),
+                deadline_margin: std::time::Duration::ZERO,
+            },
+        )
+    }
+
+    fn checkpoint(processed: &Processed<KinesisEventResponse>) -> Option<&str> {
+        processed
+            .response
+            .batch_item_failures
+            .first()
+            .and_then(|f| f.item_identifier.as_deref())
+    }
+
+    const LATER: u64 = u64::MAX / 2;
+
+    #[tokio::test]
+    async fn permanent_failures_and_panics_are_dead_lettered_and_the_batch_goes_on() {
+        let processor = processor(Some(DLQ));
+        let records = [
+            record("1", "ok"),
+            record("2", "bad"),
+            record("3", "bug"),
+            record("4", "ok"),
+        ];
+        let processed = processor
+            .process_stream(&Orders, &records, LATER)
+            .await
+            .unwrap();
+        assert_eq!(checkpoint(&processed), None);
+        let dead: Vec<String> = processor
+            .queue()
+            .sent_to(DLQ)
+            .iter()
+            .map(|m| m.body.to_string())
+            .collect();
+        assert_eq!(dead, ["bad", "bug"]);
+        let sent = processor.queue().sent_to(DLQ);
+        let meta: Meta<'_> = serde_json::from_str(sent[1].attribute("redrive").unwrap()).unwrap();
+        assert_eq!(
+            (meta.error_class.as_str(), &*meta.origin_message_id),
+            ("panic", "3")
+        );
+        assert_eq!(
+            (processed.report.done, processed.report.dead_lettered),
+            (2, 2)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_transient_failure_a_refused_dead_letter_or_no_dlq_stops_the_batch_there() {
+        let records = [record("1", "ok"), record("2", "slow"), record("3", "ok")];
+        let processed = processor(Some(DLQ))
+            .process_stream(&Orders, &records, LATER)
+            .await
+            .unwrap();
+        assert_eq!(checkpoint(&processed), Some("2"));
+        assert_eq!((processed.report.done, processed.report.given_back), (1, 2));
+
+        let refusing = processor(Some(DLQ));
+        refusing.queue().fail_calls_to(DLQ);
+        let records = [record("1", "bad"), record("2", "ok")];
+        let processed = refusing
+            .process_stream(&Orders, &records, LATER)
+            .await
+            .unwrap();
+        assert_eq!(checkpoint(&processed), Some("1"));
+
+        let report_only = processor(None);
+        let processed = report_only
+            .process_stream(&Orders, &records, LATER)
+            .await
+            .unwrap();
+        assert_eq!(checkpoint(&processed), Some("1"));
+        assert!(report_only.queue().calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn undecodable_data_is_dead_lettered_as_it_came_and_the_deadline_checkpoints() {
+        let processor = processor(Some(DLQ));
+        let mut garbled = record("1", "");
+        garbled.kinesis.data = Some(Text::from("not base64!"));
+        let processed = processor
+            .process_stream(&Orders, &[garbled, record("2", "ok")], LATER)
+            .await
+            .unwrap();
+        assert_eq!(checkpoint(&processed), None);
+        let dead = &processor.queue().sent_to(DLQ)[0];
+        assert_eq!(&*dead.body, "not base64!");
+
+        let processed = processor
+            .process_stream(&Orders, &[record("7", "ok")], 0)
+            .await
+            .unwrap();
+        assert_eq!(
+            checkpoint(&processed),
+            Some("7"),
+            "no time left: nothing is started"
+        );
+    }
+}
