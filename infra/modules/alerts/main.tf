@@ -105,6 +105,10 @@ locals {
       metrics = [for c in var.consumers : [var.metrics_namespace, "RetryDelayMaxSeconds", "Function", c.function_name]]
     } }),
     merge(local.widget, { properties = {
+      title   = "Redrive outcomes (DLQ reprocessor, per DLQ)", region = local.region, stat = "Sum", period = 300
+      metrics = flatten([for c in var.consumers : [for m in ["Reprocessed", "Discarded", "ManualReview", "Alerted", "SendFailures"] : [var.metrics_namespace, m, "Source", c.dlq_name]]])
+    } }),
+    merge(local.widget, { properties = {
       title   = "Function errors and throttles", region = local.region, stat = "Sum", period = 60
       metrics = flatten([for c in var.consumers : [["AWS/Lambda", "Errors", "FunctionName", c.function_name], ["AWS/Lambda", "Throttles", "FunctionName", c.function_name]]])
     } }),
