@@ -35,6 +35,7 @@ pub mod error;
 pub mod event;
 pub mod eventbridge;
 pub mod fate;
+pub mod idempotency;
 #[cfg(feature = "lambda")]
 pub mod lambda;
 pub mod metrics;

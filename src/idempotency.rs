@@ -1,0 +1,380 @@
+//! Idempotency guard: duplicates are normal (at-least-once delivery, retries, redrive), so a
+//! handler whose effect must happen once is wrapped in [`Idempotent`]. The key is the message's
+//! identity — its original message id (a re-sent copy keeps it in the metadata) or a business key
+//! from the body — and a store remembers which keys are done.
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{PortError, RecordError};
+use crate::processor::{Message, RecordHandler};
+
+/// What the store says when a key is claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Nobody has this key: go ahead, then `complete` (or `release` on failure).
+    Claimed,
+    /// Another delivery holds it right now.
+    InProgress,
+    /// Already done: the effect happened.
+    Done,
+}
+
+/// Where keys are remembered. [`MemoryStore`] lives as long as the Lambda container; a shared store
+/// (DynamoDB with a conditional put on the key, for example) implements this trait to cover
+/// duplicates that reach different containers.
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims `key` for `lease` (after which a crashed holder's claim lapses).
+    fn claim(
+        &self,
+        key: &str,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Claim, PortError>> + Send;
+    /// Marks `key` done for `keep`.
+    fn complete(
+        &self,
+        key: &str,
+        keep: Duration,
+    ) -> impl Future<Output = Result<(), PortError>> + Send;
+    /// Gives up a claim after a failure, so that a retry may run.
+    fn release(&self, key: &str) -> impl Future<Output = Result<(), PortError>> + Send;
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Entry {
+    Held { until_ms: u64 },
+    Done { until_ms: u64 },
+}
+
+/// An in-memory store with expiry, bounded in size (the oldest entries go first).
+pub struct MemoryStore {
+    entries: Mutex<HashMap<String, Entry>>,
+    capacity: usize,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryStore {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl IdempotencyStore for MemoryStore {
+    async fn claim(&self, key: &str, lease: Duration) -> Result<Claim, PortError> {
+        let now = self.clock.now_ms();
+        let mut entries = self.entries();
+        match entries.get(key) {
+            Some(Entry::Done { until_ms }) if *until_ms > now => return Ok(Claim::Done),
+            Some(Entry::Held { until_ms }) if *until_ms > now => return Ok(Claim::InProgress),
+            _ => {}
+        }
+        if entries.len() >= self.capacity {
+            entries.retain(|_, entry| match entry {
+                Entry::Held { until_ms } | Entry::Done { until_ms } => *until_ms > now,
+            });
+            if entries.len() >= self.capacity {
+                // Still full of live entries: forget the one that expires first.
+                let oldest = entries
+                    .iter()
+                    .min_by_key(|(_, entry)| match entry {
+                        Entry::Held { until_ms } | Entry::Done { until_ms } => *until_ms,
+                    })
+                    .map(|(key, _)| key.clone());
+                oldest.map(|key| entries.remove(&key));
+            }
+        }
+        entries.insert(
+            key.to_owned(),
+            Entry::Held {
+                until_ms: now.saturating_add(ms(lease)),
+            },
+        );
+        Ok(Claim::Claimed)
+    }
+
+    async fn complete(&self, key: &str, keep: Duration) -> Result<(), PortError> {
+        let until_ms = self.clock.now_ms().saturating_add(ms(keep));
+        self.entries()
+            .insert(key.to_owned(), Entry::Done { until_ms });
+        Ok(())
+    }
+
+    async fn release(&self, key: &str) -> Result<(), PortError> {
+        self.entries().remove(key);
+        Ok(())
+    }
+}
+
+/// Where the idempotency key comes from.
+#[derive(Debug, Clone)]
+pub enum KeyFrom {
+    /// The original message id: a retry copy or a redriven copy carries it in its metadata.
+    MessageId,
+    /// A string or number in the JSON body at this JSON pointer (`/orderId`).
+    BodyField(String),
+}
+
+/// Wraps a record handler so that a message whose key is done is not handled again.
+pub struct Idempotent<H, S> {
+    inner: H,
+    store: S,
+    key: KeyFrom,
+    /// How long a claim holds while the handler runs (longer than the function timeout).
+    pub lease: Duration,
+    /// How long a done key is remembered (longer than the retention of every queue it comes through).
+    pub keep: Duration,
+    duplicates: AtomicU64,
+}
+
+impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
+    pub fn new(inner: H, store: S, key: KeyFrom) -> Self {
+        Self {
+            inner,
+            store,
+            key,
+            lease: Duration::from_secs(15 * 60),
+            keep: Duration::from_secs(14 * 24 * 3600),
+            duplicates: AtomicU64::new(0),
+        }
+    }
+
+    pub fn inner(&self) -> &H {
+        &self.inner
+    }
+
+    /// Duplicates absorbed so far (messages whose key was already done).
+    pub fn duplicates(&self) -> u64 {
+        self.duplicates.load(Ordering::Relaxed)
+    }
+
+    fn key_of(&self, message: &Message<'_>) -> Result<String, RecordError> {
+        match &self.key {
+            KeyFrom::MessageId => Ok(message
+                .meta()
+                .map_or(message.id(), |meta| &meta.origin_message_id)
+                .to_owned()),
+            KeyFrom::BodyField(pointer) => {
+                let body: serde_json::Value = message.json()?;
+                match body.pointer(pointer) {
+                    Some(serde_json::Value::String(key)) if !key.is_empty() => Ok(key.clone()),
+                    Some(serde_json::Value::Number(key)) => Ok(key.to_string()),
+                    _ => Err(RecordError::permanent(
+                        "no_idempotency_key",
+                        format!("the body has no string or number at {pointer}"),
+                    )),
+                }
+            }
+        }
+    }
+}
+
+impl<H: RecordHandler, S: IdempotencyStore> RecordHandler for Idempotent<H, S> {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        let key = self.key_of(message)?;
+        let store_error = |error: PortError| RecordError::transient("idempotency_store", error);
+        match self
+            .store
+            .claim(&key, self.lease)
+            .await
+            .map_err(store_error)?
+        {
+            Claim::Done => {
+                self.duplicates.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(message_id = message.id(), key, "duplicate absorbed");
+                return Ok(());
+            }
+            Claim::InProgress => {
+                // Another delivery of the same message is running: look again later.
+                return Err(RecordError::transient(
+                    "idempotency_in_progress",
+                    format!("{key} is being handled by another delivery"),
+                ));
+            }
+            Claim::Claimed => {}
+        }
+        match self.inner.handle(message).await {
+            Ok(()) => self
+                .store
+                .complete(&key, self.keep)
+                .await
+                .map_err(store_error),
+            Err(error) => {
+                if let Err(release) = self.store.release(&key).await {
+                    tracing::warn!(key, error = %release, "could not release the idempotency claim: a retry waits for the lease");
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    #[tokio::test]
+    async fn a_done_key_is_done_until_it_expires_and_a_claim_lapses_after_its_lease() {
+        let clock = Arc::new(ManualClock::at(1_000));
+        let store = MemoryStore::new(10).with_clock(clock.clone());
+        let minute = Duration::from_secs(60);
+        assert_eq!(store.claim("a", minute).await.unwrap(), Claim::Claimed);
+        assert_eq!(store.claim("a", minute).await.unwrap(), Claim::InProgress);
+        clock.advance(61_000);
+        assert_eq!(
+            store.claim("a", minute).await.unwrap(),
+            Claim::Claimed,
+            "lease lapsed"
+        );
+        store.complete("a", minute).await.unwrap();
+        assert_eq!(store.claim("a", minute).await.unwrap(), Claim::Done);
+        clock.advance(61_000);
+        assert_eq!(
+            store.claim("a", minute).await.unwrap(),
+            Claim::Claimed,
+            "forgotten"
+        );
+        store.release("a").await.unwrap();
+        assert_eq!(store.claim("a", minute).await.unwrap(), Claim::Claimed);
+    }
+
+    #[tokio::test]
+    async fn the_store_stays_within_its_capacity() {
+        let store = MemoryStore::new(3);
+        for key in ["a", "b", "c", "d", "e"] {
+            store.claim(key, Duration::from_secs(60)).await.unwrap();
+        }
+        assert_eq!(store.entries().len(), 3);
+    }
+
+    struct Counting {
+        effects: Mutex<HashMap<String, u32>>,
+        fail_first: Mutex<bool>,
+    }
+
+    impl RecordHandler for Counting {
+        async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+            if std::mem::take(&mut *self.fail_first.lock().unwrap()) {
+                return Err(RecordError::transient("timeout", "slow"));
+            }
+            *self
+                .effects
+                .lock()
+                .unwrap()
+                .entry(message.body().to_owned())
+                .or_default() += 1;
+            Ok(())
+        }
+    }
+
+    fn record(id: &str, body: &str, origin: Option<&str>) -> crate::SqsRecord<'static> {
+        let mut record = crate::SqsRecord {
+            message_id: Some(crate::event::Text::from(id.to_owned())),
+            receipt_handle: Some(crate::event::Text::from(format!("rh-{id}"))),
+            body: Some(crate::event::Text::from(body.to_owned())),
+            event_source_arn: Some(crate::event::Text::from(
+                "arn:aws:sqs:us-east-1:123456789012:q",
+            )),
+            ..Default::default()
+        };
+        if let Some(origin) = origin {
+            let meta = format!(
+                r#"{{"v":1,"attempts":1,"originQueueArn":"arn:aws:sqs:us-east-1:123456789012:q","originMessageId":"{origin}","firstFailureAt":"2026-11-22T05:00:00Z","lastFailureAt":"2026-11-22T05:00:00Z","errorClass":"transient","errorKind":"timeout","errorMessage":""}}"#
+            );
+            record.message_attributes.insert(
+                crate::event::Text::from("redrive"),
+                crate::event::MessageAttribute {
+                    string_value: Some(crate::event::Text::from(meta)),
+                    binary_value: None,
+                    data_type: crate::event::Text::from("String"),
+                },
+            );
+        }
+        record
+    }
+
+    #[tokio::test]
+    async fn duplicates_and_retry_copies_have_their_effect_once_and_a_failure_frees_the_key() {
+        use crate::processor::{Processor, ProcessorConfig};
+        let handler = Idempotent::new(
+            Counting {
+                effects: Mutex::default(),
+                fail_first: Mutex::new(true),
+            },
+            MemoryStore::new(100),
+            KeyFrom::MessageId,
+        );
+        let config = ProcessorConfig {
+            dlq_url: Some("https://sqs.local/123456789012/dlq".into()),
+            source_queue_url: Some("https://sqs.local/123456789012/q".into()),
+            retry: crate::RetryPolicy::default(),
+            deadline_margin: Duration::ZERO,
+        };
+        let processor = Processor::new(crate::port::RecordingQueue::default(), config);
+        let deliveries = [
+            vec![record("m-1", "order-1", None)], // fails, key released, retry copy sent
+            vec![record("m-9", "order-1", Some("m-1"))], // the retry copy: same key, succeeds
+            vec![
+                record("m-9", "order-1", Some("m-1")),
+                record("m-1", "order-1", None),
+            ], // duplicates
+        ];
+        for records in &deliveries {
+            processor
+                .process(&handler, records, u64::MAX / 2)
+                .await
+                .unwrap();
+        }
+        assert_eq!(handler.inner().effects.lock().unwrap()["order-1"], 1);
+        assert_eq!(handler.duplicates(), 2);
+
+        let by_field = Idempotent::new(
+            Counting {
+                effects: Mutex::default(),
+                fail_first: Mutex::new(false),
+            },
+            MemoryStore::new(100),
+            KeyFrom::BodyField("/orderId".into()),
+        );
+        let twice = [
+            record("a", r#"{"orderId":"o-1"}"#, None),
+            record("b", r#"{"orderId":"o-1"}"#, None),
+        ];
+        let processed = processor
+            .process(&by_field, &twice, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert!(processed.response.batch_item_failures.is_empty());
+        assert_eq!(by_field.duplicates(), 1);
+        let keyless = [record("c", r#"{"id":"o-1"}"#, None)];
+        let processed = processor
+            .process(&by_field, &keyless, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert_eq!(
+            processed.report.dead_lettered, 1,
+            "no key is a permanent error"
+        );
+    }
+}
