@@ -6,11 +6,13 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
 CARGO       ?= cargo
+# Seeds of `make soak`.
+SEEDS       ?= 1,2,3
 # The Lambda functions (crates under functions/): one bootstrap.zip each.
 FUNCTIONS   := sqs-consumer event-consumer eventbridge-redrive dlq-redrive
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv test lint infra-check build bench demo deploy destroy clean
+.PHONY: help venv test lint infra-check build bench demo soak deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -26,6 +28,9 @@ venv: $(STAMP) ## Project-local virtualenv with pinned moto[server], cargo-lambd
 demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, print a report
 	@start=$$(date +%s); $(CARGO) build --locked -p redrive-local --bin redrive-demo && echo "demo build took $$(( $$(date +%s) - start ))s"
 	tools/with-moto $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
+
+soak: $(STAMP) ## Fault-injection soak: 100,000 messages in memory and 2,000 on moto per seed (SEEDS=1,2,3)
+	tools/with-moto $(CARGO) run --release --locked --quiet -p redrive-local --bin redrive-soak -- --seeds $(SEEDS)
 
 test: $(STAMP) lint infra-check ## Lint and infra checks, then unit, fixture, contract, end-to-end (moto) and cargo-lambda watch/invoke tests
 	tools/with-moto $(CARGO) test --workspace --locked

@@ -116,6 +116,47 @@ impl<'r> Outbox<'r> {
     }
 }
 
+/// A borrowed port is a port (one client shared by a processor and a handler, or a decorator).
+impl<Q: QueuePort> QueuePort for &Q {
+    async fn queue_url(&self, queue_arn: &str) -> Result<String, PortError> {
+        (**self).queue_url(queue_arn).await
+    }
+
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        messages: &[OutgoingMessage<'_>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        (**self).send_batch(queue_url, messages).await
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        changes: &[VisibilityChange<'_>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        (**self).change_visibility_batch(queue_url, changes).await
+    }
+
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max: u32,
+        hold: Duration,
+        wait: Duration,
+    ) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        (**self).receive(queue_url, max, hold, wait).await
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        receipt_handles: &[&str],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        (**self).delete_batch(queue_url, receipt_handles).await
+    }
+}
+
 /// Records every call; can be told to refuse entries or whole calls. For unit tests.
 #[derive(Default)]
 pub struct RecordingQueue {

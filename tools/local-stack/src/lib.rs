@@ -1,8 +1,10 @@
 //! redrive's local stack: the topology from the Terraform tfvars, provisioning on an SQS emulator
 //! (moto server), and a poller that does what Lambda's SQS event source mapping does.
+pub mod memory;
 pub mod observe;
 pub mod poller;
 pub mod provision;
+pub mod soak;
 pub mod topology;
 
 use aws_sdk_sqs::Client;

@@ -1,0 +1,679 @@
+//! The fault-injection soak: messages with a seeded fault plan go through the real processor, a
+//! Lambda-like driver and an SQS (moto through the SDK, or [`crate::memory::MemorySqs`] for volume),
+//! with injected send failures and duplicate deliveries; then the downstream heals and the DLQ is
+//! redriven under the policy. One invariant is checked at the end: every message had its effect
+//! exactly once (the idempotency guard absorbs duplicates) or sits in the DLQ; none is lost; none
+//! was redriven beyond the cap.
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redrive::clock::Clock;
+use redrive::config::ReprocessSettings;
+use redrive::envelope::OutgoingMessage;
+use redrive::event::{SqsRecord, Text};
+use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
+use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
+use redrive::redrive::RedrivePolicy;
+use redrive::reprocess::{RedriveCommand, Reprocessor};
+use redrive::{
+    Message, Meta, PortError, Processor, ProcessorConfig, RecordError, RecordHandler, RetryPolicy,
+};
+
+/// What a message does when handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    Ok,
+    /// Times out on its first `n` attempts.
+    Flaky(u32),
+    /// Times out while the downstream is down (until the soak heals it).
+    Down,
+    Permanent,
+    Panic,
+    /// Runs past the deadline on its first attempt.
+    Slow,
+}
+
+impl Plan {
+    fn draw(rng: &mut fastrand::Rng) -> Self {
+        match rng.u32(0..1000) {
+            0..=849 => Self::Ok,
+            850..=929 => Self::Flaky(rng.u32(1..4)),
+            930..=949 => Self::Down,
+            950..=969 => Self::Permanent,
+            970..=979 => Self::Panic,
+            980..=984 => Self::Slow,
+            _ => Self::Flaky(1),
+        }
+    }
+
+    fn encode(self) -> String {
+        match self {
+            Self::Ok => "ok".into(),
+            Self::Flaky(n) => format!("flaky:{n}"),
+            Self::Down => "down".into(),
+            Self::Permanent => "permanent".into(),
+            Self::Panic => "panic".into(),
+            Self::Slow => "slow".into(),
+        }
+    }
+
+    fn decode(text: &str) -> Option<Self> {
+        Some(match text {
+            "ok" => Self::Ok,
+            "down" => Self::Down,
+            "permanent" => Self::Permanent,
+            "panic" => Self::Panic,
+            "slow" => Self::Slow,
+            flaky => Self::Flaky(flaky.strip_prefix("flaky:")?.parse().ok()?),
+        })
+    }
+}
+
+/// Soak parameters; every random choice comes from `seed`.
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    pub messages: usize,
+    pub seed: u64,
+    /// Queue depth the producer keeps the source under.
+    pub max_queued: usize,
+    /// Share of SendMessageBatch calls that fail as a whole, and of entries refused.
+    pub failed_calls: f64,
+    pub refused_entries: f64,
+    /// Share of handled batches whose delete is lost (they are delivered again).
+    pub lost_deletes: f64,
+    pub max_receive_count: u32,
+    pub visibility: Duration,
+    pub retry: RetryPolicy,
+    /// Time the handler of a `Slow` message takes, and the time a batch gets.
+    pub slow_for: Duration,
+    pub budget: Duration,
+    pub reprocess_cap: u32,
+}
+
+/// The figures the soak prints; `lost` must be 0.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SoakReport {
+    pub messages: usize,
+    pub processed: usize,
+    pub in_dlq: usize,
+    pub in_dlq_without_metadata: usize,
+    pub still_queued: usize,
+    pub lost: usize,
+    pub effects_more_than_once: usize,
+    pub duplicates_absorbed: u64,
+    pub duplicate_dead_letters: usize,
+    pub redriven: u32,
+    pub beyond_cap: usize,
+    pub invocations: u64,
+    pub injected_send_failures: u64,
+    pub lost_deletes: u64,
+    pub elapsed: Duration,
+}
+
+impl SoakReport {
+    /// The invariant: nothing lost, no effect twice, nobody redriven beyond the cap.
+    pub fn holds(&self) -> bool {
+        self.lost == 0
+            && self.effects_more_than_once == 0
+            && self.beyond_cap == 0
+            && self.still_queued == 0
+    }
+}
+
+impl fmt::Display for SoakReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "  messages in                 {:>8}", self.messages)?;
+        writeln!(f, "  processed (effect once)     {:>8}", self.processed)?;
+        writeln!(
+            f,
+            "  in the DLQ                  {:>8}  ({} moved there by SQS without metadata)",
+            self.in_dlq, self.in_dlq_without_metadata
+        )?;
+        writeln!(f, "  still queued                {:>8}", self.still_queued)?;
+        writeln!(f, "  lost                        {:>8}", self.lost)?;
+        writeln!(
+            f,
+            "  effects more than once      {:>8}",
+            self.effects_more_than_once
+        )?;
+        writeln!(
+            f,
+            "  duplicates absorbed         {:>8}  (deliveries of a message already done)",
+            self.duplicates_absorbed
+        )?;
+        writeln!(f, "  duplicate dead letters      {:>8}  (one message dead-lettered twice after a lost delete)", self.duplicate_dead_letters)?;
+        writeln!(
+            f,
+            "  redriven from the DLQ       {:>8}  (beyond the cap: {})",
+            self.redriven, self.beyond_cap
+        )?;
+        writeln!(f, "  invocations                 {:>8}", self.invocations)?;
+        writeln!(
+            f,
+            "  injected send failures      {:>8}  (whole calls and refused entries)",
+            self.injected_send_failures
+        )?;
+        writeln!(f, "  lost deletes (redelivered)  {:>8}", self.lost_deletes)?;
+        write!(
+            f,
+            "  invariant                   {:>8}  ({:.1} s)",
+            if self.holds() { "holds" } else { "BROKEN" },
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+/// The queues the soak needs, on whichever SQS.
+pub trait SoakQueues: QueuePort {
+    /// Messages in a queue: visible, in flight and delayed.
+    fn depth(
+        &self,
+        url: &str,
+    ) -> impl std::future::Future<Output = Result<usize, PortError>> + Send;
+    /// Nothing was visible: let time pass (sleep, or move a virtual clock on).
+    fn idle(&self, url: &str) -> impl std::future::Future<Output = ()> + Send;
+    /// Every message of a queue, read without consuming it (at the end of the run).
+    fn read_all(
+        &self,
+        url: &str,
+    ) -> impl std::future::Future<Output = Result<Vec<SqsRecord<'static>>, PortError>> + Send;
+    fn clock(&self) -> Arc<dyn Clock>;
+}
+
+/// A port decorator that fails sends: whole calls and single entries, seeded.
+pub struct Faulty<Q> {
+    inner: Q,
+    rng: Mutex<fastrand::Rng>,
+    failed_calls: f64,
+    refused_entries: f64,
+    enabled: AtomicBool,
+    injected: AtomicU64,
+}
+
+impl<Q: QueuePort> Faulty<Q> {
+    pub fn new(inner: Q, seed: u64, failed_calls: f64, refused_entries: f64) -> Self {
+        Self {
+            inner,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            failed_calls,
+            refused_entries,
+            enabled: AtomicBool::new(true),
+            injected: AtomicU64::new(0),
+        }
+    }
+
+    pub fn inner(&self) -> &Q {
+        &self.inner
+    }
+
+    pub fn heal(&self) {
+        self.enabled.store(false, Ordering::SeqCst);
+    }
+
+    fn draw(&self, share: f64) -> bool {
+        self.enabled.load(Ordering::SeqCst) && self.rng.lock().unwrap().f64() < share
+    }
+}
+
+impl<Q: QueuePort> QueuePort for Faulty<Q> {
+    async fn queue_url(&self, queue_arn: &str) -> Result<String, PortError> {
+        self.inner.queue_url(queue_arn).await
+    }
+
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        messages: &[OutgoingMessage<'_>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        if self.draw(self.failed_calls) {
+            self.injected
+                .fetch_add(messages.len() as u64, Ordering::Relaxed);
+            return Err(PortError::new(
+                "SendMessageBatch",
+                "injected: ServiceUnavailable",
+            ));
+        }
+        let refused: Vec<usize> = (0..messages.len())
+            .filter(|_| self.draw(self.refused_entries))
+            .collect();
+        let kept: Vec<OutgoingMessage<'_>> = messages
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !refused.contains(i))
+            .map(|(_, m)| m.clone())
+            .collect();
+        let kept_index: Vec<usize> = (0..messages.len())
+            .filter(|i| !refused.contains(i))
+            .collect();
+        let mut failures = match kept.is_empty() {
+            true => Vec::new(),
+            false => self.inner.send_batch(queue_url, &kept).await?,
+        };
+        for failure in &mut failures {
+            failure.index = kept_index[failure.index];
+        }
+        self.injected
+            .fetch_add(refused.len() as u64, Ordering::Relaxed);
+        failures.extend(refused.into_iter().map(|index| EntryFailure {
+            index,
+            code: "InternalError".into(),
+            message: "injected".into(),
+        }));
+        Ok(failures)
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        changes: &[VisibilityChange<'_>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        self.inner.change_visibility_batch(queue_url, changes).await
+    }
+
+    async fn receive(
+        &self,
+        queue_url: &str,
+        max: u32,
+        hold: Duration,
+        wait: Duration,
+    ) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        self.inner.receive(queue_url, max, hold, wait).await
+    }
+
+    async fn delete_batch(
+        &self,
+        queue_url: &str,
+        receipt_handles: &[&str],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        self.inner.delete_batch(queue_url, receipt_handles).await
+    }
+}
+
+/// The handler under test: follows each message's plan and records its effect.
+pub struct PlannedHandler {
+    effects: Mutex<HashMap<String, u32>>,
+    down: AtomicBool,
+    slow_for: Duration,
+}
+
+#[derive(serde::Deserialize)]
+struct Body<'a> {
+    id: &'a str,
+    plan: &'a str,
+}
+
+impl RecordHandler for PlannedHandler {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        let body: Body<'_> = message.json()?;
+        let plan =
+            Plan::decode(body.plan).ok_or_else(|| RecordError::permanent("bad_plan", body.plan))?;
+        let first = message.attempt() == 1 && message.meta().is_none_or(|m| m.reprocess_count == 0);
+        match plan {
+            Plan::Flaky(n) if message.attempt() <= n => {
+                return Err(RecordError::transient("timeout", "flaky downstream"))
+            }
+            Plan::Down if self.down.load(Ordering::SeqCst) => {
+                return Err(RecordError::transient("unavailable", "downstream down"))
+            }
+            Plan::Permanent => return Err(RecordError::permanent("invalid", "invalid input")),
+            Plan::Panic if first => panic!("bug on {}", body.id),
+            Plan::Slow if first => tokio::time::sleep(self.slow_for).await,
+            _ => {}
+        }
+        *self
+            .effects
+            .lock()
+            .unwrap()
+            .entry(body.id.to_owned())
+            .or_default() += 1;
+        Ok(())
+    }
+}
+
+/// Runs the soak on `sqs` with the source queue `source` (whose DLQ is `dlq`).
+pub async fn run<Q: SoakQueues>(
+    sqs: Q,
+    source: (&str, &str),
+    dlq: &str,
+    config: &SoakConfig,
+) -> Result<SoakReport, PortError> {
+    let started = Instant::now();
+    let (source_url, source_arn) = source;
+    let clock = sqs.clock();
+    let queue = Faulty::new(
+        sqs,
+        config.seed,
+        config.failed_calls,
+        config.refused_entries,
+    );
+    let processor = Processor::new(
+        &queue,
+        ProcessorConfig {
+            dlq_url: Some(dlq.to_owned()),
+            source_queue_url: Some(source_url.to_owned()),
+            retry: config.retry.clone(),
+            deadline_margin: Duration::from_millis(5),
+        },
+    )
+    .with_clock(clock.clone())
+    .with_seed(config.seed);
+    let mut handler = Idempotent::new(
+        PlannedHandler {
+            effects: Mutex::default(),
+            down: AtomicBool::new(true),
+            slow_for: config.slow_for,
+        },
+        MemoryStore::new(config.messages * 2).with_clock(clock.clone()),
+        KeyFrom::BodyField("/id".into()),
+    );
+    // A handler cut off at the deadline cannot release its claim: the lease is what frees it, so
+    // it is set to about the function timeout.
+    handler.lease = config.budget * 2;
+    let mut rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed);
+    let mut bodies = (0..config.messages).map(|n| {
+        let plan = Plan::draw(&mut rng);
+        format!(r#"{{"id":"m-{n}","plan":"{}"}}"#, plan.encode())
+    });
+    let mut report = SoakReport {
+        messages: config.messages,
+        ..SoakReport::default()
+    };
+    let mut produced = 0;
+    let mut drive = Driver {
+        queue: &queue,
+        url: source_url,
+        arn: source_arn,
+        rng: fastrand::Rng::with_seed(config.seed ^ 0xde1e7e),
+        config,
+    };
+
+    // Phase 1: produce and consume with faults until the source is empty.
+    loop {
+        let depth = queue.inner().depth(source_url).await?;
+        if produced < config.messages && depth < config.max_queued {
+            let batch: Vec<OutgoingMessage<'static>> = bodies
+                .by_ref()
+                .take((config.max_queued - depth).min(10))
+                .map(|body| OutgoingMessage {
+                    body: Text::from(body),
+                    attributes: Vec::new(),
+                    delay_seconds: 0,
+                    group_id: None,
+                    deduplication_id: None,
+                })
+                .collect();
+            produced += batch.len();
+            let refused = queue.inner().send_batch(source_url, &batch).await?;
+            assert!(
+                refused.is_empty(),
+                "the producer's own sends are not faulted"
+            );
+        }
+        if !drive.invoke(&processor, &handler, &mut report).await? {
+            if produced == config.messages && queue.inner().depth(source_url).await? == 0 {
+                break;
+            }
+            queue.inner().idle(source_url).await;
+        }
+    }
+
+    // Phase 2: the downstream and SQS heal; the DLQ is redriven under the policy until nothing
+    // more can go home (permanent failures stay for review).
+    handler.inner().down.store(false, Ordering::SeqCst);
+    queue.heal();
+    let settings = ReprocessSettings {
+        policy: RedrivePolicy {
+            max_reprocess: config.reprocess_cap,
+            eligible_after: Duration::ZERO,
+            discard_kinds: Vec::new(),
+        },
+        rate_per_second: 3000.0,
+        max_messages: 1_000_000,
+        ..ReprocessSettings::from_lookup([], |_| None).map_err(|e| PortError::new("settings", e))?
+    };
+    let reprocessor = Reprocessor::new(&queue, &settings).with_clock(clock.clone());
+    for _ in 0..=config.reprocess_cap {
+        let plan = RedriveCommand {
+            source: Some(dlq.to_owned()),
+            destination: Some(source_arn.to_owned()),
+            ..RedriveCommand::default()
+        }
+        .plan(&settings)
+        .map_err(|e| PortError::new("plan", e))?;
+        let summary = reprocessor.run(&plan, None, |_| {}).await?;
+        report.redriven += summary.reprocessed;
+        if summary.reprocessed == 0 {
+            break;
+        }
+        while queue.inner().depth(source_url).await? > 0 {
+            if !drive.invoke(&processor, &handler, &mut report).await? {
+                queue.inner().idle(source_url).await;
+            }
+        }
+    }
+
+    // The invariant.
+    let effects = handler.inner().effects.lock().unwrap().clone();
+    report.duplicates_absorbed = handler.duplicates();
+    report.injected_send_failures = queue.injected.load(Ordering::Relaxed);
+    report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
+    report.processed = effects.len();
+    let mut dead: BTreeMap<String, u32> = BTreeMap::new();
+    for record in queue.inner().read_all(dlq).await? {
+        let body: serde_json::Value =
+            serde_json::from_str(record.body.as_deref().unwrap_or_default()).unwrap_or_default();
+        let id = body["id"].as_str().unwrap_or_default().to_owned();
+        match Meta::of(&record).and_then(Result::ok) {
+            Some(meta) if meta.reprocess_count > config.reprocess_cap => report.beyond_cap += 1,
+            Some(_) => {}
+            None => report.in_dlq_without_metadata += 1,
+        }
+        *dead.entry(id).or_default() += 1;
+    }
+    report.duplicate_dead_letters = dead.values().map(|n| (*n - 1) as usize).sum();
+    let dead_not_processed = dead.keys().filter(|id| !effects.contains_key(*id)).count();
+    report.in_dlq = dead.len();
+    report.still_queued = queue.inner().depth(source_url).await?;
+    report.lost = config
+        .messages
+        .saturating_sub(report.processed + dead_not_processed + report.still_queued);
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+struct Driver<'a, Q> {
+    queue: &'a Faulty<Q>,
+    url: &'a str,
+    arn: &'a str,
+    rng: fastrand::Rng,
+    config: &'a SoakConfig,
+}
+
+impl<Q: SoakQueues> Driver<'_, Q> {
+    /// One invocation as the event source mapping makes it; false when nothing was visible.
+    async fn invoke<H: RecordHandler>(
+        &mut self,
+        processor: &Processor<&Faulty<Q>>,
+        handler: &H,
+        report: &mut SoakReport,
+    ) -> Result<bool, PortError> {
+        let mut records = self
+            .queue
+            .receive(self.url, 10, self.config.visibility, Duration::ZERO)
+            .await?;
+        if records.is_empty() {
+            return Ok(false);
+        }
+        for record in &mut records {
+            record.event_source_arn = Some(Text::from(self.arn.to_owned()));
+        }
+        report.invocations += 1;
+        let clock = self.queue.inner().clock();
+        let deadline =
+            clock.now_ms() + 5 + u64::try_from(self.config.budget.as_millis()).unwrap_or(0);
+        let processed = processor
+            .process(handler, &records, deadline)
+            .await
+            .expect("records carry message ids");
+        let failed: Vec<&str> = processed
+            .response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        if self.rng.f64() < self.config.lost_deletes {
+            report.lost_deletes += 1;
+            return Ok(true);
+        }
+        let done: Vec<&str> = records
+            .iter()
+            .filter(|r| !failed.contains(&r.message_id.as_deref().unwrap_or_default()))
+            .filter_map(|r| r.receipt_handle.as_deref())
+            .collect();
+        for chunk in done.chunks(10) {
+            self.queue.delete_batch(self.url, chunk).await?;
+        }
+        Ok(true)
+    }
+}
+
+impl SoakQueues for redrive::SqsQueue {
+    async fn depth(&self, url: &str) -> Result<usize, PortError> {
+        let queue = self.describe(url).await?;
+        Ok((queue.visible + queue.in_flight + queue.delayed) as usize)
+    }
+
+    async fn idle(&self, _url: &str) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    async fn read_all(&self, url: &str) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        redrive::reprocess::browse(self, url, 1_000_000).await
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        Arc::new(redrive::clock::SystemClock)
+    }
+}
+
+impl SoakQueues for crate::memory::MemorySqs {
+    async fn depth(&self, url: &str) -> Result<usize, PortError> {
+        Ok(crate::memory::MemorySqs::depth(self, url))
+    }
+
+    async fn idle(&self, url: &str) {
+        let now = self.clock().now_ms();
+        let next = self.next_visible_ms(url).unwrap_or(now + 1000);
+        self.clock().advance(next.saturating_sub(now).max(1));
+    }
+
+    async fn read_all(&self, url: &str) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        Ok(self
+            .contents(url)
+            .into_iter()
+            .map(|(body, message_attributes)| SqsRecord {
+                body: Some(Text::from(body)),
+                message_attributes,
+                ..SqsRecord::default()
+            })
+            .collect())
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        crate::memory::MemorySqs::clock(self).clone()
+    }
+}
+
+impl SoakConfig {
+    /// The in-memory run: virtual time, so waits cost nothing but the slow handlers' real time.
+    pub fn memory(messages: usize, seed: u64) -> Self {
+        Self {
+            messages,
+            seed,
+            max_queued: 200,
+            failed_calls: 0.01,
+            refused_entries: 0.01,
+            lost_deletes: 0.01,
+            max_receive_count: 10,
+            visibility: Duration::from_secs(30),
+            retry: RetryPolicy {
+                backoff: redrive::Backoff::Exponential {
+                    base: Duration::from_secs(1),
+                    factor: 2.0,
+                    cap: Duration::from_secs(60),
+                },
+                max_attempts: 5,
+            },
+            slow_for: Duration::from_millis(30),
+            budget: Duration::from_millis(15),
+            reprocess_cap: 3,
+        }
+    }
+
+    /// The moto run: real time, so short waits; fewer messages, so more faults.
+    pub fn moto(messages: usize, seed: u64) -> Self {
+        Self {
+            failed_calls: 0.05,
+            refused_entries: 0.05,
+            lost_deletes: 0.05,
+            visibility: Duration::from_secs(2),
+            retry: RetryPolicy {
+                backoff: redrive::Backoff::Sequence(vec![Duration::from_secs(1)]),
+                max_attempts: 5,
+            },
+            slow_for: Duration::from_millis(600),
+            budget: Duration::from_millis(300),
+            ..Self::memory(messages, seed)
+        }
+    }
+}
+
+/// The in-memory run's queues: a source with a redrive policy to its DLQ.
+pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError> {
+    let sqs =
+        crate::memory::MemorySqs::new(Arc::new(redrive::clock::ManualClock::at(1_763_790_000_000)));
+    let (dlq, _) = sqs.create("soak-dlq", None);
+    let (url, arn) = sqs.create("soak", Some((&dlq, config.max_receive_count)));
+    run(sqs, (&url, &arn), &dlq, config).await
+}
+
+/// The moto run's queues (named after `prefix`), through the real SDK.
+pub async fn run_on_moto(prefix: &str, config: &SoakConfig) -> Result<SoakReport, crate::Error> {
+    let client = crate::sqs_client().await;
+    let create =
+        |name: String, attributes: Vec<(aws_sdk_sqs::types::QueueAttributeName, String)>| {
+            let client = client.clone();
+            async move {
+                let url = client
+                    .create_queue()
+                    .queue_name(name)
+                    .set_attributes(Some(attributes.into_iter().collect()))
+                    .send()
+                    .await
+                    .map_err(crate::Error::sdk)?
+                    .queue_url
+                    .unwrap_or_default();
+                let arn = crate::provision::queue_arn(&client, &url).await?;
+                Ok::<_, crate::Error>((url, arn))
+            }
+        };
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let (dlq, dlq_arn) = create(format!("{prefix}-dlq"), Vec::new()).await?;
+    let policy = serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": config.max_receive_count });
+    let (url, arn) = create(
+        prefix.to_owned(),
+        vec![(QueueAttributeName::RedrivePolicy, policy.to_string())],
+    )
+    .await?;
+    run(
+        redrive::SqsQueue::with_client(client),
+        (&url, &arn),
+        &dlq,
+        config,
+    )
+    .await
+    .map_err(|e| crate::Error::Emulator(e.to_string()))
+}
