@@ -81,9 +81,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 pub struct SqsEvent<'a> {
-    #[serde(rename = "Records", borrow, default)]
+    /// Required: an event without it is not an SQS event, and answering it with an empty partial
+    /// batch response would acknowledge records that were never read.
+    #[serde(rename = "Records", borrow)]
     pub records: Vec<SqsRecord<'a>>,
 }
 

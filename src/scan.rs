@@ -15,16 +15,20 @@ pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
         bytes: json.as_bytes(),
         at: 0,
     };
-    let mut records = Vec::new();
+    let mut records = None;
     scan.object(|scan, key| match key {
-        "Records" => scan.array(|scan| {
-            records.push(scan.record()?);
-            Some(())
-        }),
+        "Records" => {
+            let list = records.insert(Vec::new());
+            scan.array(|scan| {
+                list.push(scan.record()?);
+                Some(())
+            })
+        }
         _ => scan.skip(0),
     })?;
     scan.whitespace();
-    (scan.at == scan.bytes.len()).then_some(SqsEvent { records })
+    // No `Records`: not an SQS event; serde_json then gives the precise error.
+    (scan.at == scan.bytes.len()).then_some(SqsEvent { records: records? })
 }
 
 struct Scan<'a> {

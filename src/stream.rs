@@ -19,7 +19,7 @@ use crate::processor::{caught, deadline_error, Item, Processed, Processor, Recor
 
 #[derive(Debug, Default, Deserialize)]
 pub struct KinesisEvent<'a> {
-    #[serde(rename = "Records", borrow, default)]
+    #[serde(rename = "Records", borrow)]
     pub records: Vec<KinesisRecord<'a>>,
 }
 

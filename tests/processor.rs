@@ -578,3 +578,86 @@ async fn without_a_dlq_every_failure_is_reported_and_nothing_is_sent() {
     assert!(processor.queue().calls().is_empty());
     assert_eq!(processed.report.sqs_requests, 0);
 }
+
+// The bad-input matrix (README, "Reliability"): the cases not covered by a rule above.
+
+#[tokio::test]
+async fn events_that_are_not_sqs_events_fail_the_batch_with_a_clear_error() {
+    let cases = [
+        (
+            r#"{"Records": [{"messageId": "m-1", "body": "ok"}"#,
+            "EOF while parsing",
+        ),
+        (
+            r#"{"version":"0","detail-type":"OrderPlaced","detail":{}}"#,
+            "missing field `Records`",
+        ),
+        ("{}", "missing field `Records`"),
+        (
+            r#"{"Records": {"messageId": "m-1"}}"#,
+            "invalid type: map, expected a sequence",
+        ),
+        // SQS accepts no lone surrogate in a body, so no SQS event carries one.
+        (
+            r#"{"Records": [{"messageId": "m-1", "body": "\ud800"}]}"#,
+            "lone leading surrogate",
+        ),
+    ];
+    for (json, reason) in cases {
+        let error = BatchError::from(SqsEvent::parse(json).unwrap_err()).to_string();
+        assert!(
+            error.starts_with("the event is not an SQS event: "),
+            "{error}"
+        );
+        assert!(error.contains(reason), "{json}: {error}");
+    }
+    // Bytes that are not UTF-8 do not even reach the handler: the runtime refuses the payload.
+    let bytes = b"{\"Records\": [{\"messageId\": \"m-1\", \"body\": \"\xff\"}]}";
+    assert!(serde_json::from_slice::<Box<serde_json::value::RawValue>>(bytes).is_err());
+}
+
+#[tokio::test]
+async fn a_body_near_one_mebibyte_is_retried_with_its_metadata_or_given_back_when_it_cannot_be() {
+    let processor = processor(RetryPolicy::default());
+    let fits = format!("transient:{}", "x".repeat((1 << 20) - 2_000));
+    let too_big = format!("transient:{}", "x".repeat((1 << 20) - 100));
+    let json = event(vec![record("m-fits", &fits), record("m-big", &too_big)]);
+    let processed = run(&processor, &handler(), &json).await;
+    assert_eq!(
+        failures(&processed),
+        ["m-big"],
+        "given back unchanged for the queue's redrive policy"
+    );
+    let retried = processor.queue().sent_to(SOURCE);
+    assert_eq!(retried.len(), 1);
+    assert_eq!(retried[0].body.len(), fits.len(), "the body is never cut");
+    assert!(retried[0].size() <= 1 << 20);
+    assert_eq!(meta_of(&retried[0]).attempts, 1);
+}
+
+struct Verbose;
+impl RecordHandler for Verbose {
+    async fn handle(&self, _: &Message<'_>) -> Result<(), RecordError> {
+        Err(RecordError::permanent("invalid_order", "é".repeat(50_000)))
+    }
+}
+
+#[tokio::test]
+async fn a_huge_error_message_is_cut_at_a_character_boundary_in_the_metadata() {
+    let processor = processor(RetryPolicy::default());
+    let json = event(vec![record("m-1", "ok")]);
+    let records = SqsEvent::parse(&json).unwrap().records;
+    processor
+        .process(&Verbose, &records, DEADLINE)
+        .await
+        .unwrap();
+    let dead = processor.queue().sent_to(DLQ);
+    let meta = meta_of(&dead[0]);
+    assert!(
+        meta.error_message.len() <= 1024,
+        "{}",
+        meta.error_message.len()
+    );
+    assert!(meta.error_message.ends_with("…[truncated]"));
+    assert!(meta.error_message.starts_with("éé"));
+}

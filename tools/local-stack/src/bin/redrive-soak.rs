@@ -31,9 +31,11 @@ fn args() -> Result<Args, String> {
                     .map(|s| s.trim().parse().map_err(|e| format!("--seeds {s}: {e}")))
                     .collect::<Result<_, _>>()?
             }
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "unknown flag {flag}; usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3]"
-            )),
+            ))
+            }
         }
     }
     Ok(args)
