@@ -600,7 +600,7 @@ async fn events_that_are_not_sqs_events_fail_the_batch_with_a_clear_error() {
         // SQS accepts no lone surrogate in a body, so no SQS event carries one.
         (
             r#"{"Records": [{"messageId": "m-1", "body": "\ud800"}]}"#,
-            "lone leading surrogate",
+            "hex escape",
         ),
     ];
     for (json, reason) in cases {
