@@ -12,7 +12,7 @@ SEEDS       ?= 1,2,3
 FUNCTIONS   := sqs-consumer event-consumer eventbridge-redrive dlq-redrive
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv test lint infra-check build bench demo soak deploy destroy clean
+.PHONY: help venv test lint infra-check build bench demo soak fuzz deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,21 @@ demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, prin
 
 soak: $(STAMP) ## Fault-injection soak: 100,000 messages in memory and 2,000 on moto per seed (SEEDS=1,2,3)
 	tools/with-moto $(CARGO) run --release --locked --quiet -p redrive-local --bin redrive-soak -- --seeds $(SEEDS)
+
+FUZZ_SECONDS ?= 60
+CARGO_FUZZ   := .cache/tools/bin/cargo-fuzz
+$(CARGO_FUZZ):
+	$(CARGO) install cargo-fuzz --version 0.13.1 --locked --root .cache/tools
+
+fuzz: $(CARGO_FUZZ) ## cargo fuzz (nightly toolchain) each target for FUZZ_SECONDS; crashes land in fuzz/artifacts
+	@rustup toolchain list | grep -q '^nightly' || { echo "make fuzz needs the nightly toolchain (libFuzzer's instrumentation): rustup toolchain install nightly"; exit 1; }
+	@for target in sqs_event meta; do \
+	  mkdir -p .cache/fuzz-corpus/$$target && cp fuzz/corpus/$$target/* .cache/fuzz-corpus/$$target/ && \
+	  echo "== fuzz $$target for $(FUZZ_SECONDS)s" && \
+	  PATH=$(CURDIR)/.cache/tools/bin:$$PATH $(CARGO) +nightly fuzz run $$target .cache/fuzz-corpus/$$target -- \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 | grep -E 'Done|stat::number_of_executed_units|stat::peak_rss|ERROR|panicked|SUMMARY' \
+	  ; [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz $$target found a crash: copy it from fuzz/artifacts/$$target into fuzz/regressions/$$target and fix"; exit 1; }; \
+	done
 
 test: $(STAMP) lint infra-check ## Lint and infra checks, then unit, fixture, contract, end-to-end (moto) and cargo-lambda watch/invoke tests
 	tools/with-moto $(CARGO) test --workspace --locked

@@ -39,6 +39,8 @@ pub mod idempotency;
 #[cfg(feature = "lambda")]
 pub mod lambda;
 pub mod metrics;
+#[doc(hidden)]
+pub mod oracles;
 pub mod port;
 pub mod processor;
 pub mod redrive;

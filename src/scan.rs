@@ -18,6 +18,9 @@ pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
     let mut records = None;
     scan.object(|scan, key| match key {
         "Records" => {
+            if records.is_some() {
+                return None; // a duplicate field: serde_json refuses it with its error
+            }
             let list = records.insert(Vec::new());
             scan.array(|scan| {
                 list.push(scan.record()?);
@@ -31,6 +34,21 @@ pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
     (scan.at == scan.bytes.len()).then_some(SqsEvent { records: records? })
 }
 
+/// The known fields of one object already read. serde_json refuses a duplicate known field, so the
+/// scanner hands such input over to it rather than keep the last value.
+#[derive(Default)]
+struct Fields(u32);
+
+impl Fields {
+    /// `None` when `field` was read before.
+    fn first(&mut self, field: u32) -> Option<()> {
+        let bit = 1 << field;
+        let first = self.0 & bit == 0;
+        self.0 |= bit;
+        first.then_some(())
+    }
+}
+
 struct Scan<'a> {
     text: &'a str,
     bytes: &'a [u8],
@@ -40,20 +58,25 @@ struct Scan<'a> {
 impl<'a> Scan<'a> {
     fn record(&mut self) -> Option<SqsRecord<'a>> {
         let mut record = SqsRecord::default();
+        let mut seen = Fields::default();
         self.object(|scan, key| {
             match key {
-                "messageId" => record.message_id = scan.optional_string()?,
-                "receiptHandle" => record.receipt_handle = scan.optional_string()?,
-                "body" => record.body = scan.optional_string()?,
-                "eventSourceARN" => record.event_source_arn = scan.optional_string()?,
-                "attributes" => record.attributes = scan.system_attributes()?,
-                "messageAttributes" => scan.object(|scan, name| {
+                "messageId" => record.message_id = seen.first(0).and(scan.optional_string())?,
+                "receiptHandle" => {
+                    record.receipt_handle = seen.first(1).and(scan.optional_string())?
+                }
+                "body" => record.body = seen.first(2).and(scan.optional_string())?,
+                "eventSourceARN" => {
+                    record.event_source_arn = seen.first(3).and(scan.optional_string())?
+                }
+                "attributes" => record.attributes = seen.first(4).and(scan.system_attributes())?,
+                "messageAttributes" => seen.first(5).and(scan.object(|scan, name| {
                     let name = Text(Cow::Borrowed(name));
                     record
                         .message_attributes
                         .insert(name, scan.message_attribute()?);
                     Some(())
-                })?,
+                }))?,
                 _ => scan.skip(0)?,
             }
             Some(())
@@ -63,17 +86,26 @@ impl<'a> Scan<'a> {
 
     fn system_attributes(&mut self) -> Option<SystemAttributes<'a>> {
         let mut attributes = SystemAttributes::default();
+        let mut seen = Fields::default();
         self.object(|scan, key| {
             match key {
                 "ApproximateReceiveCount" => {
-                    attributes.approximate_receive_count = scan.optional_string()?
+                    attributes.approximate_receive_count =
+                        seen.first(0).and(scan.optional_string())?
                 }
-                "SentTimestamp" => attributes.sent_timestamp = scan.optional_string()?,
-                "MessageGroupId" => attributes.message_group_id = scan.optional_string()?,
+                "SentTimestamp" => {
+                    attributes.sent_timestamp = seen.first(1).and(scan.optional_string())?
+                }
+                "MessageGroupId" => {
+                    attributes.message_group_id = seen.first(2).and(scan.optional_string())?
+                }
                 "MessageDeduplicationId" => {
-                    attributes.message_deduplication_id = scan.optional_string()?
+                    attributes.message_deduplication_id =
+                        seen.first(3).and(scan.optional_string())?
                 }
-                "AWSTraceHeader" => attributes.aws_trace_header = scan.optional_string()?,
+                "AWSTraceHeader" => {
+                    attributes.aws_trace_header = seen.first(4).and(scan.optional_string())?
+                }
                 _ => scan.skip(0)?,
             }
             Some(())
@@ -83,11 +115,21 @@ impl<'a> Scan<'a> {
 
     fn message_attribute(&mut self) -> Option<MessageAttribute<'a>> {
         let mut attribute = MessageAttribute::default();
+        let mut seen = Fields::default();
         self.object(|scan, key| {
             match key {
-                "stringValue" => attribute.string_value = scan.optional_string()?,
-                "binaryValue" => attribute.binary_value = scan.optional_string()?,
-                "dataType" => attribute.data_type = scan.optional_string()?.unwrap_or_default(),
+                "stringValue" => {
+                    attribute.string_value = seen.first(0).and(scan.optional_string())?
+                }
+                "binaryValue" => {
+                    attribute.binary_value = seen.first(1).and(scan.optional_string())?
+                }
+                "dataType" => {
+                    attribute.data_type = seen
+                        .first(2)
+                        .and(scan.optional_string())?
+                        .unwrap_or_default()
+                }
                 _ => scan.skip(0)?,
             }
             Some(())
@@ -328,6 +370,8 @@ mod tests {
             r#"{"Records":[{"body":"lone \ud800 surrogate"}]}"#,
             r#"{"Records":[]} trailing"#,
             r#"{"Records":[{"messageId":"m",}]}"#,
+            r#"{"Records":[{"messageId":"a","messageId":"b"}]}"#,
+            r#"{"Records":[],"Records":[]}"#,
             r#"{"Rec\u006frds":[]}"#,
         ] {
             assert!(event(json).is_none(), "{json}");

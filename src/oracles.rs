@@ -1,0 +1,61 @@
+//! Properties the fuzz targets (`fuzz/`) check on arbitrary input, kept here so that the stable
+//! test suite replays every input that ever broke one (`tests/fuzz_regressions.rs`).
+use crate::envelope::{annotate, Meta, Timestamp, META_VERSION};
+use crate::error::ErrorClass;
+use crate::event::{SqsEvent, Text};
+
+/// The event reader: the fast scanner and serde_json agree on every input (the scanner may hand
+/// an input over to serde_json, never read it differently), and every record it yields can be
+/// annotated for a retry without a panic.
+pub fn sqs_event(bytes: &[u8]) {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    let fast = SqsEvent::parse(text);
+    let reference = serde_json::from_str::<SqsEvent<'_>>(text);
+    match (&fast, &reference) {
+        (Ok(fast), Ok(reference)) => {
+            assert_eq!(fast, reference, "the scanner read {text:?} differently")
+        }
+        (Ok(_), Err(error)) => {
+            panic!("the scanner accepted {text:?}, which serde_json refuses: {error}")
+        }
+        (Err(_), _) => {}
+    }
+    for record in fast.map(|event| event.records).unwrap_or_default() {
+        let meta = match Meta::of(&record) {
+            Some(Ok(meta)) => meta,
+            _ => Meta {
+                v: META_VERSION,
+                attempts: 1,
+                due_at: None,
+                origin_queue_arn: Text::from("arn:aws:sqs:us-east-1:123456789012:q"),
+                origin_message_id: Text::from("m"),
+                first_failure_at: Timestamp(0),
+                last_failure_at: Timestamp(0),
+                error_class: ErrorClass::Transient,
+                error_kind: Text::from("fuzz"),
+                error_message: Text::from("fuzz"),
+                reprocess_count: 0,
+                attributes: None,
+            },
+        };
+        if let Ok(copy) = annotate(&record, meta) {
+            assert!(copy.size() <= crate::envelope::MAX_MESSAGE_BYTES);
+        }
+    }
+}
+
+/// The metadata reader: whatever parses as metadata writes back and reads again the same.
+pub fn meta(bytes: &[u8]) {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    if let Ok(meta) = serde_json::from_str::<Meta<'_>>(text) {
+        let written = serde_json::to_string(&meta).expect("metadata serialises");
+        let again: Meta<'_> = serde_json::from_str(&written)
+            .unwrap_or_else(|error| panic!("{written} does not read back: {error}"));
+        // Timestamps keep milliseconds only: compare what was written.
+        assert_eq!(serde_json::to_string(&again).unwrap(), written);
+    }
+}
