@@ -204,7 +204,9 @@ impl<'a> Scan<'a> {
         self.at += found;
         if self.bytes[self.at] == b'"' {
             self.at += 1;
-            return Some(Some(Text(Cow::Borrowed(&self.text[start..start + found]))));
+            let raw = &self.text[start..start + found];
+            // JSON forbids raw control characters inside strings.
+            return (!raw.bytes().any(|b| b < 0x20)).then_some(Some(Text(Cow::Borrowed(raw))));
         }
         // Escapes are dense where they occur (a JSON body is full of `\"`): decode the rest in
         // one scalar pass instead of searching escape by escape.
@@ -229,6 +231,10 @@ impl<'a> Scan<'a> {
             }
             let raw = &self.text[start..self.at];
             self.at += 1;
+            // JSON forbids raw control characters inside strings.
+            if raw.bytes().any(|b| b < 0x20) {
+                return None;
+            }
             return Some((raw, escaped));
         }
     }
@@ -243,7 +249,11 @@ impl<'a> Scan<'a> {
             return None;
         }
         match self.peek()? {
-            b'"' => self.raw_string().map(drop),
+            // A skipped string's escapes are not checked here: let serde_json judge one that has any.
+            b'"' => match self.raw_string()? {
+                (_, false) => Some(()),
+                (_, true) => None,
+            },
             b'{' => self.object(|scan, _| scan.skip(depth + 1)),
             b'[' => self.array(|scan| scan.skip(depth + 1)),
             b't' => self.literal(b"true"),
@@ -256,11 +266,47 @@ impl<'a> Scan<'a> {
                 {
                     self.at += 1;
                 }
-                self.text[start..self.at].parse::<f64>().ok().map(drop)
+                is_json_number(&self.bytes[start..self.at]).then_some(())
             }
             _ => None,
         }
     }
+}
+
+/// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`, as JSON has it (Rust's float parser
+/// also takes `1.`, `01` and `+1`).
+fn is_json_number(bytes: &[u8]) -> bool {
+    let digits = |at: &mut usize| {
+        let start = *at;
+        while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
+            *at += 1;
+        }
+        *at > start
+    };
+    let mut at = usize::from(bytes.first() == Some(&b'-'));
+    match bytes.get(at) {
+        Some(b'0') => at += 1,
+        Some(b'1'..=b'9') => {
+            digits(&mut at);
+        }
+        _ => return false,
+    }
+    if bytes.get(at) == Some(&b'.') {
+        at += 1;
+        if !digits(&mut at) {
+            return false;
+        }
+    }
+    if let Some(b'e' | b'E') = bytes.get(at) {
+        at += 1;
+        if let Some(b'+' | b'-') = bytes.get(at) {
+            at += 1;
+        }
+        if !digits(&mut at) {
+            return false;
+        }
+    }
+    at == bytes.len()
 }
 
 /// Decodes a JSON string from `at` (inside the quotes) to its closing quote into `out`, and
@@ -304,15 +350,20 @@ fn unescape_into(bytes: &[u8], mut at: usize, out: &mut Vec<u8>) -> Option<usize
                 }
                 run = at;
             }
+            // JSON forbids raw control characters inside strings.
+            0..=0x1f => return None,
             _ => at += 1,
         }
     }
 }
 
+/// Exactly four hex digits (`u32::from_str_radix` would also take a sign).
 fn hex4(bytes: &[u8], at: &mut usize) -> Option<u32> {
-    let digits = std::str::from_utf8(bytes.get(*at..*at + 4)?).ok()?;
+    let digits = bytes.get(*at..*at + 4)?;
     *at += 4;
-    u32::from_str_radix(digits, 16).ok()
+    digits.iter().try_fold(0, |value, digit| {
+        Some(value * 16 + char::from(*digit).to_digit(16)?)
+    })
 }
 
 #[cfg(test)]
@@ -372,7 +423,14 @@ mod tests {
             r#"{"Records":[{"messageId":"m",}]}"#,
             r#"{"Records":[{"messageId":"a","messageId":"b"}]}"#,
             r#"{"Records":[],"Records":[]}"#,
+            "{\"Records\":[{\"body\":\"tab\there\"}]}",
+            r#"{"Records":[],"n":01}"#,
+            r#"{"Records":[],"n":1.}"#,
+            r#"{"Records":[],"n":-}"#,
+            r#"{"Records":[],"n":1e}"#,
+            r#"{"Records":[],"skipped":"bad \q escape"}"#,
             r#"{"Rec\u006frds":[]}"#,
+            r#"{"Records":[{"body":"sign \u+0e9"}]}"#,
         ] {
             assert!(event(json).is_none(), "{json}");
         }
