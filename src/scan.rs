@@ -210,8 +210,12 @@ impl<'a> Scan<'a> {
         }
         // Escapes are dense where they occur (a JSON body is full of `\"`): decode the rest in
         // one scalar pass instead of searching escape by escape.
+        let before = &self.bytes[start..self.at];
+        if before.iter().any(|b| *b < 0x20) {
+            return None;
+        }
         let mut out = Vec::with_capacity(found + 64);
-        out.extend_from_slice(&self.bytes[start..self.at]);
+        out.extend_from_slice(before);
         self.at = unescape_into(self.bytes, self.at, &mut out)?;
         Some(Some(Text(Cow::Owned(String::from_utf8(out).ok()?))))
     }
