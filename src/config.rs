@@ -154,10 +154,19 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
     }
 }
 
-fn env_names() -> Vec<String> {
-    std::env::vars_os()
+/// Hands the process environment to a `from_lookup`: every variable name, and a lookup.
+fn read_process_env<T>(
+    read: impl FnOnce(
+        &mut dyn Iterator<Item = &str>,
+        &dyn Fn(&str) -> Option<String>,
+    ) -> Result<T, ConfigError>,
+) -> Result<T, ConfigError> {
+    let names: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
-        .collect()
+        .collect();
+    read(&mut names.iter().map(String::as_str), &|name| {
+        std::env::var(name).ok()
+    })
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -173,10 +182,7 @@ pub struct Settings {
 
 impl Settings {
     pub fn from_env() -> Result<Self, ConfigError> {
-        let names = env_names();
-        Self::from_lookup(names.iter().map(String::as_str), |name| {
-            std::env::var(name).ok()
-        })
+        read_process_env(|names, lookup| Self::from_lookup(names, lookup))
     }
 
     /// `names` are all variable names present (to catch misspelt `REDRIVE_*` ones).
@@ -270,10 +276,7 @@ pub struct ReprocessSettings {
 
 impl ReprocessSettings {
     pub fn from_env() -> Result<Self, ConfigError> {
-        let names = env_names();
-        Self::from_lookup(names.iter().map(String::as_str), |name| {
-            std::env::var(name).ok()
-        })
+        read_process_env(|names, lookup| Self::from_lookup(names, lookup))
     }
 
     pub fn from_lookup<'n>(
@@ -331,10 +334,7 @@ pub struct EventRedriveSettings {
 
 impl EventRedriveSettings {
     pub fn from_env() -> Result<Self, ConfigError> {
-        let names = env_names();
-        Self::from_lookup(names.iter().map(String::as_str), |name| {
-            std::env::var(name).ok()
-        })
+        read_process_env(|names, lookup| Self::from_lookup(names, lookup))
     }
 
     pub fn from_lookup<'n>(
