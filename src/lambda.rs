@@ -77,6 +77,28 @@ pub fn respond<R>(processed: Processed<R>, metrics_namespace: &str, function: &s
     processed.response
 }
 
+/// Logging as Lambda wants it: JSON when the function's log format is JSON
+/// (`AWS_LAMBDA_LOG_FORMAT`), at the level of `AWS_LAMBDA_LOG_LEVEL` or `RUST_LOG` (a level name;
+/// INFO by default). Lambda stamps the time itself. Level names only, no filter directives: those
+/// would bring a regex engine into every function binary.
+pub fn init_tracing() {
+    use tracing_subscriber::filter::LevelFilter;
+    let level = ["AWS_LAMBDA_LOG_LEVEL", "RUST_LOG"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok())
+        .and_then(|level| level.parse::<LevelFilter>().ok())
+        .unwrap_or(LevelFilter::INFO);
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_target(false)
+        .without_time();
+    let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    match json {
+        true => subscriber.json().init(),
+        false => subscriber.init(),
+    }
+}
+
 /// Lambda sends the deadline in ms since the epoch; `cargo lambda watch` sends its timeout
 /// (600000) instead. No real deadline lies before 2001, so such a value is read as relative.
 pub fn absolute_deadline(deadline_ms: u64, now_ms: u64) -> u64 {

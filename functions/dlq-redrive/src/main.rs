@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    lambda_runtime::tracing::init_default_subscriber();
+    redrive::lambda::init_tracing();
     let settings = ReprocessSettings::from_env()?;
     let reprocessor = Reprocessor::new(SqsQueue::lazy(), &settings);
     let (reprocessor, settings) = (&reprocessor, &settings);

@@ -7,7 +7,7 @@ use sqs_consumer::payments::SimulatedPayments;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    lambda_runtime::tracing::init_default_subscriber();
+    redrive::lambda::init_tracing();
     let settings = Settings::from_env()?;
     let orders = OrdersHandler::new(
         SimulatedPayments::from_env()?,

@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    lambda_runtime::tracing::init_default_subscriber();
+    redrive::lambda::init_tracing();
     let settings = Settings::from_env()?;
     if settings.dlq_url.is_none() {
         tracing::warn!(

@@ -9,7 +9,7 @@ use sqs_consumer::payments::SimulatedPayments;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    lambda_runtime::tracing::init_default_subscriber();
+    redrive::lambda::init_tracing();
     // A panic fails only its record (the processor catches it); log it as JSON like everything else.
     std::panic::set_hook(Box::new(
         |panic| tracing::error!(%panic, "record handler panicked"),
