@@ -249,7 +249,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
         let mut urls: HashMap<String, String> = HashMap::new();
         let outcome = loop {
             if summary.examined >= plan.max_messages
-                || stop_at.is_some_and(|at| Instant::now() + HOLD / 4 >= at)
+                || stop_at.is_some_and(|at| Instant::now() >= at)
             {
                 summary.stopped_early = true;
                 break Ok(());
@@ -985,6 +985,34 @@ mod tests {
         let summary = reprocessor.run(&plan(command), None, |_| {}).await.unwrap();
         assert_eq!((summary.reprocessed, summary.filtered_out), (1, 2));
         assert_eq!(queue.deleted_from(DLQ), ["rh-invalid"]);
+    }
+
+    #[tokio::test]
+    async fn a_run_stops_at_its_stop_time_and_releases_what_it_left() {
+        let reprocessor = reprocessor(&settings());
+        reprocessor
+            .queue()
+            .stock(DLQ, [dead_letter("due", Some(ErrorClass::Transient), 0)]);
+        let soon = Some(Instant::now() + Duration::from_secs(20));
+        let summary = reprocessor
+            .run(&plan(RedriveCommand::default()), soon, |_| {})
+            .await
+            .unwrap();
+        assert_eq!((summary.reprocessed, summary.stopped_early), (1, false));
+
+        let reprocessor = self::reprocessor(&settings());
+        reprocessor
+            .queue()
+            .stock(DLQ, [dead_letter("due", Some(ErrorClass::Transient), 0)]);
+        let summary = reprocessor
+            .run(
+                &plan(RedriveCommand::default()),
+                Some(Instant::now()),
+                |_| {},
+            )
+            .await
+            .unwrap();
+        assert_eq!((summary.examined, summary.stopped_early), (0, true));
     }
 
     #[test]
