@@ -283,7 +283,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 tokio::time::sleep(due - started.elapsed()).await;
             }
         };
-        self.release(&plan.source_url, &left, &mut summary).await;
+        make_visible(&self.queue, &plan.source_url, &left).await;
         outcome.map(|()| summary)
     }
 
@@ -453,27 +453,6 @@ impl<Q: QueuePort> Reprocessor<Q> {
             summary.delete_failures += u32::try_from(refused).unwrap_or(u32::MAX);
         }
     }
-
-    /// Makes the messages this run left in the DLQ visible again.
-    async fn release(&self, queue_url: &str, handles: &[String], summary: &mut RedriveSummary) {
-        for chunk in handles.chunks(10) {
-            let changes: Vec<VisibilityChange<'_>> = chunk
-                .iter()
-                .map(|receipt_handle| VisibilityChange {
-                    receipt_handle,
-                    timeout: Duration::ZERO,
-                })
-                .collect();
-            if let Err(error) = self
-                .queue
-                .change_visibility_batch(queue_url, &changes)
-                .await
-            {
-                // Not lost: they reappear when the hold runs out.
-                tracing::warn!(%error, hold_seconds = HOLD.as_secs(), summary.source, "could not release messages early");
-            }
-        }
-    }
 }
 
 /// Reads up to `max` messages without consuming them: each is hidden while the queue is read, and
@@ -505,19 +484,25 @@ pub async fn browse<Q: QueuePort>(
         .iter()
         .filter_map(|record| record.receipt_handle.as_deref())
         .collect();
+    make_visible(queue, queue_url, &handles).await;
+    outcome.map(|()| records)
+}
+
+/// Makes messages this process holds visible again. A failure loses nothing: they reappear when
+/// their hold runs out.
+async fn make_visible<Q: QueuePort>(queue: &Q, queue_url: &str, handles: &[impl AsRef<str>]) {
     for chunk in handles.chunks(10) {
-        let changes: Vec<_> = chunk
+        let changes: Vec<VisibilityChange<'_>> = chunk
             .iter()
-            .map(|receipt_handle| VisibilityChange {
-                receipt_handle,
+            .map(|handle| VisibilityChange {
+                receipt_handle: handle.as_ref(),
                 timeout: Duration::ZERO,
             })
             .collect();
         if let Err(error) = queue.change_visibility_batch(queue_url, &changes).await {
-            tracing::warn!(%error, hold_seconds = HOLD.as_secs(), "could not make messages visible early");
+            tracing::warn!(%error, queue_url, hold_seconds = HOLD.as_secs(), "could not make messages visible early");
         }
     }
-    outcome.map(|()| records)
 }
 
 /// What a DLQ holds: counts by error class, kind and origin, and the age of the last failures.
