@@ -151,7 +151,8 @@ pub struct Processor<Q> {
 pub(crate) struct Item<'r> {
     pub(crate) record: &'r SqsRecord<'r>,
     pub(crate) id: &'r str,
-    pub(crate) meta: Option<Meta<'r>>,
+    /// Boxed: most records carry none, and a slim item is cheap to build for a large batch.
+    pub(crate) meta: Option<Box<Meta<'r>>>,
     pub(crate) attempts_before: u32,
 }
 
@@ -160,7 +161,7 @@ impl<'r> Item<'r> {
         Message {
             record: self.record,
             id: self.id,
-            meta: self.meta.as_ref(),
+            meta: self.meta.as_deref(),
             attempt: self.attempts_before + 1,
         }
     }
@@ -340,27 +341,34 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     fn prepare<'r>(&self, records: &'r [SqsRecord<'r>]) -> Result<Vec<Item<'r>>, BatchError> {
-        records
-            .iter()
-            .enumerate()
-            .map(|(index, record)| {
-                let id = record.message_id.as_deref().filter(|id| !id.is_empty()).ok_or(BatchError::MissingMessageId { index })?;
-                let meta = match Meta::of(record) {
-                    Some(Ok(meta)) => Some(meta),
-                    Some(Err(error)) => {
-                        tracing::warn!(message_id = id, %error, "unreadable redrive attribute: handled as a first attempt");
-                        None
-                    }
-                    None => None,
-                };
-                let attempts_before = match record.is_fifo() {
-                    // FIFO records are retried in place, so SQS's own count is the attempt count.
-                    true => record.receive_count().saturating_sub(1),
-                    false => meta.as_ref().map_or(0, |meta| meta.attempts),
-                };
-                Ok(Item { record, id, meta, attempts_before })
-            })
-            .collect()
+        let mut items = Vec::with_capacity(records.len());
+        for (index, record) in records.iter().enumerate() {
+            let id = record
+                .message_id
+                .as_deref()
+                .filter(|id| !id.is_empty())
+                .ok_or(BatchError::MissingMessageId { index })?;
+            let meta = match Meta::of(record) {
+                Some(Ok(meta)) => Some(Box::new(meta)),
+                Some(Err(error)) => {
+                    tracing::warn!(message_id = id, %error, "unreadable redrive attribute: handled as a first attempt");
+                    None
+                }
+                None => None,
+            };
+            let attempts_before = match record.is_fifo() {
+                // FIFO records are retried in place, so SQS's own count is the attempt count.
+                true => record.receive_count().saturating_sub(1),
+                false => meta.as_ref().map_or(0, |meta| meta.attempts),
+            };
+            items.push(Item {
+                record,
+                id,
+                meta,
+                attempts_before,
+            });
+        }
+        Ok(items)
     }
 
     /// What is known about a record before calling any handler; `None` when it is to be handled.
@@ -564,7 +572,7 @@ impl<Q: QueuePort> Processor<Q> {
         attempts: u32,
         due_at: Option<Timestamp>,
     ) -> Meta<'r> {
-        let mut meta = item.meta.clone().unwrap_or_else(|| Meta {
+        let mut meta = item.meta.as_deref().cloned().unwrap_or_else(|| Meta {
             v: META_VERSION,
             attempts: 0,
             due_at: None,
