@@ -298,7 +298,12 @@ impl<'a> Scan<'a> {
             offset += 8;
         }
         let tail = words.remainder();
-        Some(offset + tail.iter().position(|b| matches!(b, b'"' | b'\\' | 0..=0x1f))?)
+        Some(
+            offset
+                + tail
+                    .iter()
+                    .position(|b| matches!(b, b'"' | b'\\' | 0..=0x1f))?,
+        )
     }
 
     fn literal(&mut self, word: &[u8]) -> Option<()> {
@@ -476,7 +481,9 @@ mod tests {
     fn finds_the_first_special_byte_as_the_definition_does() {
         let is_special = |b: &u8| matches!(b, b'"' | b'\\' | 0..=0x1f);
         // Bytes around the edges of the three tests (and UTF-8 continuation bytes), at random.
-        let interesting = [0, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff];
+        let interesting = [
+            0, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff,
+        ];
         let mut rng = fastrand::Rng::with_seed(7);
         for _ in 0..200_000 {
             let len = rng.usize(0..40);
@@ -486,11 +493,18 @@ mod tests {
                     false => rng.u8(..),
                 })
                 .collect();
-            let scan = Scan { text: "", bytes: &bytes, at: 0 };
+            let scan = Scan {
+                text: "",
+                bytes: &bytes,
+                at: 0,
+            };
             for from in 0..=len {
                 assert_eq!(
                     scan.next_special(from),
-                    bytes[from..].iter().position(is_special).map(|at| from + at),
+                    bytes[from..]
+                        .iter()
+                        .position(is_special)
+                        .map(|at| from + at),
                     "{bytes:?} from {from}"
                 );
             }

@@ -4,6 +4,11 @@ use std::collections::HashMap;
 use aws_sdk_sqs::primitives::Blob;
 use std::time::Duration;
 
+use aws_credential_types::provider::{
+    error::CredentialsError, future, ProvideCredentials, SharedCredentialsProvider,
+};
+use aws_credential_types::Credentials;
+use aws_sdk_sqs::config::BehaviorVersion;
 use aws_sdk_sqs::types::{
     BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
     DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
@@ -11,6 +16,9 @@ use aws_sdk_sqs::types::{
 };
 use aws_sdk_sqs::Client;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
+use aws_types::region::Region;
+use aws_types::SdkConfig;
 use tokio::sync::OnceCell;
 
 use crate::envelope::OutgoingMessage;
@@ -18,16 +26,65 @@ use crate::error::PortError;
 use crate::event::{MessageAttribute, SqsRecord, SystemAttributes, Text};
 use crate::port::{EntryFailure, QueuePort, VisibilityChange};
 
-/// Loads the AWS configuration (region, credentials, endpoint) with a rustls/ring HTTPS client,
-/// which keeps the binary small and needs no C toolchain for cross-compiling.
-pub async fn load_aws_config() -> aws_config::SdkConfig {
-    let http_client = aws_smithy_http_client::Builder::new()
+/// An HTTPS client on rustls/ring, which keeps the binary small and needs no C toolchain for
+/// cross-compiling.
+pub fn https_client() -> SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::rustls(CryptoMode::Ring))
-        .build_https();
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(http_client)
-        .load()
-        .await
+        .build_https()
+}
+
+/// The SDK configuration of a Lambda function, from the environment Lambda gives it: the region
+/// (`AWS_REGION`), the execution role's credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+/// `AWS_SESSION_TOKEN`) and, for a local stack, `AWS_ENDPOINT_URL`. aws-config's provider chain
+/// (profiles, SSO, web identity, instance metadata) is for machines, not functions: it would put an
+/// STS client and a URL parser into every function's zip. The `dlq` CLI uses it.
+pub fn sdk_config_from_env() -> SdkConfig {
+    let mut config = SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .http_client(https_client())
+        .credentials_provider(SharedCredentialsProvider::new(EnvironmentCredentials))
+        .region(
+            var("AWS_REGION")
+                .or_else(|| var("AWS_DEFAULT_REGION"))
+                .map(Region::new),
+        );
+    if let Some(endpoint) = var("AWS_ENDPOINT_URL") {
+        config = config.endpoint_url(endpoint);
+    }
+    config.build()
+}
+
+/// A set, non-empty environment variable.
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+/// Credentials read from the environment on each (cached) request for them, with an error that
+/// names the variables when they are missing.
+#[derive(Debug)]
+struct EnvironmentCredentials;
+
+impl ProvideCredentials for EnvironmentCredentials {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        future::ProvideCredentials::ready(
+            match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+                (Some(key), Some(secret)) => Ok(Credentials::new(
+                    key,
+                    secret,
+                    var("AWS_SESSION_TOKEN"),
+                    None,
+                    "environment",
+                )),
+                _ => Err(CredentialsError::not_loaded(
+                    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set (Lambda sets them from the execution role)",
+                )),
+            },
+        )
+    }
 }
 
 /// SQS through the SDK. The client is created on first use, so a cold start that needs no SQS call
@@ -168,7 +225,7 @@ impl SqsQueue {
 
     async fn client(&self) -> &Client {
         self.client
-            .get_or_init(|| async { Client::new(&load_aws_config().await) })
+            .get_or_init(|| async { Client::new(&sdk_config_from_env()) })
             .await
     }
 }

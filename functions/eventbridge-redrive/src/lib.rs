@@ -3,7 +3,7 @@ use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
 use aws_sdk_lambda::Client;
 use redrive::eventbridge::InvokePort;
-use redrive::sqs::load_aws_config;
+use redrive::sqs::sdk_config_from_env;
 use redrive::PortError;
 use tokio::sync::OnceCell;
 
@@ -24,7 +24,7 @@ impl InvokePort for LambdaInvoker {
         const OPERATION: &str = "Invoke";
         let client = self
             .client
-            .get_or_init(|| async { Client::new(&load_aws_config().await) })
+            .get_or_init(|| async { Client::new(&sdk_config_from_env()) })
             .await;
         let output = client
             .invoke()

@@ -157,7 +157,11 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-    let sqs = SqsQueue::lazy();
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(redrive::sqs::https_client())
+        .load()
+        .await;
+    let sqs = SqsQueue::with_client(aws_sdk_sqs::Client::new(&config));
     let mut out = std::io::stdout().lock();
     match cli.command {
         Command::Stats { queue, max } => {

@@ -25,5 +25,5 @@ impl Error {
 
 /// An SQS client for the endpoint in `AWS_ENDPOINT_URL` (the emulator) or AWS.
 pub async fn sqs_client() -> Client {
-    Client::new(&redrive::sqs::load_aws_config().await)
+    Client::new(&redrive::sqs::sdk_config_from_env())
 }
