@@ -17,6 +17,9 @@ const RECORDS: usize = 10_000;
 /// Every 100th order fails: 1%.
 const FAIL_EVERY: usize = 100;
 const FAR_FUTURE_MS: u64 = u64::MAX / 2;
+/// Runs of each Rust variant; the first `RUST_WARMUP` are not counted.
+const RUST_RUNS: usize = 50;
+const RUST_WARMUP: usize = 10;
 
 struct Args {
     out: PathBuf,
@@ -133,6 +136,27 @@ fn run_once(
     )
 }
 
+/// The naive Rust loop DESIGN.md measures as a reference: serde_json into aws_lambda_events'
+/// owned `SqsEvent`, the same handler work, the response built by hand.
+fn naive_once(event: &[u8]) -> (Duration, usize) {
+    use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+    let started = Instant::now();
+    let parsed: SqsEvent = serde_json::from_slice(event).expect("valid event");
+    let mut response = SqsBatchResponse::default();
+    for record in &parsed.records {
+        let body = record.body.as_deref().unwrap_or_default();
+        let handled =
+            serde_json::from_str::<Order<'_>>(body).is_ok_and(|order| order.status != "fail");
+        if !handled {
+            response.add_failure(record.message_id.clone().unwrap_or_default());
+        }
+    }
+    let out = serde_json::to_vec(&response).expect("response");
+    let elapsed = started.elapsed();
+    std::hint::black_box(out);
+    (elapsed, response.batch_item_failures.len())
+}
+
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
@@ -175,42 +199,42 @@ fn main() -> Result<(), String> {
         event.len() as f64 / 1e6
     );
 
-    // Throughput, ours: report-only (what Powertools does) and with the retry scheduler on.
+    // Throughput, in Rust: ours report-only (what Powertools does), ours with the retry scheduler
+    // on, and the naive loop. Interleaved run by run, so that all three see the same machine.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .map_err(|e| e.to_string())?;
     let report_only = processor(None);
-    let mut samples = Vec::new();
-    for run in 0..60 {
+    let (mut samples, mut scheduled_samples, mut naive_samples) = (vec![], vec![], vec![]);
+    let mut requests_per_resend = 0.0;
+    for run in 0..RUST_RUNS {
         let (elapsed, failures, _) = run_once(&runtime, &report_only, event.as_bytes());
         assert_eq!(
             failures, expected_failures,
             "the partial batch response lists the failing 1%"
         );
-        if run >= 10 {
-            samples.push(elapsed.as_secs_f64() * 1000.0);
-        }
-    }
-    let ours_ms = median(samples);
-    let mut scheduled_samples = Vec::new();
-    let mut requests_per_resend = 0.0;
-    for run in 0..40 {
         let scheduler = processor(Some(
             "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq",
         ));
-        let (elapsed, failures, report) = run_once(&runtime, &scheduler, event.as_bytes());
+        let (scheduled, failures, report) = run_once(&runtime, &scheduler, event.as_bytes());
         assert_eq!(
             (failures, report.retried as usize),
             (0, expected_failures),
             "every failure re-sent, none reported"
         );
         requests_per_resend = f64::from(report.sqs_requests) / f64::from(report.retried);
-        if run >= 10 {
-            scheduled_samples.push(elapsed.as_secs_f64() * 1000.0);
+        let (naive, failures) = naive_once(event.as_bytes());
+        assert_eq!(failures, expected_failures, "the naive loop agrees");
+        if run >= RUST_WARMUP {
+            samples.push(elapsed.as_secs_f64() * 1000.0);
+            scheduled_samples.push(scheduled.as_secs_f64() * 1000.0);
+            naive_samples.push(naive.as_secs_f64() * 1000.0);
         }
     }
+    let ours_ms = median(samples);
     let scheduled_ms = median(scheduled_samples);
+    let naive_ms = median(naive_samples);
 
     // Peers, same event, same work, same machine, same run.
     let python = run_peer(&args.python, &args.python_peer, &event_path)?;
@@ -323,6 +347,12 @@ fn main() -> Result<(), String> {
     row(
         "redrive with the retry scheduler on (100 re-sends, in-memory SQS)",
         format!("{scheduled_ms:.2} ms"),
+        "-",
+        true,
+    );
+    row(
+        "naive Rust loop: serde_json into aws_lambda_events (reference)",
+        format!("{naive_ms:.2} ms ({:.1}x ours)", naive_ms / ours_ms),
         "-",
         true,
     );
