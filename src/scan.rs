@@ -1,7 +1,7 @@
 //! A fast reader for the one JSON shape Lambda's SQS events have. Strings are searched eight bytes
 //! at a time, borrowed from the event bytes when they hold no escape, and unknown fields are
-//! skipped without building anything. It returns `None` on anything it does not understand; the caller then
-//! parses with serde_json, which gives the precise error (or the same records).
+//! skipped without building anything. It returns `None` on anything it does not understand; the
+//! caller then parses with serde_json, which gives the precise error (or the same records).
 use std::borrow::Cow;
 
 use crate::event::{MessageAttribute, SqsEvent, SqsRecord, SystemAttributes, Text};
@@ -216,6 +216,7 @@ impl<'a> Scan<'a> {
                 Some(Some(Text(Cow::Borrowed(&self.text[start..self.at - 1]))))
             }
             b'\\' => {
+                // Room for the text so far and the rest of a typical body.
                 let mut out = Vec::with_capacity(self.bytes.len().min(self.at - start + 256));
                 out.extend_from_slice(&self.bytes[start..self.at]);
                 self.unescape_into(&mut out)?;
@@ -283,7 +284,7 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// The position of the first `"`, `\\` or control character at or after `from`.
+    /// The position of the first `"`, `\` or control character at or after `from`.
     #[inline(always)]
     fn next_special(&self, from: usize) -> Option<usize> {
         let rest = self.bytes.get(from..)?;
@@ -376,7 +377,7 @@ fn is_json_number(bytes: &[u8]) -> bool {
     at == bytes.len()
 }
 
-/// A `\\u` escape from `at` (after the `u`), joined with its low surrogate when it is a high one.
+/// A `\u` escape from `at` (after the `u`), joined with its low surrogate when it is a high one.
 fn unicode_escape(bytes: &[u8], at: &mut usize) -> Option<char> {
     let first = hex4(bytes, at)?;
     match first {
@@ -392,7 +393,7 @@ fn unicode_escape(bytes: &[u8], at: &mut usize) -> Option<char> {
 }
 
 /// Appends `bytes[from..to]` to `out`. Whole words are copied and the excess cut off: a fixed
-/// eight-byte copy is one store, where a copy of each short run between a body's dense `\\"`
+/// eight-byte copy is one store, where a copy of each short run between a body's dense `\"`
 /// escapes would be a `memcpy` call.
 #[inline(always)]
 fn copy_run(bytes: &[u8], from: usize, to: usize, out: &mut Vec<u8>) {
@@ -420,7 +421,7 @@ fn hex4(bytes: &[u8], at: &mut usize) -> Option<u32> {
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 
-/// The high bit of each byte of `word` that is `"`, `\\` or a control character (below 0x20):
+/// The high bit of each byte of `word` that is `"`, `\` or a control character (below 0x20):
 /// eight bytes at a time without SIMD (strings in an SQS event are short, where a SIMD search's
 /// set-up costs more than it saves), and the control-character check comes free. A borrow can
 /// flag a byte above a truly flagged one, never below, so the lowest flag is exact.
