@@ -481,3 +481,45 @@ fn entry_failures(failed: &[BatchResultErrorEntry]) -> Vec<EntryFailure> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The only test in this binary that touches these variables, so changing them is not racy.
+    #[tokio::test]
+    async fn credentials_come_from_the_environment_or_the_error_names_them() {
+        const VARS: [&str; 3] = [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        ];
+        let saved = VARS.map(|name| (name, std::env::var_os(name)));
+        for name in VARS {
+            std::env::remove_var(name);
+        }
+        std::env::set_var("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
+        let missing = EnvironmentCredentials.provide_credentials().await;
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "secret");
+        std::env::set_var("AWS_SESSION_TOKEN", "token");
+        let loaded = EnvironmentCredentials.provide_credentials().await;
+        for (name, value) in saved {
+            match value {
+                Some(value) => std::env::set_var(name, value),
+                None => std::env::remove_var(name),
+            }
+        }
+
+        let error = format!("{:?}", missing.unwrap_err());
+        assert!(error.contains("AWS_SECRET_ACCESS_KEY"), "{error}");
+        let credentials = loaded.unwrap();
+        assert_eq!(
+            (
+                credentials.access_key_id(),
+                credentials.secret_access_key(),
+                credentials.session_token()
+            ),
+            ("AKIDEXAMPLE", "secret", Some("token"))
+        );
+    }
+}
