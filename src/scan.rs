@@ -9,6 +9,9 @@ use crate::event::{MessageAttribute, SqsEvent, SqsRecord, SystemAttributes, Text
 /// Deeper nesting than this in skipped values is refused (the serde path handles it).
 const MAX_DEPTH: usize = 64;
 
+/// The most records an SQS event source mapping puts in one batch.
+const MAX_BATCH_RECORDS: usize = 10_000;
+
 pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
     let mut scan = Scan {
         text: json,
@@ -27,8 +30,10 @@ pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
                 list.push(scan.record()?);
                 if list.len() == 1 {
                     // Records are alike in size: reserve for the rest at once rather than grow
-                    // (and copy) the list a dozen times on a large batch.
-                    list.reserve(scan.bytes.len() / (scan.at - start).max(1));
+                    // (and copy) the list a dozen times on a large batch. Capped at the largest
+                    // batch Lambda delivers, so that a small first record cannot inflate it.
+                    let estimate = scan.bytes.len() / (scan.at - start).max(1);
+                    list.reserve(estimate.min(MAX_BATCH_RECORDS));
                 }
                 Some(())
             })
