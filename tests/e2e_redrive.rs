@@ -167,7 +167,7 @@ async fn the_dlq_reprocessor_sends_healed_failures_home_once_and_leaves_the_rest
 #[tokio::test]
 async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_parked() {
     require_emulator();
-    let client = redrive_local::sqs_client().await;
+    let client = redrive_local::sqs_client();
     let prefix = format!("t{}-eb", std::process::id());
     let create = |name: String| {
         let client = client.clone();

@@ -74,7 +74,7 @@ impl Stack {
         consumer.max_receive_count = options.max_receive_count;
         consumer.visibility_timeout_seconds = options.visibility_timeout_seconds;
 
-        let client = redrive_local::sqs_client().await;
+        let client = redrive_local::sqs_client();
         let queue = provision(&client, &topology).await.unwrap().remove(0);
         let settings = topology.settings(&queue.dlq_url, options.settings).unwrap();
         let knobs = options.knobs;

@@ -36,7 +36,7 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
         std::env::var("AWS_ENDPOINT_URL").is_ok(),
         "run with `make test` (moto server and AWS_ENDPOINT_URL)"
     );
-    let client = redrive_local::sqs_client().await;
+    let client = redrive_local::sqs_client();
     let prefix = format!("t{}-cli", std::process::id());
     let mut urls = Vec::new();
     for name in ["orders", "orders-dlq"] {

@@ -24,6 +24,6 @@ impl Error {
 }
 
 /// An SQS client for the endpoint in `AWS_ENDPOINT_URL` (the emulator) or AWS.
-pub async fn sqs_client() -> Client {
+pub fn sqs_client() -> Client {
     Client::new(&redrive::sqs::sdk_config_from_env())
 }

@@ -642,7 +642,7 @@ pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError>
 
 /// The moto run's queues (named after `prefix`), through the real SDK.
 pub async fn run_on_moto(prefix: &str, config: &SoakConfig) -> Result<SoakReport, crate::Error> {
-    let client = crate::sqs_client().await;
+    let client = crate::sqs_client();
     let create =
         |name: String, attributes: Vec<(aws_sdk_sqs::types::QueueAttributeName, String)>| {
             let client = client.clone();

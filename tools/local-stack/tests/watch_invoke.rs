@@ -60,7 +60,7 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
     );
 
     // The sample events name the queue `orders` in account 123456789012 (moto's default).
-    let client = redrive_local::sqs_client().await;
+    let client = redrive_local::sqs_client();
     let create = |name: &'static str| {
         client
             .create_queue()

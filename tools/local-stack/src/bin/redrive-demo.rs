@@ -213,7 +213,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let path = topology::default_path();
     let mut topology = Topology::load(&path)?;
     topology.scale_time(scale);
-    let client = redrive_local::sqs_client().await;
+    let client = redrive_local::sqs_client();
     let pairs = provision(&client, &topology).await?;
     println!(
         "redrive demo: {} queues from {} on {}",
