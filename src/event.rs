@@ -98,6 +98,14 @@ impl<'a> SqsEvent<'a> {
             None => serde_json::from_str(json),
         }
     }
+
+    /// [`SqsEvent::parse`] from bytes; serde_json names the first invalid UTF-8 in them.
+    pub fn from_slice(json: &'a [u8]) -> Result<Self, serde_json::Error> {
+        match std::str::from_utf8(json) {
+            Ok(json) => Self::parse(json),
+            Err(_) => serde_json::from_slice(json),
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
@@ -115,6 +123,9 @@ pub struct SqsRecord<'a> {
     pub message_attributes: MessageAttributes<'a>,
     #[serde(rename = "eventSourceARN", borrow, default)]
     pub event_source_arn: Option<Text<'a>>,
+    /// `aws:sqs`; a function behind both an SQS queue and a Kinesis stream tells them apart by it.
+    #[serde(borrow, default)]
+    pub event_source: Option<Text<'a>>,
 }
 
 /// The SQS system attributes Lambda copies into each record (values are strings).
@@ -222,6 +233,7 @@ impl<'a> From<&'a aws_lambda_events::sqs::SqsMessage> for SqsRecord<'a> {
                 })
                 .collect(),
             event_source_arn: text(&message.event_source_arn),
+            event_source: text(&message.event_source),
         }
     }
 }

@@ -1,13 +1,17 @@
 //! Lambda glue shared by the functions (feature `lambda`): one SQS or Kinesis batch in, the
 //! partial batch response and one EMF line out.
+use std::future::Future;
+use std::task::{Context as TaskContext, Poll};
+
 use crate::clock::{Clock, SystemClock};
 use crate::stream::{KinesisEvent, KinesisEventResponse};
 use crate::{BatchError, Processed, Processor, QueuePort, RecordHandler, SqsEvent};
-use lambda_runtime::LambdaEvent;
+use lambda_runtime::tower::{Layer, Service};
+use lambda_runtime::{layers::TracingLayer, service_fn, LambdaEvent, LambdaInvocation, Runtime};
 use serde::Serialize;
-use serde_json::value::RawValue;
 
 pub use aws_lambda_events::sqs::SqsBatchResponse;
+pub use bytes::Bytes;
 
 /// The partial batch response of either source; both serialise as `{"batchItemFailures": [...]}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -17,22 +21,85 @@ pub enum BatchResponse {
     Kinesis(KinesisEventResponse),
 }
 
+/// `lambda_runtime::run` for a handler of the event's bytes as Lambda sent them. The runtime gives
+/// a handler only a deserialised payload, and deserialising a 6 MB batch even into a `RawValue`
+/// is a full JSON parse that takes as long as all of the processor's own work (README,
+/// "Performance"); so the body is handed past that step, which is left to read `null`.
+pub async fn run<F, Fut, R>(mut handler: F) -> Result<(), lambda_runtime::Error>
+where
+    F: FnMut(LambdaEvent<Bytes>) -> Fut,
+    Fut: Future<Output = Result<R, lambda_runtime::Error>>,
+    R: Serialize,
+{
+    let service = service_fn(move |event: LambdaEvent<()>| {
+        // The runtime calls this inside `PassBodyService::call`, where the body is in scope.
+        let handled = EVENT_BODY
+            .try_with(Bytes::clone)
+            .map(|body| handler(LambdaEvent::new(body, event.context)));
+        async move {
+            match handled {
+                Ok(handled) => handled.await,
+                Err(_) => Err("the event body was not passed to the handler".into()),
+            }
+        }
+    });
+    Runtime::new(service)
+        .layer(TracingLayer::new())
+        .layer(PassBody)
+        .run()
+        .await
+}
+
+tokio::task_local! {
+    static EVENT_BODY: Bytes;
+}
+
+/// Takes each invocation's body out of the runtime's way (see [`run`]).
+struct PassBody;
+
+impl<S> Layer<S> for PassBody {
+    type Service = PassBodyService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        PassBodyService(inner)
+    }
+}
+
+struct PassBodyService<S>(S);
+
+impl<S: Service<LambdaInvocation>> Service<LambdaInvocation> for PassBodyService<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut invocation: LambdaInvocation) -> Self::Future {
+        let body = std::mem::replace(&mut invocation.body, Bytes::from_static(b"null"));
+        EVENT_BODY.sync_scope(body, || self.0.call(invocation))
+    }
+}
+
 /// Handles an SQS or a Kinesis batch, for a function that sits behind both kinds of source.
 pub async fn handle_sqs_or_kinesis<Q: QueuePort, H: RecordHandler>(
-    event: LambdaEvent<Box<RawValue>>,
+    event: LambdaEvent<Bytes>,
     processor: &Processor<Q>,
     handler: &H,
 ) -> Result<Processed<BatchResponse>, BatchError> {
-    if !KinesisEvent::is_kinesis(event.payload.get()) {
-        let processed = handle_batch(event, processor, handler).await?;
+    let (payload, context) = event.into_parts();
+    let deadline = absolute_deadline(context.deadline, SystemClock.now_ms());
+    // Every record of a batch comes from one source, and both kinds of record name it.
+    let sqs = SqsEvent::from_slice(&payload)?;
+    let from_kinesis = sqs.records.first().and_then(|r| r.event_source.as_deref());
+    if from_kinesis != Some("aws:kinesis") {
+        let processed = processor.process(handler, &sqs.records, deadline).await?;
         return Ok(Processed {
             response: BatchResponse::Sqs(processed.response),
             report: processed.report,
         });
     }
-    let (payload, context) = event.into_parts();
-    let kinesis = KinesisEvent::parse(payload.get())?;
-    let deadline = absolute_deadline(context.deadline, SystemClock.now_ms());
+    let kinesis = KinesisEvent::from_slice(&payload)?;
     let processed = processor
         .process_stream(handler, &kinesis.records, deadline)
         .await?;
@@ -44,12 +111,12 @@ pub async fn handle_sqs_or_kinesis<Q: QueuePort, H: RecordHandler>(
 
 /// Handles one SQS batch: parses the event without copying and settles every record's fate.
 pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
-    event: LambdaEvent<Box<RawValue>>,
+    event: LambdaEvent<Bytes>,
     processor: &Processor<Q>,
     handler: &H,
 ) -> Result<Processed, BatchError> {
     let (payload, context) = event.into_parts();
-    let sqs = SqsEvent::parse(payload.get())?;
+    let sqs = SqsEvent::from_slice(&payload)?;
     tracing::debug!(
         records = sqs.records.len(),
         deadline_ms = context.deadline,

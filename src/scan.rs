@@ -92,6 +92,7 @@ impl<'a> Scan<'a> {
                         }
                     }
                 }
+                "eventSource" => record.event_source = seen.first(6).and(scan.optional_string())?,
                 "attributes" => record.attributes = seen.first(4).and(scan.system_attributes())?,
                 "messageAttributes" => seen.first(5).and(scan.object(|scan, name| {
                     let name = Text(Cow::Borrowed(name));

@@ -421,6 +421,7 @@ fn record_of(message: Message) -> SqsRecord<'static> {
         attributes,
         message_attributes,
         event_source_arn: None,
+        event_source: Some(Text::from("aws:sqs")),
     }
 }
 

@@ -24,14 +24,8 @@ pub struct KinesisEvent<'a> {
 }
 
 impl<'a> KinesisEvent<'a> {
-    pub fn parse(json: &'a str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(json)
-    }
-
-    /// Whether Lambda event bytes are a Kinesis event (`"aws:kinesis"` cannot occur unescaped
-    /// inside a JSON string, so a record body cannot fake it).
-    pub fn is_kinesis(json: &str) -> bool {
-        json.contains("\"aws:kinesis\"")
+    pub fn from_slice(json: &'a [u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(json)
     }
 }
 

@@ -254,10 +254,8 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
         async move {
             let mut context = lambda_runtime::Context::default();
             context.deadline = u64::MAX / 2;
-            let event = lambda_runtime::LambdaEvent::new(
-                serde_json::value::RawValue::from_string(event).unwrap(),
-                context,
-            );
+            let event =
+                lambda_runtime::LambdaEvent::new(redrive::lambda::Bytes::from(event), context);
             let processed = redrive::lambda::handle_batch(event, processor, handler)
                 .await
                 .map_err(|e| e.to_string())?;

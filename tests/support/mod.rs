@@ -9,11 +9,11 @@ use aws_sdk_sqs::types::{
 use aws_sdk_sqs::Client;
 use lambda_runtime::{Context, LambdaEvent};
 use redrive::clock::{Clock, SystemClock};
+use redrive::lambda::Bytes;
 use redrive::{BreakerSettings, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
 use redrive_local::poller::{Poll, Poller};
 use redrive_local::provision::{depth, provision, QueuePair};
 use redrive_local::topology::{self, Topology};
-use serde_json::value::RawValue;
 use sqs_consumer::orders::OrdersHandler;
 use sqs_consumer::payments::SimulatedPayments;
 
@@ -84,7 +84,8 @@ impl Stack {
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| v.to_string())
         })
-        .unwrap();
+        .unwrap()
+        .recording();
         let consumer = OrdersHandler::new(
             payments,
             CircuitBreaker::new(
@@ -179,7 +180,7 @@ impl Stack {
     ) -> Result<String, String> {
         let mut context = Context::default();
         context.deadline = deadline_ms;
-        let event = LambdaEvent::new(RawValue::from_string(event).unwrap(), context);
+        let event = LambdaEvent::new(Bytes::from(event), context);
         let processed = redrive::lambda::handle_batch(event, &self.processor, &self.consumer)
             .await
             .map_err(|e| e.to_string())?;
@@ -254,11 +255,9 @@ impl Stack {
     pub fn charged(&self) -> Vec<String> {
         self.consumer
             .payments()
-            .charged
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(id, _)| id.clone())
+            .charged()
+            .into_iter()
+            .map(|(id, _)| id)
             .collect()
     }
 

@@ -5,7 +5,7 @@ use redrive::reprocess::Reprocessor;
 use redrive::SqsQueue;
 use serde_json::value::RawValue;
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     redrive::lambda::init_tracing();
     let settings = ReprocessSettings::from_env()?;

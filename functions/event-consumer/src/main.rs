@@ -5,7 +5,7 @@ use serde_json::value::RawValue;
 use sqs_consumer::orders::OrdersHandler;
 use sqs_consumer::payments::SimulatedPayments;
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     redrive::lambda::init_tracing();
     let settings = Settings::from_env()?;

@@ -12,7 +12,9 @@ fn events() -> &'static Path {
 }
 
 fn orders() -> OrdersHandler<SimulatedPayments> {
-    let payments = SimulatedPayments::from_env_file(&events().join("sqs-consumer.env")).unwrap();
+    let payments = SimulatedPayments::from_env_file(&events().join("sqs-consumer.env"))
+        .unwrap()
+        .recording();
     let breaker = BreakerSettings {
         threshold: 0,
         ..BreakerSettings::default()
@@ -40,14 +42,11 @@ async fn a_transient_failure_is_reported_as_transient_and_succeeds_when_redriven
     let mut event = sample_event();
     let error = invoke(&orders, &event).await.unwrap_err();
     assert_eq!(error.error_type, "redrive.transient.payment_timeout");
-    assert!(orders.payments().charged.lock().unwrap().is_empty());
+    assert!(orders.payments().charged().is_empty());
 
     event["redrive-count"] = 1.into();
     invoke(&orders, &event).await.unwrap();
-    assert_eq!(
-        orders.payments().charged.lock().unwrap().clone(),
-        [("o-1003".to_owned(), 2)]
-    );
+    assert_eq!(orders.payments().charged(), [("o-1003".to_owned(), 2)]);
 }
 
 #[tokio::test]
@@ -67,5 +66,5 @@ async fn invalid_and_malformed_events_are_reported_as_permanent() {
         serde_json::json!({ "id": "x", "detail-type": "OrderPlaced", "detail": "not an order" });
     let error = invoke(&orders, &malformed).await.unwrap_err();
     assert_eq!(error.error_type, "redrive.permanent.malformed_event");
-    assert!(orders.payments().charged.lock().unwrap().is_empty());
+    assert!(orders.payments().charged().is_empty());
 }

@@ -2,13 +2,11 @@
 #![recursion_limit = "256"]
 
 use eventbridge_redrive::LambdaInvoker;
-use lambda_runtime::{service_fn, LambdaEvent};
 use redrive::config::EventRedriveSettings;
 use redrive::eventbridge::EventRedrive;
 use redrive::{Processor, ProcessorConfig, Settings, SqsQueue};
-use serde_json::value::RawValue;
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     redrive::lambda::init_tracing();
     let settings = Settings::from_env()?;
@@ -25,10 +23,10 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings));
     let namespace = settings.metrics_namespace.as_str();
 
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| async {
+    redrive::lambda::run(|event| async {
         let function = event.context.env_config.function_name.clone();
         let processed = redrive::lambda::handle_batch(event, &processor, &handler).await?;
-        Ok::<_, lambda_runtime::Error>(redrive::lambda::respond(processed, namespace, &function))
-    }))
+        Ok(redrive::lambda::respond(processed, namespace, &function))
+    })
     .await
 }

@@ -6,9 +6,9 @@ use lambda_runtime::{Context, LambdaEvent};
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::EventRedriveSettings;
 use redrive::eventbridge::{EventRedrive, RecordingInvoker};
+use redrive::lambda::Bytes;
 use redrive::port::RecordingQueue;
 use redrive::{Meta, Processor, ProcessorConfig, RetryPolicy};
-use serde_json::value::RawValue;
 
 const PARKED: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/eventbridge-redrive-parked";
 const AUDIT: &str = "https://sqs.local/123456789012/orders-audit";
@@ -37,7 +37,7 @@ async fn run(file: &str, handler: EventRedrive<RecordingQueue, RecordingInvoker>
     );
     let mut context = Context::default();
     context.deadline = SystemClock.now_ms() + 30_000;
-    let event = LambdaEvent::new(RawValue::from_string(json).unwrap(), context);
+    let event = LambdaEvent::new(Bytes::from(json), context);
     let processed = redrive::lambda::handle_batch(event, &processor, &handler)
         .await
         .unwrap();

@@ -1,13 +1,11 @@
 // The handler future nests the processor, the SDK client and the runtime deeply.
 #![recursion_limit = "256"]
 
-use lambda_runtime::{service_fn, LambdaEvent};
 use redrive::{CircuitBreaker, Processor, ProcessorConfig, Settings, SqsQueue};
-use serde_json::value::RawValue;
 use sqs_consumer::orders::OrdersHandler;
 use sqs_consumer::payments::SimulatedPayments;
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     redrive::lambda::init_tracing();
     // A panic fails only its record (the processor catches it); log it as JSON like everything else.
@@ -28,10 +26,10 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings));
     let namespace = settings.metrics_namespace.as_str();
 
-    lambda_runtime::run(service_fn(|event: LambdaEvent<Box<RawValue>>| async {
+    redrive::lambda::run(|event| async {
         let function = event.context.env_config.function_name.clone();
         let processed = redrive::lambda::handle_sqs_or_kinesis(event, &processor, &handler).await?;
-        Ok::<_, lambda_runtime::Error>(redrive::lambda::respond(processed, namespace, &function))
-    }))
+        Ok(redrive::lambda::respond(processed, namespace, &function))
+    })
     .await
 }

@@ -74,12 +74,30 @@ pub struct SimulatedPayments {
     pub decline_above: Option<f64>,
     pub latency: Duration,
     pub dice: Mutex<fastrand::Rng>,
-    /// Orders charged so far with the attempt that succeeded, in order (what tests and the demo
-    /// count as processed).
-    pub charged: Mutex<Vec<(String, u32)>>,
+    /// Orders charged so far with the attempt that succeeded, in order, once [`Self::recording`]
+    /// (what tests and the demo count as processed). The deployed function keeps none: the log
+    /// would grow by every order a warm container charges.
+    charged: Option<Mutex<Vec<(String, u32)>>>,
 }
 
 impl SimulatedPayments {
+    /// Keeps a log of the orders charged, for [`Self::charged`].
+    #[must_use]
+    pub fn recording(mut self) -> Self {
+        self.charged = Some(Mutex::default());
+        self
+    }
+
+    /// The orders charged so far with the attempt that succeeded, in order (empty unless
+    /// [`Self::recording`]).
+    pub fn charged(&self) -> Vec<(String, u32)> {
+        self.charged.as_ref().map_or_else(Vec::new, |log| {
+            log.lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clone()
+        })
+    }
+
     /// The service is fixed: every fault knob is switched off; the charged log is kept.
     pub fn heal(&mut self) {
         let charged = std::mem::take(&mut self.charged);
@@ -197,7 +215,7 @@ impl SimulatedPayments {
             decline_above,
             latency,
             dice: Mutex::new(dice),
-            charged: Mutex::default(),
+            charged: None,
         })
     }
 
@@ -243,10 +261,11 @@ impl PaymentGateway for SimulatedPayments {
         if roll < self.timeout_rate + self.failure_rate {
             return Err(PaymentError::Unavailable(503));
         }
-        self.charged
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push((order.order_id.to_string(), attempt));
+        if let Some(log) = &self.charged {
+            log.lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push((order.order_id.to_string(), attempt));
+        }
         Ok(())
     }
 }
@@ -254,6 +273,33 @@ impl PaymentGateway for SimulatedPayments {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_recording_simulator_keeps_a_log_of_charges() {
+        let order = Order {
+            order_id: "o-1".into(),
+            customer_id: "c-1".into(),
+            amount: 10.0,
+            currency: "EUR".into(),
+        };
+        let charge = |payments: &SimulatedPayments| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(payments.charge(&order, 1)).unwrap();
+        };
+        let deployed = SimulatedPayments::from_lookup(|_| None).unwrap();
+        charge(&deployed);
+        assert!(
+            deployed.charged().is_empty(),
+            "a warm function's memory must not grow per order"
+        );
+        let recording = SimulatedPayments::from_lookup(|_| None)
+            .unwrap()
+            .recording();
+        charge(&recording);
+        assert_eq!(recording.charged(), [("o-1".to_owned(), 1)]);
+    }
 
     #[test]
     fn knobs_are_validated_with_the_variable_named() {

@@ -5,11 +5,11 @@ use std::time::Duration;
 use lambda_runtime::{Context, LambdaEvent};
 use redrive::clock::{Clock, SystemClock};
 use redrive::envelope::OutgoingMessage;
+use redrive::lambda::Bytes;
 use redrive::port::{Call, RecordingQueue};
 use redrive::{
     BreakerSettings, CircuitBreaker, ErrorClass, Meta, Processor, ProcessorConfig, RetryPolicy,
 };
-use serde_json::value::RawValue;
 use sqs_consumer::orders::OrdersHandler;
 use sqs_consumer::payments::SimulatedPayments;
 
@@ -29,12 +29,19 @@ fn knobs() -> SimulatedPayments {
     .unwrap()
 }
 
-async fn invoke(file: &str) -> Result<Outcome, redrive::BatchError> {
-    let json = std::fs::read_to_string(format!(
+fn sample(file: &str) -> String {
+    std::fs::read_to_string(format!(
         "{}/../../events/{file}",
         env!("CARGO_MANIFEST_DIR")
     ))
-    .unwrap();
+    .unwrap()
+}
+
+async fn invoke(file: &str) -> Result<Outcome, redrive::BatchError> {
+    invoke_json(sample(file)).await
+}
+
+async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
     let config = ProcessorConfig {
         dlq_url: Some(DLQ.into()),
         source_queue_url: None,
@@ -48,7 +55,7 @@ async fn invoke(file: &str) -> Result<Outcome, redrive::BatchError> {
     );
     let mut context = Context::default();
     context.deadline = SystemClock.now_ms() + 30_000;
-    let event = LambdaEvent::new(RawValue::from_string(json).unwrap(), context);
+    let event = LambdaEvent::new(Bytes::from(json), context);
     let response = redrive::lambda::respond(
         redrive::lambda::handle_sqs_or_kinesis(event, &processor, &handler).await?,
         "redrive",
@@ -93,6 +100,26 @@ fn summary(message: &OutgoingMessage<'_>) -> (String, ErrorClass, String, u32) {
 
 fn no_failures() -> serde_json::Value {
     serde_json::json!({ "batchItemFailures": [] })
+}
+
+#[tokio::test]
+async fn an_sqs_batch_is_told_from_a_kinesis_one_by_its_event_source_not_its_text() {
+    // A message attribute may hold exactly "aws:kinesis", quotes and all, in the event's text.
+    let mut event: serde_json::Value =
+        serde_json::from_str(&sample("sqs-mixed-batch.json")).unwrap();
+    event["Records"][0]["messageAttributes"] = serde_json::json!({
+        "source": { "stringValue": "aws:kinesis", "dataType": "String" }
+    });
+    let marked = invoke_json(event.to_string()).await.unwrap();
+    let plain = invoke("sqs-mixed-batch.json").await.unwrap();
+    assert_eq!(marked.response, plain.response);
+    assert_eq!(marked.dead_letters(), plain.dead_letters());
+    assert_eq!(marked.retries(), plain.retries());
+    assert_eq!(
+        marked.retries().len(),
+        1,
+        "handled as SQS: a stream is never re-sent to"
+    );
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ use lambda_runtime::{Context, LambdaEvent};
 use redrive::backoff::RetryPolicy;
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
+use redrive::lambda::Bytes;
 use redrive::redrive::RedrivePolicy;
 use redrive::reprocess::{browse, RedriveCommand, RedriveSummary, Reprocessor};
 use redrive::{BatchReport, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
@@ -19,7 +20,6 @@ use redrive_local::observe::{Observed, Sent};
 use redrive_local::poller::Poller;
 use redrive_local::provision::{depth, provision, QueuePair};
 use redrive_local::topology::{self, Topology};
-use serde_json::value::RawValue;
 use sqs_consumer::orders::OrdersHandler;
 use sqs_consumer::payments::SimulatedPayments;
 
@@ -90,10 +90,7 @@ impl Lane {
             .poll(Duration::from_millis(200), |event| async {
                 let mut context = Context::default();
                 context.deadline = SystemClock.now_ms() + timeout_ms;
-                let event = LambdaEvent::new(
-                    RawValue::from_string(event).map_err(|e| e.to_string())?,
-                    context,
-                );
+                let event = LambdaEvent::new(Bytes::from(event), context);
                 let processed = redrive::lambda::handle_batch(event, processor, handler)
                     .await
                     .map_err(|e| e.to_string())?;
@@ -127,7 +124,7 @@ impl Lane {
     }
 
     fn charged(&self) -> Vec<(String, u32)> {
-        self.handler.payments().charged.lock().unwrap().clone()
+        self.handler.payments().charged()
     }
 }
 
@@ -227,7 +224,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     for queue in pairs {
         let consumer = &topology.consumers[&queue.key];
         let settings = topology.settings(&queue.dlq_url, &[])?;
-        let mut payments = SimulatedPayments::from_lookup(|_| None)?;
+        let mut payments = SimulatedPayments::from_lookup(|_| None)?.recording();
         let workload = match queue.fifo {
             true => fifo_workload(&mut payments),
             false => standard_workload(&mut payments, Duration::from_secs_f64(240.0 / scale)),
