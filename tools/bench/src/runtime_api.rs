@@ -9,6 +9,15 @@ pub struct RuntimeApi {
     listener: TcpListener,
 }
 
+/// What [`RuntimeApi::invoke`] saw, per invocation.
+pub struct Invocations {
+    /// From serving the event to receiving the answer.
+    pub times: Vec<Duration>,
+    /// The function's peak resident memory (`VmHWM`) after each answer.
+    pub peaks_kib: Vec<u64>,
+    pub last_answer: Vec<u8>,
+}
+
 /// One HTTP request as the runtime client sends it.
 struct Request {
     method: String,
@@ -48,11 +57,18 @@ impl RuntimeApi {
         Ok(started.elapsed())
     }
 
-    /// Serves `event` as the first invocation and returns the function's response body.
-    pub fn invoke_once(&self, event: &[u8]) -> std::io::Result<Vec<u8>> {
+    /// Serves `event` to the function `pid` for `invocations` invocations in a row.
+    pub fn invoke(
+        &self,
+        pid: u32,
+        event: &[u8],
+        invocations: usize,
+    ) -> std::io::Result<Invocations> {
         let (stream, _) = self.listener.accept()?;
         let mut reader = BufReader::new(stream.try_clone()?);
         let mut writer = stream;
+        let mut served = Instant::now();
+        let (mut times, mut peaks_kib) = (vec![], vec![]);
         loop {
             let request = read_request(&mut reader)?;
             match (request.method.as_str(), request.path.as_str()) {
@@ -68,12 +84,23 @@ impl RuntimeApi {
                          Lambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000\r\nContent-Length: {}\r\n\r\n",
                         event.len()
                     );
+                    served = Instant::now();
                     writer.write_all(headers.as_bytes())?;
                     writer.write_all(event)?;
                 }
                 ("POST", path) if path.ends_with("/response") || path.ends_with("/error") => {
+                    times.push(served.elapsed());
+                    peaks_kib.push(peak_rss_kib(pid).ok_or_else(|| {
+                        std::io::Error::other(format!("cannot read VmHWM of {pid}"))
+                    })?);
                     writer.write_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")?;
-                    return Ok(request.body);
+                    if times.len() == invocations {
+                        return Ok(Invocations {
+                            times,
+                            peaks_kib,
+                            last_answer: request.body,
+                        });
+                    }
                 }
                 (method, path) => {
                     return Err(std::io::Error::other(format!(
@@ -112,7 +139,7 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Request> {
 }
 
 /// Peak resident memory of a running process, in KiB (`VmHWM`).
-pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
