@@ -18,6 +18,7 @@ pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
         bytes: json.as_bytes(),
         at: 0,
         source: None,
+        decoded: 0,
     };
     let mut records = None;
     scan.object(|scan, key| match key {
@@ -69,6 +70,8 @@ struct Scan<'a> {
     /// borrow this one copy keep the processor's per-record FIFO check in cache rather than
     /// reading each record's own copy from across the event.
     source: Option<&'a str>,
+    /// The length of the last string that had to be decoded.
+    decoded: usize,
 }
 
 impl<'a> Scan<'a> {
@@ -234,10 +237,13 @@ impl<'a> Scan<'a> {
                 Some(Some(Text(Cow::Borrowed(&self.text[start..self.at - 1]))))
             }
             b'\\' => {
-                // Room for the text so far and the rest of a typical body.
-                let mut out = Vec::with_capacity(self.bytes.len().min(self.at - start + 256));
+                // Bodies of a batch are alike: room for one a little longer than the last,
+                // rather than a generous fixed size that spreads the batch over more memory.
+                let room = self.decoded + self.decoded / 8 + 16;
+                let mut out = Vec::with_capacity(room.max(self.at - start + 16));
                 out.extend_from_slice(&self.bytes[start..self.at]);
                 self.unescape_into(&mut out)?;
+                self.decoded = out.len();
                 Some(Some(Text(Cow::Owned(String::from_utf8(out).ok()?))))
             }
             _ => None, // JSON forbids raw control characters inside strings.
@@ -530,6 +536,7 @@ mod tests {
                 bytes: &bytes,
                 at: 0,
                 source: None,
+                decoded: 0,
             };
             for from in 0..=len {
                 assert_eq!(
