@@ -239,8 +239,9 @@ impl<'a> Scan<'a> {
             b'\\' => {
                 // Bodies of a batch are alike: room for one a little longer than the last,
                 // rather than a generous fixed size that spreads the batch over more memory.
-                let room = self.decoded + self.decoded / 8 + 16;
-                let mut out = Vec::with_capacity(room.max(self.at - start + 16));
+                // Never more than the rest of the event, which the decoded text cannot exceed.
+                let room = (self.decoded + self.decoded / 8).max(self.at - start) + 16;
+                let mut out = Vec::with_capacity(room.min(self.bytes.len() - start));
                 out.extend_from_slice(&self.bytes[start..self.at]);
                 self.unescape_into(&mut out)?;
                 self.decoded = out.len();
