@@ -5,6 +5,8 @@ use redrive::{CircuitBreaker, Processor, ProcessorConfig, Settings, SqsQueue};
 use sqs_consumer::orders::OrdersHandler;
 use sqs_consumer::payments::SimulatedPayments;
 
+// One invocation at a time: a single thread (and so one malloc arena) keeps a warm container's memory
+// flat between invocations.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     redrive::lambda::init_tracing();

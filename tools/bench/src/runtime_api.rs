@@ -1,9 +1,13 @@
-//! A minimal Lambda runtime API on loopback, enough to start a function, hand it one event and
+//! A minimal Lambda runtime API on loopback, enough to start a function, hand it events and
 //! read its answer: the start-up and memory measurements run the real `bootstrap` against it.
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long the function may stay silent before the bench gives up on it.
+const SILENCE: Duration = Duration::from_secs(60);
 
 pub struct RuntimeApi {
     listener: TcpListener,
@@ -57,20 +61,22 @@ impl RuntimeApi {
         Ok(started.elapsed())
     }
 
-    /// Serves `event` to the function `pid` for `invocations` invocations in a row.
+    /// Serves `event` to the function `pid` for `invocations` invocations in a row. The function's
+    /// HTTP client may open a new connection at any time, so every connection is read (a thread
+    /// each) and its requests are answered here in arrival order.
     pub fn invoke(
         &self,
         pid: u32,
         event: &[u8],
         invocations: usize,
     ) -> std::io::Result<Invocations> {
-        let (stream, _) = self.listener.accept()?;
-        let mut reader = BufReader::new(stream.try_clone()?);
-        let mut writer = stream;
+        let requests = self.requests()?;
         let mut served = Instant::now();
         let (mut times, mut peaks_kib) = (vec![], vec![]);
         loop {
-            let request = read_request(&mut reader)?;
+            let (request, mut writer) = requests.recv_timeout(SILENCE).map_err(|_| {
+                std::io::Error::other(format!("no request from the function for {SILENCE:?}"))
+            })?;
             match (request.method.as_str(), request.path.as_str()) {
                 ("GET", path) if path.ends_with("/invocation/next") => {
                     let deadline = SystemTime::now()
@@ -79,9 +85,10 @@ impl RuntimeApi {
                         .as_millis()
                         + 60_000;
                     let headers = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: bench-1\r\n\
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: bench-{}\r\n\
                          Lambda-Runtime-Deadline-Ms: {deadline}\r\nLambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:123456789012:function:bench\r\n\
                          Lambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000\r\nContent-Length: {}\r\n\r\n",
+                        times.len() + 1,
                         event.len()
                     );
                     served = Instant::now();
@@ -109,6 +116,31 @@ impl RuntimeApi {
                 }
             }
         }
+    }
+
+    /// Every request on every connection, with a handle to answer it on its connection.
+    fn requests(&self) -> std::io::Result<Receiver<(Request, TcpStream)>> {
+        let listener = self.listener.try_clone()?;
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let sender = sender.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone()?);
+                    // Until the function closes the connection (an empty request line).
+                    loop {
+                        let request = read_request(&mut reader)?;
+                        if request.method.is_empty() {
+                            return Ok::<_, std::io::Error>(());
+                        }
+                        if sender.send((request, stream.try_clone()?)).is_err() {
+                            return Ok(());
+                        }
+                    }
+                });
+            }
+        });
+        Ok(receiver)
     }
 }
 
