@@ -89,7 +89,8 @@ pub async fn handle_sqs_or_kinesis<Q: QueuePort, H: RecordHandler>(
 ) -> Result<Processed<BatchResponse>, BatchError> {
     let (payload, context) = event.into_parts();
     let deadline = absolute_deadline(context.deadline, SystemClock.now_ms());
-    // Every record of a batch comes from one source, and both kinds of record name it.
+    // Every record of a batch comes from one source, and both kinds of record name it. A Kinesis
+    // batch is so read twice: as SQS records first (the scanner skips their `kinesis` payloads).
     let sqs = SqsEvent::from_slice(&payload)?;
     let from_kinesis = sqs.records.first().and_then(|r| r.event_source.as_deref());
     if from_kinesis != Some("aws:kinesis") {
