@@ -88,19 +88,19 @@ pub async fn handle_sqs_or_kinesis<Q: QueuePort, H: RecordHandler>(
     handler: &H,
 ) -> Result<Processed<BatchResponse>, BatchError> {
     let (payload, context) = event.into_parts();
-    let deadline = absolute_deadline(context.deadline, SystemClock.now_ms());
     // Every record of a batch comes from one source, and both kinds of record name it. A Kinesis
     // batch is so read twice: as SQS records first (the scanner skips their `kinesis` payloads).
     let sqs = SqsEvent::from_slice(&payload)?;
     let from_kinesis = sqs.records.first().and_then(|r| r.event_source.as_deref());
     if from_kinesis != Some("aws:kinesis") {
-        let processed = processor.process(handler, &sqs.records, deadline).await?;
+        let processed = process_sqs(&sqs, context.deadline, processor, handler).await?;
         return Ok(Processed {
             response: BatchResponse::Sqs(processed.response),
             report: processed.report,
         });
     }
     let kinesis = KinesisEvent::from_slice(&payload)?;
+    let deadline = absolute_deadline(context.deadline, SystemClock.now_ms());
     let processed = processor
         .process_stream(handler, &kinesis.records, deadline)
         .await?;
@@ -118,19 +118,22 @@ pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
 ) -> Result<Processed, BatchError> {
     let (payload, context) = event.into_parts();
     let sqs = SqsEvent::from_slice(&payload)?;
+    process_sqs(&sqs, context.deadline, processor, handler).await
+}
+
+async fn process_sqs<Q: QueuePort, H: RecordHandler>(
+    sqs: &SqsEvent<'_>,
+    lambda_deadline_ms: u64,
+    processor: &Processor<Q>,
+    handler: &H,
+) -> Result<Processed, BatchError> {
     tracing::debug!(
         records = sqs.records.len(),
-        deadline_ms = context.deadline,
+        deadline_ms = lambda_deadline_ms,
         "batch received"
     );
-    let now = SystemClock.now_ms();
-    processor
-        .process(
-            handler,
-            &sqs.records,
-            absolute_deadline(context.deadline, now),
-        )
-        .await
+    let deadline = absolute_deadline(lambda_deadline_ms, SystemClock.now_ms());
+    processor.process(handler, &sqs.records, deadline).await
 }
 
 /// Writes the batch's figures as one EMF line on stdout (CloudWatch makes metrics of it) and
