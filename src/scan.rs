@@ -4,7 +4,7 @@
 //! caller then parses with serde_json, which gives the precise error (or the same records).
 use std::borrow::Cow;
 
-use crate::event::{MessageAttribute, SqsEvent, SqsRecord, SystemAttributes, Text};
+use crate::event::{MessageAttribute, SqsEvent, SqsRecord, Text};
 
 /// Deeper nesting than this in skipped values is refused (the serde path handles it).
 const MAX_DEPTH: usize = 64;
@@ -19,6 +19,7 @@ pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
         at: 0,
         source: None,
         decoded: 0,
+        shape: Shape::default(),
     };
     let mut records = None;
     scan.object(|scan, key| match key {
@@ -29,7 +30,14 @@ pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
             let list = records.insert(Vec::new());
             scan.array(|scan| {
                 let start = scan.at;
-                list.push(scan.record()?);
+                let record = match scan.record_of_last_shape() {
+                    Some(record) => record,
+                    None => {
+                        scan.at = start;
+                        scan.record()?
+                    }
+                };
+                list.push(record);
                 if list.len() == 1 {
                     // Records are alike in size: reserve for the rest at once rather than grow
                     // (and copy) the list a dozen times on a large batch. Capped at the largest
@@ -72,72 +80,171 @@ struct Scan<'a> {
     source: Option<&'a str>,
     /// The length of the last string that had to be decoded.
     decoded: usize,
+    shape: Shape<'a>,
+}
+
+/// Where a value of a record goes.
+#[derive(Clone, Copy)]
+enum Field {
+    MessageId,
+    ReceiptHandle,
+    Body,
+    EventSourceArn,
+    EventSource,
+    MessageAttributes,
+    /// The `attributes` object: its fields are the five below.
+    Attributes,
+    ReceiveCount,
+    SentTimestamp,
+    MessageGroupId,
+    MessageDeduplicationId,
+    TraceHeader,
+    /// A field the records do not keep.
+    Other,
+}
+
+impl Field {
+    fn of_record(key: &str) -> Self {
+        match key {
+            "messageId" => Self::MessageId,
+            "receiptHandle" => Self::ReceiptHandle,
+            "body" => Self::Body,
+            "eventSourceARN" => Self::EventSourceArn,
+            "eventSource" => Self::EventSource,
+            "messageAttributes" => Self::MessageAttributes,
+            "attributes" => Self::Attributes,
+            _ => Self::Other,
+        }
+    }
+
+    fn of_attributes(key: &str) -> Self {
+        match key {
+            "ApproximateReceiveCount" => Self::ReceiveCount,
+            "SentTimestamp" => Self::SentTimestamp,
+            "MessageGroupId" => Self::MessageGroupId,
+            "MessageDeduplicationId" => Self::MessageDeduplicationId,
+            "AWSTraceHeader" => Self::TraceHeader,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// The last record read field by field, as the text between its values and where each value
+/// went. Lambda writes every record of a batch with the same fields in the same order, so the
+/// next record is most likely the same text around other values: checking that text is much
+/// cheaper than reading each field's name and finding its place.
+#[derive(Default)]
+struct Shape<'a> {
+    /// The text before each value (from the record's `{`, or the end of the value before), and
+    /// the value's field.
+    values: Vec<(&'a [u8], Field)>,
+    /// The text after the last value, to the record's `}`.
+    end: &'a [u8],
+    /// Recording: where the text before the next value starts.
+    recording_from: Option<usize>,
 }
 
 impl<'a> Scan<'a> {
+    /// Reads a record field by field, and records its shape for the next one.
     fn record(&mut self) -> Option<SqsRecord<'a>> {
         let mut record = SqsRecord::default();
         let mut seen = Fields::default();
-        self.object(|scan, key| {
-            match key {
-                "messageId" => record.message_id = seen.first(0).and(scan.optional_string())?,
-                "receiptHandle" => {
-                    record.receipt_handle = seen.first(1).and(scan.optional_string())?
-                }
-                "body" => record.body = seen.first(2).and(scan.optional_string())?,
-                "eventSourceARN" => {
-                    record.event_source_arn = seen.first(3).and(scan.optional_string())?;
-                    if let Some(Text(Cow::Borrowed(arn))) = &mut record.event_source_arn {
-                        match scan.source {
-                            Some(first) if first == *arn => *arn = first,
-                            Some(_) => {}
-                            None => scan.source = Some(arn),
-                        }
+        self.shape.values.clear();
+        self.shape.recording_from = Some(self.at);
+        self.object(|scan, key| match Field::of_record(key) {
+            Field::Attributes => {
+                seen.first(Field::Attributes as u32)
+                    .and(scan.object(|scan, key| {
+                        scan.recorded_value(Field::of_attributes(key), &mut record, &mut seen)
+                    }))
+            }
+            field => scan.recorded_value(field, &mut record, &mut seen),
+        })?;
+        let from = self.shape.recording_from.take()?;
+        self.shape.end = &self.bytes[from..self.at];
+        Some(record)
+    }
+
+    /// Reads a record that has the shape of the last one read field by field; `None` when it
+    /// does not (or is invalid), and the caller reads it field by field.
+    fn record_of_last_shape(&mut self) -> Option<SqsRecord<'a>> {
+        let mut record = SqsRecord::default();
+        // The shape holds each field once (it came from a record without duplicates).
+        let mut seen = Fields::default();
+        for step in 0..self.shape.values.len() {
+            let (text, field) = self.shape.values[step];
+            self.expect(text)?;
+            self.value(field, &mut record, &mut seen)?;
+        }
+        self.expect(self.shape.end)?;
+        (!self.shape.values.is_empty()).then_some(record)
+    }
+
+    fn expect(&mut self, text: &[u8]) -> Option<()> {
+        let end = self.at + text.len();
+        (self.bytes.get(self.at..end)? == text).then(|| self.at = end)
+    }
+
+    /// [`Scan::value`], noting the text before the value in the shape being recorded.
+    fn recorded_value(
+        &mut self,
+        field: Field,
+        record: &mut SqsRecord<'a>,
+        seen: &mut Fields,
+    ) -> Option<()> {
+        if let Some(from) = self.shape.recording_from {
+            self.whitespace();
+            self.shape.values.push((&self.bytes[from..self.at], field));
+        }
+        self.value(field, record, seen)?;
+        if self.shape.recording_from.is_some() {
+            self.shape.recording_from = Some(self.at);
+        }
+        Some(())
+    }
+
+    /// Reads the value of `field` into `record`; `None` for a field seen before in this record
+    /// (serde_json refuses duplicates) or a value the scanner does not take.
+    fn value(&mut self, field: Field, record: &mut SqsRecord<'a>, seen: &mut Fields) -> Option<()> {
+        let attributes = &mut record.attributes;
+        let text = match field {
+            Field::MessageId => &mut record.message_id,
+            Field::ReceiptHandle => &mut record.receipt_handle,
+            Field::Body => &mut record.body,
+            Field::EventSource => &mut record.event_source,
+            Field::ReceiveCount => &mut attributes.approximate_receive_count,
+            Field::SentTimestamp => &mut attributes.sent_timestamp,
+            Field::MessageGroupId => &mut attributes.message_group_id,
+            Field::MessageDeduplicationId => &mut attributes.message_deduplication_id,
+            Field::TraceHeader => &mut attributes.aws_trace_header,
+            Field::EventSourceArn => {
+                seen.first(field as u32)?;
+                record.event_source_arn = self.optional_string()?;
+                if let Some(Text(Cow::Borrowed(arn))) = &mut record.event_source_arn {
+                    match self.source {
+                        Some(first) if first == *arn => *arn = first,
+                        Some(_) => {}
+                        None => self.source = Some(arn),
                     }
                 }
-                "eventSource" => record.event_source = seen.first(6).and(scan.optional_string())?,
-                "attributes" => record.attributes = seen.first(4).and(scan.system_attributes())?,
-                "messageAttributes" => seen.first(5).and(scan.object(|scan, name| {
+                return Some(());
+            }
+            Field::MessageAttributes => {
+                seen.first(field as u32)?;
+                return self.object(|scan, name| {
                     let name = Text(Cow::Borrowed(name));
                     record
                         .message_attributes
                         .insert(name, scan.message_attribute()?);
                     Some(())
-                }))?,
-                _ => scan.skip(0)?,
+                });
             }
-            Some(())
-        })?;
-        Some(record)
-    }
-
-    fn system_attributes(&mut self) -> Option<SystemAttributes<'a>> {
-        let mut attributes = SystemAttributes::default();
-        let mut seen = Fields::default();
-        self.object(|scan, key| {
-            match key {
-                "ApproximateReceiveCount" => {
-                    attributes.approximate_receive_count =
-                        seen.first(0).and(scan.optional_string())?
-                }
-                "SentTimestamp" => {
-                    attributes.sent_timestamp = seen.first(1).and(scan.optional_string())?
-                }
-                "MessageGroupId" => {
-                    attributes.message_group_id = seen.first(2).and(scan.optional_string())?
-                }
-                "MessageDeduplicationId" => {
-                    attributes.message_deduplication_id =
-                        seen.first(3).and(scan.optional_string())?
-                }
-                "AWSTraceHeader" => {
-                    attributes.aws_trace_header = seen.first(4).and(scan.optional_string())?
-                }
-                _ => scan.skip(0)?,
-            }
-            Some(())
-        })?;
-        Some(attributes)
+            Field::Attributes => return None, // an object of fields, not a value
+            Field::Other => return self.skip(0),
+        };
+        seen.first(field as u32)?;
+        *text = self.optional_string()?;
+        Some(())
     }
 
     fn message_attribute(&mut self) -> Option<MessageAttribute<'a>> {
@@ -472,6 +579,17 @@ mod tests {
         (event(json), serde_json::from_str(json))
     }
 
+    fn scanner(bytes: &[u8]) -> Scan<'_> {
+        Scan {
+            text: "",
+            bytes,
+            at: 0,
+            source: None,
+            decoded: 0,
+            shape: Shape::default(),
+        }
+    }
+
     #[test]
     fn reads_what_serde_reads() {
         let samples = [
@@ -482,6 +600,15 @@ mod tests {
                "messageAttributes":{"k":{"stringValue":"v","stringListValues":[],"binaryListValues":[],"dataType":"String"},
                                     "b":{"binaryValue":"AAE=","dataType":"Binary"}},
                "eventSourceARN":"arn:aws:sqs:us-east-1:1:q.fifo","awsRegion":"us-east-1","md5OfBody":"x"}]}"#,
+            // Records of one shape, then others: other fields, order, spacing, values, attributes.
+            r#"{"Records":[{"messageId":"1","body":"a","attributes":{"SentTimestamp":"1"},"messageAttributes":{}},
+                           {"messageId":"2","body":"b\"c","attributes":{"SentTimestamp":"2"},"messageAttributes":{}},
+                           {"messageId":"3","body":null,"attributes":{"SentTimestamp":"3"},"messageAttributes":{"k":{"stringValue":"v","dataType":"String"}}},
+                           {"messageId":"4","body":"d","attributes":{"SentTimestamp":"4","AWSTraceHeader":"t"},"messageAttributes":{}},
+                           {"body":"e","messageId":"5","attributes":{"SentTimestamp":"5"},"messageAttributes":{}},
+                           {"body":"f","messageId":"6","attributes":{"SentTimestamp":"6"},"messageAttributes":{},"x":[1,{}]},
+                           {"body":"g", "messageId":"7","attributes":{"SentTimestamp":"7"},"messageAttributes":{},"x":[2]},
+                           {}, {}]}"#,
         ];
         for json in samples {
             let (fast, slow) = both(json);
@@ -500,6 +627,39 @@ mod tests {
                     slow.records
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_record_shaped_as_the_last_is_read_without_its_field_names() {
+        let first = r#"{"messageId":"1","attributes":{"SentTimestamp":"1","Other":2},"body":"a"}"#;
+        let same =
+            r#"{"messageId":"2","attributes":{"SentTimestamp":"2","Other":3},"body":"b\"c"}"#;
+        let json = format!("{first},{same}");
+        let mut scan = scanner(json.as_bytes());
+        scan.text = &json;
+        assert!(
+            scan.record_of_last_shape().is_none(),
+            "no shape before a record is read"
+        );
+        scan.record().unwrap();
+        scan.eat(b',').unwrap();
+        let record = scan.record_of_last_shape().expect("the same shape");
+        assert_eq!(record.message_id.as_deref(), Some("2"));
+        assert_eq!(record.attributes.sent_timestamp.as_deref(), Some("2"));
+        assert_eq!(record.body.as_deref(), Some("b\"c"));
+        assert_eq!(scan.at, json.len());
+        for other in [
+            r#"{"attributes":{"SentTimestamp":"2","Other":3},"messageId":"2","body":"b"}"#,
+            r#"{"messageId":"2","attributes":{"SentTimestamp":"2","Other":3},"body":"b","x":1}"#,
+            r#"{"messageId":"2","attributes":{"SentTimestamp":"2","Other":3}, "body":"b"}"#,
+        ] {
+            let json = format!("{first},{other}");
+            let mut scan = scanner(json.as_bytes());
+            scan.text = &json;
+            scan.record().unwrap();
+            scan.eat(b',').unwrap();
+            assert!(scan.record_of_last_shape().is_none(), "{other}");
         }
     }
 
@@ -532,13 +692,7 @@ mod tests {
                     false => rng.u8(..),
                 })
                 .collect();
-            let scan = Scan {
-                text: "",
-                bytes: &bytes,
-                at: 0,
-                source: None,
-                decoded: 0,
-            };
+            let scan = scanner(&bytes);
             for from in 0..=len {
                 assert_eq!(
                     scan.next_special(from),
@@ -573,6 +727,11 @@ mod tests {
             r#"{"Records":[],"skipped":"bad \q escape"}"#,
             r#"{"Rec\u006frds":[]}"#,
             r#"{"Records":[{"body":"sign \u+0e9"}]}"#,
+            // In a record of the shape of the one before.
+            r#"{"Records":[{"messageId":"a","x":"1"},{"messageId":"b","x":"\q"}]}"#,
+            r#"{"Records":[{"messageId":"a","x":"1"},{"messageId":"b","x":"2","messageId":"c"}]}"#,
+            r#"{"Records":[{"messageId":"a","x":1},{"messageId":"b","x":01}]}"#,
+            r#"{"Records":[{"messageId":"a"},{"messageId":"b"]}"#,
         ] {
             assert!(event(json).is_none(), "{json}");
         }
