@@ -405,33 +405,28 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// Carries the fates out: sends re-sent copies and dead letters (batched), changes FIFO
     /// visibility, and turns every send that was not confirmed into a batchItemFailure.
-    async fn settle<'r>(
-        &self,
-        items: &'r [Item<'r>],
-        decided: Vec<(Fate, Option<RecordError>)>,
-    ) -> Processed {
+    async fn settle<'r>(&self, items: &'r [Item<'r>], mut decided: Vec<Decided>) -> Processed {
         let now = self.clock.now_ms();
         let mut report = BatchReport {
             records: u32::try_from(items.len()).unwrap_or(u32::MAX),
             ..BatchReport::default()
         };
-        let mut fates = Vec::with_capacity(decided.len());
-        let mut errors = Vec::with_capacity(decided.len());
         let (mut to_source, mut to_dlq, mut visibility) =
             (Outbox::default(), Outbox::default(), Vec::new());
-        for (index, (item, (fate, error))) in items.iter().zip(decided).enumerate() {
-            let outgoing = match &fate {
+        for (index, (item, (fate, error))) in items.iter().zip(&mut decided).enumerate() {
+            let error = error.as_deref();
+            let outgoing = match fate {
                 Fate::Retry { attempts, delay } => Some((
                     Destination::Source,
-                    self.copy(item, now, error.as_ref(), *attempts, *delay),
+                    self.copy(item, now, error, *attempts, *delay),
                 )),
                 Fate::Defer { delay } => Some((
                     Destination::Source,
-                    self.copy(item, now, error.as_ref(), item.attempts_before, *delay),
+                    self.copy(item, now, error, item.attempts_before, *delay),
                 )),
                 Fate::DeadLetter { attempts } => Some((
                     Destination::DeadLetter,
-                    self.dead_letter(item, now, error.as_ref(), *attempts),
+                    self.dead_letter(item, now, error, *attempts),
                 )),
                 Fate::GiveBack {
                     visibility: Some(timeout),
@@ -453,25 +448,18 @@ impl<Q: QueuePort> Processor<Q> {
                     visibility: None, ..
                 } => None,
             };
-            let fate = match outgoing {
-                Some((destination, Ok(message))) => {
-                    match destination {
-                        Destination::Source => to_source.push(index, message),
-                        Destination::DeadLetter => to_dlq.push(index, message),
-                    }
-                    fate
-                }
+            match outgoing {
+                Some((Destination::Source, Ok(message))) => to_source.push(index, message),
+                Some((Destination::DeadLetter, Ok(message))) => to_dlq.push(index, message),
                 Some((_, Err(too_large))) => {
                     tracing::error!(message_id = item.id, size = too_large.size, "cannot annotate the message within SQS's size limit: given back for the queue's redrive policy");
-                    Fate::GiveBack {
+                    *fate = Fate::GiveBack {
                         reason: GiveBackReason::TooLarge,
                         visibility: None,
                     }
                 }
-                None => fate,
-            };
-            fates.push(fate);
-            errors.push(error);
+                None => {}
+            }
         }
 
         let mut failed_sends: Vec<(usize, String)> = Vec::new();
@@ -498,9 +486,10 @@ impl<Q: QueuePort> Processor<Q> {
                 .for_each(|&i| failed_sends.push((i, "no DLQ is configured".to_owned()))),
         }
         for (index, reason) in failed_sends {
-            tracing::error!(message_id = items[index].id, fate = fate_name(&fates[index]), error = %reason, "send not confirmed: record given back to SQS");
+            let fate = &mut decided[index].0;
+            tracing::error!(message_id = items[index].id, fate = fate_name(fate), error = %reason, "send not confirmed: record given back to SQS");
             report.send_failures += 1;
-            fates[index] = Fate::GiveBack {
+            *fate = Fate::GiveBack {
                 reason: GiveBackReason::SendFailed,
                 visibility: None,
             };
@@ -511,7 +500,7 @@ impl<Q: QueuePort> Processor<Q> {
         }
 
         let mut response = SqsBatchResponse::default();
-        for ((item, fate), error) in items.iter().zip(&fates).zip(&errors) {
+        for (item, (fate, error)) in items.iter().zip(&decided) {
             report.count_fate(fate, delay_seconds(fate));
             if let Some(error) = error {
                 report.count_error(error.class());
@@ -520,7 +509,7 @@ impl<Q: QueuePort> Processor<Q> {
                 response.add_failure(item.id);
             }
             if *fate != Fate::Done {
-                log_fate(item, fate, error.as_ref());
+                log_fate(item, fate, error.as_deref());
             }
         }
         Processed { response, report }
@@ -686,12 +675,16 @@ pub(crate) fn deadline_error() -> RecordError {
     )
 }
 
+/// A record's fate and the error that led to it. The error is boxed: it is rare, and a slim
+/// decision is cheap to keep for each record of a large batch.
+type Decided = (Fate, Option<Box<RecordError>>);
+
 fn decide(
     judge: &mut Judge<'_>,
     rng: &mut fastrand::Rng,
     item: &Item<'_>,
     handled: Option<Handled>,
-) -> (Fate, Option<RecordError>) {
+) -> Decided {
     let (outcome, error) = match handled {
         None => (Outcome::GroupBlocked, None),
         Some(Handled::Failed(error)) => {
@@ -701,7 +694,7 @@ fn decide(
                 item.attempts_before,
                 || rng.f64(),
             );
-            return (fate, Some(error));
+            return (fate, Some(Box::new(error)));
         }
         Some(Handled::Succeeded) => (Outcome::Succeeded, None),
         Some(Handled::NotStarted) => (Outcome::NotStarted, None),
