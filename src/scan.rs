@@ -348,11 +348,11 @@ impl<'a> Scan<'a> {
                 // rather than a generous fixed size that spreads the batch over more memory.
                 // Never more than the rest of the event, which the decoded text cannot exceed.
                 let room = (self.decoded + self.decoded / 8).max(self.at - start) + 16;
-                let mut out = String::with_capacity(room.min(self.bytes.len() - start));
-                out.push_str(&self.text[start..self.at]);
+                let mut out = Vec::with_capacity(room.min(self.bytes.len() - start));
+                out.extend_from_slice(&self.bytes[start..self.at]);
                 self.unescape_into(&mut out)?;
                 self.decoded = out.len();
-                Some(Some(Text(Cow::Owned(out))))
+                Some(Some(Text(Cow::Owned(String::from_utf8(out).ok()?))))
             }
             _ => None, // JSON forbids raw control characters inside strings.
         }
@@ -381,19 +381,42 @@ impl<'a> Scan<'a> {
 
     /// Decodes the rest of a JSON string, from the escape at `self.at` to the closing quote, into
     /// `out`; `None` for an invalid escape, a raw control character or no closing quote.
-    fn unescape_into(&mut self, out: &mut String) -> Option<()> {
-        let (text, bytes) = (self.text, self.bytes);
+    ///
+    /// Eight bytes at a time, each word stored whole and cut back to its first special: the runs
+    /// between a body's dense `\"` escapes are short, and a store of fixed size is one
+    /// instruction where finding each run's end and copying its length would be a loop each.
+    fn unescape_into(&mut self, out: &mut Vec<u8>) -> Option<()> {
+        let bytes = self.bytes;
         loop {
-            let special = self.next_special(self.at)?;
-            copy_run(text, self.at, special, out);
-            self.at = special;
-            match bytes[special] {
+            let rest = bytes.get(self.at..)?;
+            let word = match rest.first_chunk::<8>() {
+                Some(word) => u64::from_le_bytes(*word),
+                None => {
+                    // The end of the event: padded with bytes that are not special.
+                    let mut padded = [b' '; 8];
+                    padded[..rest.len()].copy_from_slice(rest);
+                    u64::from_le_bytes(padded)
+                }
+            };
+            let found = specials(word);
+            out.extend_from_slice(&word.to_le_bytes());
+            if found == 0 {
+                if rest.len() <= 8 {
+                    return None; // no closing quote
+                }
+                self.at += 8;
+                continue;
+            }
+            let run = (found.trailing_zeros() / 8) as usize;
+            out.truncate(out.len() - 8 + run);
+            self.at += run;
+            match bytes[self.at] {
                 b'"' => {
                     self.at += 1;
                     return Some(());
                 }
                 b'\\' => {
-                    let escape = *bytes.get(special + 1)?;
+                    let escape = *bytes.get(self.at + 1)?;
                     self.at += 2;
                     let decoded = match escape {
                         b'"' | b'\\' | b'/' => escape,
@@ -403,12 +426,13 @@ impl<'a> Scan<'a> {
                         b'r' => b'\r',
                         b't' => b'\t',
                         b'u' => {
-                            out.push(unicode_escape(bytes, &mut self.at)?);
+                            let decoded = unicode_escape(bytes, &mut self.at)?;
+                            out.extend_from_slice(decoded.encode_utf8(&mut [0; 4]).as_bytes());
                             continue;
                         }
                         _ => return None,
                     };
-                    out.push(char::from(decoded));
+                    out.push(decoded);
                 }
                 _ => return None, // JSON forbids raw control characters inside strings.
             }
@@ -520,22 +544,6 @@ fn unicode_escape(bytes: &[u8], at: &mut usize) -> Option<char> {
             char::from_u32(0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00))
         }
         _ => char::from_u32(first),
-    }
-}
-
-/// Appends `text[from..to]` to `out`. Runs between a body's dense `\"` escapes are short: they are
-/// copied as sixteen bytes and the excess cut off, a copy of fixed size (one store) where one of
-/// each run's own length would be a `memcpy` call. Decoded into a `String` from `&str` runs and
-/// whole characters, the text needs no UTF-8 check afterwards.
-#[inline(always)]
-fn copy_run(text: &str, from: usize, to: usize, out: &mut String) {
-    match text.get(from..from + 16) {
-        Some(chunk) if to - from <= chunk.len() => {
-            let end = out.len() + (to - from);
-            out.push_str(chunk);
-            out.truncate(end);
-        }
-        _ => out.push_str(&text[from..to]),
     }
 }
 
