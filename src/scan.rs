@@ -140,8 +140,8 @@ struct Shape<'a> {
     values: Vec<(&'a [u8], Field)>,
     /// The text after the last value, to the record's `}`.
     end: &'a [u8],
-    /// Recording: where the text before the next value starts.
-    recording_from: Option<usize>,
+    /// While a record is read field by field: where the text before its next value starts.
+    recorded_to: usize,
 }
 
 impl<'a> Scan<'a> {
@@ -150,7 +150,7 @@ impl<'a> Scan<'a> {
         let mut record = SqsRecord::default();
         let mut seen = Fields::default();
         self.shape.values.clear();
-        self.shape.recording_from = Some(self.at);
+        self.shape.recorded_to = self.at;
         self.object(|scan, key| match Field::of_record(key) {
             Field::Attributes => {
                 seen.first(Field::Attributes as u32)
@@ -160,8 +160,7 @@ impl<'a> Scan<'a> {
             }
             field => scan.recorded_value(field, &mut record, &mut seen),
         })?;
-        let from = self.shape.recording_from.take()?;
-        self.shape.end = &self.bytes[from..self.at];
+        self.shape.end = &self.bytes[self.shape.recorded_to..self.at];
         Some(record)
     }
 
@@ -192,14 +191,11 @@ impl<'a> Scan<'a> {
         record: &mut SqsRecord<'a>,
         seen: &mut Fields,
     ) -> Option<()> {
-        if let Some(from) = self.shape.recording_from {
-            self.whitespace();
-            self.shape.values.push((&self.bytes[from..self.at], field));
-        }
+        self.whitespace();
+        let before = &self.bytes[self.shape.recorded_to..self.at];
+        self.shape.values.push((before, field));
         self.value(field, record, seen)?;
-        if self.shape.recording_from.is_some() {
-            self.shape.recording_from = Some(self.at);
-        }
+        self.shape.recorded_to = self.at;
         Some(())
     }
 
