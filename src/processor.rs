@@ -236,8 +236,8 @@ impl<Q: QueuePort> Processor<Q> {
         records: &[SqsRecord<'_>],
         deadline_ms: u64,
     ) -> Result<Processed, BatchError> {
-        let items = self.prepare(records)?;
-        let mut judge = self.judge(records);
+        let (items, fifo) = self.prepare(records)?;
+        let mut judge = self.judge(fifo);
         let mut rng = self.rng();
         let budget = self.budget(deadline_ms);
         let stop_at = Instant::now() + budget;
@@ -283,7 +283,7 @@ impl<Q: QueuePort> Processor<Q> {
         records: &[SqsRecord<'_>],
         deadline_ms: u64,
     ) -> Result<Processed, BatchError> {
-        let items = self.prepare(records)?;
+        let (items, fifo) = self.prepare(records)?;
         let stop_at = Instant::now() + self.budget(deadline_ms);
         let mut handled: Vec<Option<Handled>> = items
             .iter()
@@ -325,7 +325,7 @@ impl<Q: QueuePort> Processor<Q> {
                 }
             }
         }
-        let mut judge = self.judge(records);
+        let mut judge = self.judge(fifo);
         let mut rng = self.rng();
         let decided = items
             .iter()
@@ -335,13 +335,18 @@ impl<Q: QueuePort> Processor<Q> {
         Ok(self.settle(&items, decided).await)
     }
 
-    pub(crate) fn judge(&self, records: &[SqsRecord<'_>]) -> Judge<'_> {
-        Judge::new(&self.config.retry, records.iter().any(SqsRecord::is_fifo))
-            .report_only(self.config.dlq_url.is_none())
+    pub(crate) fn judge(&self, fifo: bool) -> Judge<'_> {
+        Judge::new(&self.config.retry, fifo).report_only(self.config.dlq_url.is_none())
     }
 
-    fn prepare<'r>(&self, records: &'r [SqsRecord<'r>]) -> Result<Vec<Item<'r>>, BatchError> {
+    /// The records as the processor handles them, and whether any comes from a FIFO queue (found
+    /// in the same pass: each pass over a large batch's records is a cache miss per record).
+    fn prepare<'r>(
+        &self,
+        records: &'r [SqsRecord<'r>],
+    ) -> Result<(Vec<Item<'r>>, bool), BatchError> {
         let mut items = Vec::with_capacity(records.len());
+        let mut any_fifo = false;
         for (index, record) in records.iter().enumerate() {
             let id = record
                 .message_id
@@ -356,7 +361,9 @@ impl<Q: QueuePort> Processor<Q> {
                 }
                 None => None,
             };
-            let attempts_before = match record.is_fifo() {
+            let fifo = record.is_fifo();
+            any_fifo |= fifo;
+            let attempts_before = match fifo {
                 // FIFO records are retried in place, so SQS's own count is the attempt count.
                 true => record.receive_count().saturating_sub(1),
                 false => meta.as_ref().map_or(0, |meta| meta.attempts),
@@ -368,7 +375,7 @@ impl<Q: QueuePort> Processor<Q> {
                 attempts_before,
             });
         }
-        Ok(items)
+        Ok((items, any_fifo))
     }
 
     /// What is known about a record before calling any handler; `None` when it is to be handled.

@@ -106,7 +106,7 @@ impl<Q: QueuePort> Processor<Q> {
         records: &[KinesisRecord<'_>],
         deadline_ms: u64,
     ) -> Result<Processed<KinesisEventResponse>, BatchError> {
-        let judge = self.judge(&[]);
+        let judge = self.judge(false);
         let budget = self.budget(deadline_ms);
         let stop_at = Instant::now() + budget;
         let mut report = BatchReport {
