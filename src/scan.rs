@@ -129,15 +129,24 @@ impl Field {
     }
 }
 
+/// One value of a shape.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    /// The text before the value (from the record's `{`, or the end of the value before).
+    before: &'a [u8],
+    field: Field,
+    /// The length of the value in the last record, when it was a string without escapes: the
+    /// same field most often has the same length in the next record (ids, ARNs, timestamps).
+    plain: Option<usize>,
+}
+
 /// The last record read field by field, as the text between its values and where each value
 /// went. Lambda writes every record of a batch with the same fields in the same order, so the
 /// next record is most likely the same text around other values: checking that text is much
 /// cheaper than reading each field's name and finding its place.
 #[derive(Default)]
 struct Shape<'a> {
-    /// The text before each value (from the record's `{`, or the end of the value before), and
-    /// the value's field.
-    values: Vec<(&'a [u8], Field)>,
+    values: Vec<Step<'a>>,
     /// The text after the last value, to the record's `}`.
     end: &'a [u8],
     /// While a record is read field by field: where the text before its next value starts.
@@ -171,9 +180,20 @@ impl<'a> Scan<'a> {
         // The shape holds each field once (it came from a record without duplicates).
         let mut seen = Fields::default();
         for step in 0..self.shape.values.len() {
-            let (text, field) = self.shape.values[step];
-            self.expect(text)?;
-            self.value(field, &mut record, &mut seen)?;
+            let Step {
+                before,
+                field,
+                plain,
+            } = self.shape.values[step];
+            self.expect(before)?;
+            match plain.and_then(|len| self.plain_string(len)) {
+                Some(value) => self.put(field, value, &mut record, &mut seen)?,
+                None => {
+                    let start = self.at;
+                    self.value(field, &mut record, &mut seen)?;
+                    self.shape.values[step].plain = plain_length(&self.bytes[start..self.at]);
+                }
+            }
         }
         self.expect(self.shape.end)?;
         (!self.shape.values.is_empty()).then_some(record)
@@ -192,9 +212,13 @@ impl<'a> Scan<'a> {
         seen: &mut Fields,
     ) -> Option<()> {
         self.whitespace();
-        let before = &self.bytes[self.shape.recorded_to..self.at];
-        self.shape.values.push((before, field));
+        let start = self.at;
         self.value(field, record, seen)?;
+        self.shape.values.push(Step {
+            before: &self.bytes[self.shape.recorded_to..start],
+            field,
+            plain: plain_length(&self.bytes[start..self.at]),
+        });
         self.shape.recorded_to = self.at;
         Some(())
     }
@@ -202,44 +226,73 @@ impl<'a> Scan<'a> {
     /// Reads the value of `field` into `record`; `None` for a field seen before in this record
     /// (serde_json refuses duplicates) or a value the scanner does not take.
     fn value(&mut self, field: Field, record: &mut SqsRecord<'a>, seen: &mut Fields) -> Option<()> {
-        let attributes = &mut record.attributes;
-        let text = match field {
-            Field::MessageId => &mut record.message_id,
-            Field::ReceiptHandle => &mut record.receipt_handle,
-            Field::Body => &mut record.body,
-            Field::EventSource => &mut record.event_source,
-            Field::ReceiveCount => &mut attributes.approximate_receive_count,
-            Field::SentTimestamp => &mut attributes.sent_timestamp,
-            Field::MessageGroupId => &mut attributes.message_group_id,
-            Field::MessageDeduplicationId => &mut attributes.message_deduplication_id,
-            Field::TraceHeader => &mut attributes.aws_trace_header,
-            Field::EventSourceArn => {
-                seen.first(field as u32)?;
-                self.optional_string(&mut record.event_source_arn)?;
-                if let Some(Text(Cow::Borrowed(arn))) = &mut record.event_source_arn {
-                    match self.source {
-                        Some(first) if first == *arn => *arn = first,
-                        Some(_) => {}
-                        None => self.source = Some(arn),
-                    }
-                }
-                return Some(());
-            }
+        match field {
             Field::MessageAttributes => {
                 seen.first(field as u32)?;
-                return self.object(|scan, name| {
+                self.object(|scan, name| {
                     let name = Text(Cow::Borrowed(name));
                     record
                         .message_attributes
                         .insert(name, scan.message_attribute()?);
                     Some(())
-                });
+                })
             }
-            Field::Attributes => return None, // an object of fields, not a value
-            Field::Other => return self.skip(0),
-        };
+            Field::Attributes => None, // an object of fields, not a value
+            Field::Other => self.skip(0),
+            _ => {
+                seen.first(field as u32)?;
+                let slot = string_slot(field, record)?;
+                self.optional_string(slot)?;
+                self.share_source(field, slot);
+                Some(())
+            }
+        }
+    }
+
+    /// [`Scan::value`] for a string value already read.
+    fn put(
+        &mut self,
+        field: Field,
+        value: &'a str,
+        record: &mut SqsRecord<'a>,
+        seen: &mut Fields,
+    ) -> Option<()> {
+        if let Field::Other = field {
+            return Some(());
+        }
         seen.first(field as u32)?;
-        self.optional_string(text)
+        let slot = string_slot(field, record)?;
+        *slot = Some(Text(Cow::Borrowed(value)));
+        self.share_source(field, slot);
+        Some(())
+    }
+
+    /// Every record of a batch names the same queue: a source ARN equal to the first record's
+    /// borrows that one copy (see [`Scan::source`]).
+    fn share_source(&mut self, field: Field, slot: &mut Option<Text<'a>>) {
+        let (Field::EventSourceArn, Some(Text(Cow::Borrowed(arn)))) = (field, slot) else {
+            return;
+        };
+        match self.source {
+            Some(first) if first == *arn => *arn = first,
+            Some(_) => {}
+            None => self.source = Some(arn),
+        }
+    }
+
+    /// The string at the position if it is `len` bytes between quotes, none of them special (the
+    /// length of the field's value in the last record); `None`, the position unchanged, if not.
+    /// Unlike a search for the closing quote, the position after the value does not wait on the
+    /// value's bytes: the next field's text can be checked while this value is.
+    fn plain_string(&mut self, len: usize) -> Option<&'a str> {
+        let start = self.at + 1;
+        let end = start + len;
+        let quoted = self.bytes.get(self.at) == Some(&b'"') && self.bytes.get(end) == Some(&b'"');
+        if !(quoted && is_plain(self.bytes, start, end)) {
+            return None;
+        }
+        self.at = end + 1;
+        Some(&self.text[start..end])
     }
 
     fn message_attribute(&mut self) -> Option<MessageAttribute<'a>> {
@@ -558,6 +611,62 @@ fn hex4(bytes: &[u8], at: &mut usize) -> Option<u32> {
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 
+/// Where a string value of `field` goes in `record`; `None` for fields that are not strings.
+fn string_slot<'r, 'a>(
+    field: Field,
+    record: &'r mut SqsRecord<'a>,
+) -> Option<&'r mut Option<Text<'a>>> {
+    let attributes = &mut record.attributes;
+    Some(match field {
+        Field::MessageId => &mut record.message_id,
+        Field::ReceiptHandle => &mut record.receipt_handle,
+        Field::Body => &mut record.body,
+        Field::EventSource => &mut record.event_source,
+        Field::EventSourceArn => &mut record.event_source_arn,
+        Field::ReceiveCount => &mut attributes.approximate_receive_count,
+        Field::SentTimestamp => &mut attributes.sent_timestamp,
+        Field::MessageGroupId => &mut attributes.message_group_id,
+        Field::MessageDeduplicationId => &mut attributes.message_deduplication_id,
+        Field::TraceHeader => &mut attributes.aws_trace_header,
+        Field::MessageAttributes | Field::Attributes | Field::Other => return None,
+    })
+}
+
+/// The length between the quotes of a value read as it stands (`"..."`, no escape); `None` for
+/// any other value.
+fn plain_length(value: &[u8]) -> Option<usize> {
+    (value.len() >= 2 && value[0] == b'"' && !value.contains(&b'\\')).then(|| value.len() - 2)
+}
+
+/// True when `bytes[start..end]` holds no `"`, `\` or control character. Every word is checked,
+/// without an early exit: the loop runs as often as it did for the last record's value.
+fn is_plain(bytes: &[u8], start: usize, end: usize) -> bool {
+    let Some(text) = bytes.get(start..end) else {
+        return false;
+    };
+    let word = |at: usize| {
+        bytes
+            .get(at..)
+            .and_then(<[u8]>::first_chunk::<8>)
+            .map(|word| u64::from_le_bytes(*word))
+    };
+    if text.len() < 8 {
+        // The word from `start`, its bytes from `end` on masked off: a flag never spreads to a
+        // lower byte, so the mask keeps exactly the flags of the text.
+        return match word(start) {
+            Some(word) => specials(word) & ((1 << (8 * text.len())) - 1) == 0,
+            None => !text.iter().any(|b| matches!(b, b'"' | b'\\' | 0..=0x1f)),
+        };
+    }
+    let words = text.chunks_exact(8);
+    // The last eight bytes cover what the whole words leave over.
+    let last = u64::from_le_bytes(*text.last_chunk::<8>().expect("eight bytes or more"));
+    let found = words.fold(specials(last), |found, word| {
+        found | specials(u64::from_le_bytes(word.try_into().expect("eight bytes")))
+    });
+    found == 0
+}
+
 /// The high bit of each byte of `word` that is `"`, `\` or a control character (below 0x20):
 /// eight bytes at a time without SIMD (strings in an SQS event are short, where a SIMD search's
 /// set-up costs more than it saves), and the control-character check comes free. A borrow can
@@ -665,6 +774,51 @@ mod tests {
             scan.record().unwrap();
             scan.eat(b',').unwrap();
             assert!(scan.record_of_last_shape().is_none(), "{other}");
+        }
+    }
+
+    #[test]
+    fn a_value_of_the_last_records_length_is_taken_only_when_it_is_a_plain_string() {
+        // Values around eight bytes long (one word, or a word and a few bytes), plain or with
+        // what must send them to the reader that decodes or refuses: escapes, a quote, a raw
+        // control character, another type; each record picks its values at random.
+        let values = [
+            r#""abcdefg""#,
+            r#""abcdefgh""#,
+            r#""abcdefghi""#,
+            r#""abc"efg""#,
+            r#""abc\efg""#,
+            r#""abcdef"""#,
+            r#"""bcdefg""#,
+            r#""abcAefg""#,
+            "\"abc\tefg\"",
+            r#""abc""#,
+            r#""""#,
+            "null",
+            "12345678",
+            r#""é😀efg""#,
+        ];
+        let mut rng = fastrand::Rng::with_seed(5);
+        let mut pick = || values[rng.usize(..values.len())];
+        for _ in 0..3_000 {
+            let records: Vec<String> = (0..4)
+                .map(|_| {
+                    format!(
+                        r#"{{"messageId":{},"attributes":{{"SentTimestamp":{}}},"x":{},"body":{}}}"#,
+                        pick(),
+                        pick(),
+                        pick(),
+                        pick()
+                    )
+                })
+                .collect();
+            let json = format!(r#"{{"Records":[{}]}}"#, records.join(","));
+            match both(&json) {
+                (fast, Ok(slow)) => {
+                    assert_eq!(fast.expect("read").records, slow.records, "{json}")
+                }
+                (fast, Err(_)) => assert!(fast.is_none(), "{json}"),
+            }
         }
     }
 
