@@ -462,16 +462,26 @@ impl<'a> Scan<'a> {
             let run = (found.trailing_zeros() / 8) as usize;
             out.truncate(out.len() - 8 + run);
             self.at += run;
-            match bytes[self.at] {
+            // The special byte and the one after it, from the word when it holds them: not
+            // loading them again keeps them off the way to the next word.
+            let after = match run {
+                7 => *bytes.get(self.at + 1)?,
+                _ => (word >> (8 * (run + 1))) as u8,
+            };
+            match (word >> (8 * run)) as u8 {
                 b'"' => {
                     self.at += 1;
                     return Some(());
                 }
                 b'\\' => {
-                    let escape = *bytes.get(self.at + 1)?;
+                    let escape = after;
                     self.at += 2;
                     let decoded = match escape {
-                        b'"' | b'\\' | b'/' => escape,
+                        // A body of JSON escapes little else: handled before the others.
+                        b'"' | b'\\' | b'/' => {
+                            out.push(escape);
+                            continue;
+                        }
                         b'b' => 0x08,
                         b'f' => 0x0c,
                         b'n' => b'\n',
