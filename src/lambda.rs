@@ -90,7 +90,8 @@ pub async fn handle_sqs_or_kinesis<Q: QueuePort, H: RecordHandler>(
     let (payload, context) = event.into_parts();
     // Every record of a batch comes from one source, and both kinds of record name it. A Kinesis
     // batch is so read twice: as SQS records first (the scanner skips their `kinesis` payloads).
-    let sqs = SqsEvent::from_slice(&payload)?;
+    let mut decoded = String::new();
+    let sqs = SqsEvent::from_slice_in(&payload, &mut decoded)?;
     let from_kinesis = sqs.records.first().and_then(|r| r.event_source.as_deref());
     if from_kinesis != Some("aws:kinesis") {
         let processed = process_sqs(&sqs, context.deadline, processor, handler).await?;
@@ -117,7 +118,8 @@ pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
     handler: &H,
 ) -> Result<Processed, BatchError> {
     let (payload, context) = event.into_parts();
-    let sqs = SqsEvent::from_slice(&payload)?;
+    let mut decoded = String::new();
+    let sqs = SqsEvent::from_slice_in(&payload, &mut decoded)?;
     process_sqs(&sqs, context.deadline, processor, handler).await
 }
 

@@ -13,6 +13,13 @@ pub fn sqs_event(bytes: &[u8]) {
     };
     let fast = SqsEvent::parse(text);
     let reference = serde_json::from_str::<SqsEvent<'_>>(text);
+    let mut decoded = String::new();
+    let in_one_buffer = SqsEvent::from_slice_in(bytes, &mut decoded);
+    assert_eq!(
+        fast.as_ref().ok(),
+        in_one_buffer.as_ref().ok(),
+        "read differently with its decoded strings in one buffer: {text:?}"
+    );
     match (&fast, &reference) {
         (Ok(fast), Ok(reference)) => {
             assert_eq!(fast, reference, "the scanner read {text:?} differently")

@@ -3,6 +3,7 @@
 //! skipped without building anything. It returns `None` on anything it does not understand; the
 //! caller then parses with serde_json, which gives the precise error (or the same records).
 use std::borrow::Cow;
+use std::ops::Range;
 
 use crate::event::{MessageAttribute, SqsEvent, SqsRecord, Text};
 
@@ -12,14 +13,19 @@ const MAX_DEPTH: usize = 64;
 /// The most records an SQS event source mapping puts in one batch.
 const MAX_BATCH_RECORDS: usize = 10_000;
 
-pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
+/// Reads an SQS event. The records' strings with escapes (JSON bodies, mostly) are decoded one
+/// after the other into one buffer for the batch, not into an allocation each; with `keep`, the
+/// buffer is moved there and the records borrow from it, without, each string is copied out.
+pub(crate) fn event<'a>(json: &'a str, keep: Option<&'a mut String>) -> Option<SqsEvent<'a>> {
     let mut scan = Scan {
         text: json,
         bytes: json.as_bytes(),
         at: 0,
         source: None,
-        decoded: 0,
         shape: Shape::default(),
+        decoded_text: Vec::new(),
+        decoded: Vec::new(),
+        record: 0,
     };
     let mut records = None;
     scan.object(|scan, key| match key {
@@ -29,21 +35,27 @@ pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
             }
             let list = records.insert(Vec::new());
             scan.array(|scan| {
-                let start = scan.at;
+                let start = scan.mark();
+                scan.record = list.len();
                 let record = match scan.record_of_last_shape() {
                     Some(record) => record,
                     None => {
-                        scan.at = start;
+                        scan.rewind(&start);
                         scan.record()?
                     }
                 };
                 list.push(record);
                 if list.len() == 1 {
                     // Records are alike in size: reserve for the rest at once rather than grow
-                    // (and copy) the list a dozen times on a large batch. Capped at the largest
-                    // batch Lambda delivers, so that a small first record cannot inflate it.
-                    let estimate = scan.bytes.len() / (scan.at - start).max(1);
-                    list.reserve(estimate.min(MAX_BATCH_RECORDS));
+                    // (and copy) the list and the decoded text a dozen times on a large batch.
+                    // Capped at the largest batch Lambda delivers, so that a small first record
+                    // cannot inflate it.
+                    let estimate = scan.bytes.len() / (scan.at - start.at).max(1);
+                    let estimate = estimate.min(MAX_BATCH_RECORDS);
+                    list.reserve(estimate);
+                    scan.decoded_text
+                        .reserve(scan.decoded_text.len() * estimate);
+                    scan.decoded.reserve(scan.decoded.len() * estimate);
                 }
                 Some(())
             })
@@ -52,7 +64,48 @@ pub(crate) fn event(json: &str) -> Option<SqsEvent<'_>> {
     })?;
     scan.whitespace();
     // No `Records`: not an SQS event; serde_json then gives the precise error.
-    (scan.at == scan.bytes.len()).then_some(SqsEvent { records: records? })
+    let mut records = records.filter(|_| scan.at == scan.bytes.len())?;
+    place_decoded(&mut records, scan.decoded_text, scan.decoded, keep)?;
+    Some(SqsEvent { records })
+}
+
+/// A record field whose string was decoded into the batch's decoded text.
+struct Decoded {
+    record: usize,
+    field: Field,
+    range: Range<usize>,
+}
+
+/// Gives each record field decoded into `text` its string: borrowed from `keep`, which takes
+/// the text, or else a copy of its own.
+fn place_decoded<'a>(
+    records: &mut [SqsRecord<'a>],
+    text: Vec<u8>,
+    decoded: Vec<Decoded>,
+    keep: Option<&'a mut String>,
+) -> Option<()> {
+    // One check of the whole text: each string was decoded from valid UTF-8 and escapes that
+    // encode whole characters, so this never fails, and the ranges fall on character boundaries.
+    let text = String::from_utf8(text).ok()?;
+    let place = |string: &dyn Fn(Range<usize>) -> Option<Cow<'a, str>>| {
+        for Decoded {
+            record,
+            field,
+            range,
+        } in decoded
+        {
+            *string_slot(field, records.get_mut(record)?)? = Some(Text(string(range)?));
+        }
+        Some(())
+    };
+    match keep {
+        Some(keep) => {
+            *keep = text;
+            let kept: &'a String = keep;
+            place(&|range| kept.get(range).map(Cow::Borrowed))
+        }
+        None => place(&|range| text.get(range).map(|string| Cow::Owned(string.to_owned()))),
+    }
 }
 
 /// The known fields of one object already read. serde_json refuses a duplicate known field, so the
@@ -78,9 +131,29 @@ struct Scan<'a> {
     /// borrow this one copy keep the processor's per-record FIFO check in cache rather than
     /// reading each record's own copy from across the event.
     source: Option<&'a str>,
-    /// The length of the last string that had to be decoded.
-    decoded: usize,
     shape: Shape<'a>,
+    /// The records' strings that had escapes, decoded (see [`event`]).
+    decoded_text: Vec<u8>,
+    /// Where each of them goes.
+    decoded: Vec<Decoded>,
+    /// The index of the record being read.
+    record: usize,
+}
+
+/// Where a reading started, to read again from there another way.
+struct Mark {
+    at: usize,
+    decoded_text: usize,
+    decoded: usize,
+}
+
+/// Where a string with escapes is decoded to.
+#[derive(Clone, Copy)]
+enum DecodeTo {
+    /// A field of the record being read: into the batch's decoded text.
+    Batch(Field),
+    /// A message attribute's value: its own string.
+    Own,
 }
 
 /// Where a value of a record goes.
@@ -154,6 +227,21 @@ struct Shape<'a> {
 }
 
 impl<'a> Scan<'a> {
+    fn mark(&self) -> Mark {
+        Mark {
+            at: self.at,
+            decoded_text: self.decoded_text.len(),
+            decoded: self.decoded.len(),
+        }
+    }
+
+    /// Back to `mark`, forgetting what was decoded since.
+    fn rewind(&mut self, mark: &Mark) {
+        self.at = mark.at;
+        self.decoded_text.truncate(mark.decoded_text);
+        self.decoded.truncate(mark.decoded);
+    }
+
     /// Reads a record field by field, and records its shape for the next one.
     fn record(&mut self) -> Option<SqsRecord<'a>> {
         let mut record = SqsRecord::default();
@@ -242,7 +330,7 @@ impl<'a> Scan<'a> {
             _ => {
                 seen.first(field as u32)?;
                 let slot = string_slot(field, record)?;
-                self.optional_string(slot)?;
+                self.optional_string(slot, DecodeTo::Batch(field))?;
                 self.share_source(field, slot);
                 Some(())
             }
@@ -302,13 +390,14 @@ impl<'a> Scan<'a> {
             match key {
                 "stringValue" => seen
                     .first(0)
-                    .and(scan.optional_string(&mut attribute.string_value))?,
+                    .and(scan.optional_string(&mut attribute.string_value, DecodeTo::Own))?,
                 "binaryValue" => seen
                     .first(1)
-                    .and(scan.optional_string(&mut attribute.binary_value))?,
+                    .and(scan.optional_string(&mut attribute.binary_value, DecodeTo::Own))?,
                 "dataType" => {
                     let mut data_type = None;
-                    seen.first(2).and(scan.optional_string(&mut data_type))?;
+                    seen.first(2)
+                        .and(scan.optional_string(&mut data_type, DecodeTo::Own))?;
                     attribute.data_type = data_type.unwrap_or_default();
                 }
                 _ => scan.skip(0)?,
@@ -380,7 +469,7 @@ impl<'a> Scan<'a> {
 
     /// A string or `null`, into `slot` (written in place: a returned `Option<Option<Text>>` went
     /// through memory and stalled the copy out of it, a tenth of the reading of a record).
-    fn optional_string(&mut self, slot: &mut Option<Text<'a>>) -> Option<()> {
+    fn optional_string(&mut self, slot: &mut Option<Text<'a>>, to: DecodeTo) -> Option<()> {
         if self.peek()? == b'n' {
             *slot = None;
             return self.literal(b"null");
@@ -395,15 +484,31 @@ impl<'a> Scan<'a> {
                 Some(())
             }
             b'\\' => {
-                // Bodies of a batch are alike: room for one a little longer than the last,
-                // rather than a generous fixed size that spreads the batch over more memory.
-                // Never more than the rest of the event, which the decoded text cannot exceed.
-                let room = (self.decoded + self.decoded / 8).max(self.at - start) + 16;
-                let mut out = Vec::with_capacity(room.min(self.bytes.len() - start));
+                let from = self.decoded_text.len();
+                // Taken out while decoding: a local buffer's length stays in a register.
+                let mut out = std::mem::take(&mut self.decoded_text);
                 out.extend_from_slice(&self.bytes[start..self.at]);
-                self.unescape_into(&mut out)?;
-                self.decoded = out.len();
-                *slot = Some(Text(Cow::Owned(String::from_utf8(out).ok()?)));
+                let decoded = self.unescape_into(&mut out);
+                self.decoded_text = out;
+                decoded?;
+                *slot = Some(match to {
+                    DecodeTo::Batch(field) => {
+                        let range = from..self.decoded_text.len();
+                        let record = self.record;
+                        self.decoded.push(Decoded {
+                            record,
+                            field,
+                            range,
+                        });
+                        Text::default() // until the event is read: `place_decoded`
+                    }
+                    DecodeTo::Own => {
+                        let own = std::str::from_utf8(&self.decoded_text[from..]).ok()?;
+                        let own = Text(Cow::Owned(own.to_owned()));
+                        self.decoded_text.truncate(from);
+                        own
+                    }
+                });
                 Some(())
             }
             _ => None, // JSON forbids raw control characters inside strings.
@@ -700,7 +805,13 @@ mod tests {
         Option<SqsEvent<'_>>,
         Result<SqsEvent<'_>, serde_json::Error>,
     ) {
-        (event(json), serde_json::from_str(json))
+        let mut kept = String::new();
+        let (fast, kept) = (event(json, None), event(json, Some(&mut kept)));
+        assert_eq!(
+            fast, kept,
+            "read with and without a buffer for decoded text: {json}"
+        );
+        (fast, serde_json::from_str(json))
     }
 
     fn scanner(bytes: &[u8]) -> Scan<'_> {
@@ -709,8 +820,10 @@ mod tests {
             bytes,
             at: 0,
             source: None,
-            decoded: 0,
             shape: Shape::default(),
+            decoded_text: Vec::new(),
+            decoded: Vec::new(),
+            record: 0,
         }
     }
 
@@ -771,8 +884,11 @@ mod tests {
         let record = scan.record_of_last_shape().expect("the same shape");
         assert_eq!(record.message_id.as_deref(), Some("2"));
         assert_eq!(record.attributes.sent_timestamp.as_deref(), Some("2"));
-        assert_eq!(record.body.as_deref(), Some("b\"c"));
         assert_eq!(scan.at, json.len());
+        // Its escaped body was decoded into the batch's text, and is placed once all is read.
+        let mut records = [record];
+        place_decoded(&mut records, scan.decoded_text, scan.decoded, None).unwrap();
+        assert_eq!(records[0].body.as_deref(), Some("b\"c"));
         for other in [
             r#"{"attributes":{"SentTimestamp":"2","Other":3},"messageId":"2","body":"b"}"#,
             r#"{"messageId":"2","attributes":{"SentTimestamp":"2","Other":3},"body":"b","x":1}"#,
@@ -833,9 +949,45 @@ mod tests {
     }
 
     #[test]
+    fn escaped_strings_of_records_borrow_from_one_buffer_for_the_batch() {
+        // The second record has the first one's shape up to past its body, then another field:
+        // its body is decoded twice (shaped, then field by field), and kept once.
+        let json = r#"{"Records":[{"body":"a\"b","messageId":"1","messageAttributes":{"k":{"stringValue":"x\"y","dataType":"String"}}},
+                                  {"body":"c\"d","messageId":"2","messageAttributes":{},"x":1},
+                                  {"body":"plain","messageId":"3\u0033","messageAttributes":{}}]}"#;
+        let mut kept = String::new();
+        let records = event(json, Some(&mut kept)).unwrap().records;
+        let borrowed = |text: &Option<Text<'_>>| match text {
+            Some(Text(Cow::Borrowed(text))) => text.as_ptr() as usize,
+            other => panic!("{other:?} is not borrowed"),
+        };
+        // One buffer, in the order read, without the first decoding of the second body.
+        let first = borrowed(&records[0].body);
+        assert_eq!(borrowed(&records[1].body), first + 3);
+        assert_eq!(borrowed(&records[2].message_id), first + 6);
+        let plain = json.find("plain").unwrap();
+        assert_eq!(borrowed(&records[2].body), json[plain..].as_ptr() as usize);
+        let texts = [&records[0].body, &records[1].body, &records[2].message_id];
+        assert_eq!(
+            texts.map(|text| text.as_deref().unwrap()),
+            [r#"a"b"#, r#"c"d"#, "33"]
+        );
+        // A message attribute's value keeps a string of its own.
+        let value = &records[0]
+            .message_attributes
+            .values()
+            .next()
+            .unwrap()
+            .string_value;
+        assert!(matches!(value, Some(Text(Cow::Owned(value))) if value == r#"x"y"#));
+        drop(records);
+        assert_eq!(kept, r#"a"bc"d33"#);
+    }
+
+    #[test]
     fn records_of_one_source_share_one_copy_of_its_arn() {
         let json = r#"{"Records":[{"eventSourceARN":"arn:q"},{"eventSourceARN":"arn:q"},{"eventSourceARN":"arn:other"}]}"#;
-        let records = event(json).unwrap().records;
+        let records = event(json, None).unwrap().records;
         let arn = |i: usize| records[i].event_source_arn.as_deref().unwrap();
         assert_eq!([arn(0), arn(1), arn(2)], ["arn:q", "arn:q", "arn:other"]);
         assert!(
@@ -903,7 +1055,7 @@ mod tests {
             let (fast, slow) = both(&json);
             assert_eq!(fast.expect("read").records, slow.unwrap().records, "{json}");
             let unterminated = format!(r#"{{"Records":[{{"body":"\n{text}"#);
-            assert!(event(&unterminated).is_none(), "{unterminated}");
+            assert!(event(&unterminated, None).is_none(), "{unterminated}");
         }
     }
 
@@ -934,7 +1086,7 @@ mod tests {
             r#"{"Records":[{"messageId":"a","x":1},{"messageId":"b","x":01}]}"#,
             r#"{"Records":[{"messageId":"a"},{"messageId":"b"]}"#,
         ] {
-            assert!(event(json).is_none(), "{json}");
+            assert!(event(json, None).is_none(), "{json}");
         }
     }
 }

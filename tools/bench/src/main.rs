@@ -126,7 +126,8 @@ fn run_once(
     event: &[u8],
 ) -> (Duration, usize, redrive::BatchReport) {
     let started = Instant::now();
-    let parsed = SqsEvent::from_slice(event).expect("valid event");
+    let mut decoded = String::new();
+    let parsed = SqsEvent::from_slice_in(event, &mut decoded).expect("valid event");
     let processed = runtime
         .block_on(processor.process(&CheckStatus, &parsed.records, FAR_FUTURE_MS))
         .expect("batch");
