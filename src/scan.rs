@@ -17,16 +17,7 @@ const MAX_BATCH_RECORDS: usize = 10_000;
 /// after the other into one buffer for the batch, not into an allocation each; with `keep`, the
 /// buffer is moved there and the records borrow from it, without, each string is copied out.
 pub(crate) fn event<'a>(json: &'a str, keep: Option<&'a mut String>) -> Option<SqsEvent<'a>> {
-    let mut scan = Scan {
-        text: json,
-        bytes: json.as_bytes(),
-        at: 0,
-        source: None,
-        shape: Shape::default(),
-        decoded_text: Vec::new(),
-        decoded: Vec::new(),
-        record: 0,
-    };
+    let mut scan = Scan::new(json, json.as_bytes());
     let mut records = None;
     scan.object(|scan, key| match key {
         "Records" => {
@@ -231,6 +222,20 @@ struct Shape<'a> {
 }
 
 impl<'a> Scan<'a> {
+    /// A scanner at the start of `bytes`, which are `text`'s (tests may leave `text` empty).
+    fn new(text: &'a str, bytes: &'a [u8]) -> Self {
+        Scan {
+            text,
+            bytes,
+            at: 0,
+            source: None,
+            shape: Shape::default(),
+            decoded_text: Vec::new(),
+            decoded: Vec::new(),
+            record: 0,
+        }
+    }
+
     fn mark(&self) -> Mark {
         Mark {
             at: self.at,
@@ -839,16 +844,7 @@ mod tests {
     }
 
     fn scanner(bytes: &[u8]) -> Scan<'_> {
-        Scan {
-            text: "",
-            bytes,
-            at: 0,
-            source: None,
-            shape: Shape::default(),
-            decoded_text: Vec::new(),
-            decoded: Vec::new(),
-            record: 0,
-        }
+        Scan::new("", bytes)
     }
 
     #[test]
