@@ -99,10 +99,7 @@ impl<'a> SqsEvent<'a> {
 
     /// [`SqsEvent::parse`] from bytes; serde_json names the first invalid UTF-8 in them.
     pub fn from_slice(json: &'a [u8]) -> Result<Self, serde_json::Error> {
-        match std::str::from_utf8(json) {
-            Ok(json) => Self::read(json, None),
-            Err(_) => serde_json::from_slice(json),
-        }
+        Self::read_bytes(json, None)
     }
 
     /// [`SqsEvent::from_slice`], the records' strings with escapes (JSON bodies, mostly) decoded
@@ -113,8 +110,15 @@ impl<'a> SqsEvent<'a> {
         json: &'a [u8],
         decoded: &'a mut String,
     ) -> Result<Self, serde_json::Error> {
+        Self::read_bytes(json, Some(decoded))
+    }
+
+    fn read_bytes(
+        json: &'a [u8],
+        decoded: Option<&'a mut String>,
+    ) -> Result<Self, serde_json::Error> {
         match std::str::from_utf8(json) {
-            Ok(json) => Self::read(json, Some(decoded)),
+            Ok(json) => Self::read(json, decoded),
             Err(_) => serde_json::from_slice(json),
         }
     }
