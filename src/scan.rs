@@ -598,17 +598,16 @@ impl<'a> Scan<'a> {
             self.at += run;
             // The special byte and the one after it, from the word when it holds them: not
             // loading them again keeps them off the way to the next word.
-            let after = match run {
-                7 => *bytes.get(self.at + 1)?,
-                _ => (word >> (8 * (run + 1))) as u8,
-            };
             match (word >> (8 * run)) as u8 {
                 b'"' => {
                     self.at += 1;
                     return Some(());
                 }
                 b'\\' => {
-                    let escape = after;
+                    let escape = match run {
+                        7 => *bytes.get(self.at + 1)?,
+                        _ => (word >> (8 * (run + 1))) as u8,
+                    };
                     self.at += 2;
                     let decoded = match escape {
                         // A body of JSON escapes little else: handled before the others.
