@@ -212,7 +212,7 @@ pub fn annotate<'r>(
         meta.attributes = Some(original);
     }
     let mut message = OutgoingMessage {
-        body: record.body.clone().unwrap_or_default(),
+        body: Text::from(record.body.as_deref().unwrap_or_default()),
         attributes,
         delay_seconds: 0,
         group_id: None,

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Deref;
+use std::sync::OnceLock;
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
@@ -81,6 +82,114 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     }
 }
 
+/// A record's body. A JSON body comes in the event as a JSON string, each `"` written `\"`; a body
+/// whose only escapes are those stays as it stands in the event: [`Message::json`] reads it without
+/// decoding it, and its text is decoded (once) only when asked for.
+///
+/// [`Message::json`]: crate::Message::json
+#[derive(Default)]
+pub struct Body<'a> {
+    /// The text; with `quoted`, the text with each `"` written `\"` and no other backslash.
+    raw: Text<'a>,
+    quoted: bool,
+    decoded: OnceLock<Box<str>>,
+}
+
+impl<'a> Body<'a> {
+    /// A body whose text is `escaped` with each `"` written `\"`, and no other backslash in it.
+    pub(crate) fn quoted(escaped: &'a str) -> Self {
+        Body {
+            raw: Text::from(escaped),
+            quoted: true,
+            decoded: OnceLock::new(),
+        }
+    }
+
+    /// The body as the event has it between its quotes, when that is JSON whose quotes are all
+    /// written `\"` (and there is no other backslash); `None` when it is the text itself.
+    pub(crate) fn quoted_json(&self) -> Option<&str> {
+        self.quoted.then_some(&*self.raw)
+    }
+
+    pub fn into_owned(self) -> Body<'static> {
+        Body::from(Text::from(String::from(&*self)))
+    }
+}
+
+impl Deref for Body<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self.quoted {
+            false => &self.raw,
+            true => self
+                .decoded
+                .get_or_init(|| self.raw.replace("\\\"", "\"").into_boxed_str()),
+        }
+    }
+}
+
+impl<'a> From<Text<'a>> for Body<'a> {
+    fn from(text: Text<'a>) -> Self {
+        Body {
+            raw: text,
+            quoted: false,
+            decoded: OnceLock::new(),
+        }
+    }
+}
+
+impl<'a> From<&'a str> for Body<'a> {
+    fn from(text: &'a str) -> Self {
+        Body::from(Text::from(text))
+    }
+}
+
+impl From<String> for Body<'_> {
+    fn from(text: String) -> Self {
+        Body::from(Text::from(text))
+    }
+}
+
+impl Clone for Body<'_> {
+    fn clone(&self) -> Self {
+        Body {
+            raw: self.raw.clone(),
+            quoted: self.quoted,
+            decoded: self.decoded.clone(),
+        }
+    }
+}
+
+impl PartialEq for Body<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl fmt::Debug for Body<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl fmt::Display for Body<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self)
+    }
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Body<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Text::deserialize(deserializer).map(Body::from)
+    }
+}
+
 #[derive(Debug, Default, PartialEq, Deserialize)]
 pub struct SqsEvent<'a> {
     /// Required: an event without it is not an SQS event, and answering it with an empty partial
@@ -139,7 +248,7 @@ pub struct SqsRecord<'a> {
     #[serde(borrow, default)]
     pub message_id: Option<Text<'a>>,
     #[serde(borrow, default)]
-    pub body: Option<Text<'a>>,
+    pub body: Option<Body<'a>>,
     #[serde(rename = "eventSourceARN", borrow, default)]
     pub event_source_arn: Option<Text<'a>>,
     #[serde(borrow, default)]
@@ -236,7 +345,7 @@ impl<'a> From<&'a aws_lambda_events::sqs::SqsMessage> for SqsRecord<'a> {
         SqsRecord {
             message_id: text(&message.message_id),
             receipt_handle: text(&message.receipt_handle),
-            body: text(&message.body),
+            body: text(&message.body).map(Body::from),
             attributes: SystemAttributes {
                 approximate_receive_count: system("ApproximateReceiveCount"),
                 sent_timestamp: system("SentTimestamp"),
@@ -278,11 +387,16 @@ mod tests {
             record.message_id.as_ref().unwrap().0,
             Cow::Borrowed("m-1")
         ));
-        assert!(
-            matches!(record.body.as_ref().unwrap().0, Cow::Owned(_)),
-            "escaped body is unescaped"
+        let body = record.body.as_ref().unwrap();
+        assert_eq!(
+            body.quoted_json(),
+            Some(r#"{\"a\":1}"#),
+            "a JSON body is kept as the event has it"
         );
-        assert_eq!(record.body.as_deref(), Some(r#"{"a":1}"#));
+        assert_eq!(
+            &**body, r#"{"a":1}"#,
+            "and decoded when its text is asked for"
+        );
         assert!(record.is_fifo());
         assert_eq!(record.receive_count(), 3);
         assert_eq!(

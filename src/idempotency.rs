@@ -292,7 +292,7 @@ mod tests {
         let mut record = crate::SqsRecord {
             message_id: Some(crate::event::Text::from(id.to_owned())),
             receipt_handle: Some(crate::event::Text::from(format!("rh-{id}"))),
-            body: Some(crate::event::Text::from(body.to_owned())),
+            body: Some(crate::event::Body::from(body.to_owned())),
             event_source_arn: Some(crate::event::Text::from(
                 "arn:aws:sqs:us-east-1:123456789012:q",
             )),

@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod oracles;
 pub mod port;
 pub mod processor;
+mod quoted_json;
 pub mod redrive;
 pub mod reprocess;
 mod scan;

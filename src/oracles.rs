@@ -5,8 +5,9 @@ use crate::error::ErrorClass;
 use crate::event::{SqsEvent, Text};
 
 /// The event reader: the fast scanner and serde_json agree on every input (the scanner may hand
-/// an input over to serde_json, never read it differently), and every record it yields can be
-/// annotated for a retry without a panic.
+/// an input over to serde_json, never read it differently), a body kept as the event has it reads
+/// as JSON as serde_json reads its text, and every record it yields can be annotated for a retry
+/// without a panic.
 pub fn sqs_event(bytes: &[u8]) {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return;
@@ -30,6 +31,19 @@ pub fn sqs_event(bytes: &[u8]) {
         (Err(_), _) => {}
     }
     for record in fast.map(|event| event.records).unwrap_or_default() {
+        if let Some(body) = &record.body {
+            let quoted = body
+                .quoted_json()
+                .map(crate::quoted_json::from_str::<serde_json::Value>);
+            if let Some(Ok(value)) = quoted {
+                let text = serde_json::from_str::<serde_json::Value>(body);
+                assert_eq!(
+                    Some(&value),
+                    text.as_ref().ok(),
+                    "body {body:?} read differently"
+                );
+            }
+        }
         let meta = match Meta::of(&record) {
             Some(Ok(meta)) => meta,
             _ => Meta {

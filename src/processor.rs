@@ -61,8 +61,19 @@ impl<'r> Message<'r> {
         self.record.body.as_deref().unwrap_or_default()
     }
 
-    /// Parses the body as JSON. A body that does not parse is a permanent `malformed_body` error.
+    /// Parses the body as JSON, as `serde_json::from_str(message.body())` does. A body that does
+    /// not parse is a permanent `malformed_body` error.
     pub fn json<T: Deserialize<'r>>(&self) -> Result<T, RecordError> {
+        // A body as Lambda writes JSON (its quotes escaped) is read where it stands, without
+        // decoding it first; what that reading leaves is decoded for serde_json.
+        let quoted = self
+            .record
+            .body
+            .as_ref()
+            .and_then(|body| body.quoted_json());
+        if let Some(value) = quoted.and_then(|json| crate::quoted_json::from_str(json).ok()) {
+            return Ok(value);
+        }
         serde_json::from_str(self.body())
             .map_err(|error| RecordError::permanent("malformed_body", error))
     }

@@ -689,7 +689,7 @@ fn as_is<'r>(record: &'r SqsRecord<'r>) -> Option<crate::envelope::OutgoingMessa
     match Meta::of(record) {
         Some(Ok(meta)) => annotate(record, meta).ok(),
         _ => Some(crate::envelope::OutgoingMessage {
-            body: record.body.clone().unwrap_or_default(),
+            body: Text::from(record.body.as_deref().unwrap_or_default()),
             attributes: record
                 .message_attributes
                 .iter()
@@ -732,7 +732,7 @@ mod tests {
         let mut record = SqsRecord {
             message_id: Some(Text::from(id.to_owned())),
             receipt_handle: Some(Text::from(format!("rh-{id}"))),
-            body: Some(Text::from(format!("{{\"id\":\"{id}\"}}"))),
+            body: Some(crate::event::Body::from(format!("{{\"id\":\"{id}\"}}"))),
             ..SqsRecord::default()
         };
         record.attributes.sent_timestamp = Some(Text::from((NOW - 2 * HOUR).to_string()));

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use crate::event::{MessageAttribute, SqsEvent, SqsRecord, Text};
+use crate::event::{Body, MessageAttribute, SqsEvent, SqsRecord, Text};
 
 /// Deeper nesting than this in skipped values is refused (the serde path handles it).
 const MAX_DEPTH: usize = 64;
@@ -85,7 +85,12 @@ fn place_decoded<'a>(
             range,
         } in decoded
         {
-            *string_slot(field, records.get_mut(record)?)? = Some(Text(string(range)?));
+            let record = records.get_mut(record)?;
+            let text = Text(string(range)?);
+            match field {
+                Field::Body => record.body = Some(Body::from(text)),
+                _ => *string_slot(field, record)? = Some(text),
+            }
         }
         Some(())
     };
@@ -356,6 +361,19 @@ impl<'a> Scan<'a> {
             }
             Field::Attributes => None, // an object of fields, not a value
             Field::Other => self.skip(0),
+            Field::Body => {
+                seen.first(field as u32)?;
+                record.body = match self.quote_escaped_string() {
+                    Some((text, false)) => Some(Body::from(text)),
+                    Some((escaped, true)) => Some(Body::quoted(escaped)),
+                    None => {
+                        let mut text = None;
+                        self.optional_string(&mut text, DecodeTo::Batch(field))?;
+                        text.map(Body::from)
+                    }
+                };
+                Some(())
+            }
             _ => {
                 seen.first(field as u32)?;
                 let slot = string_slot(field, record)?;
@@ -374,8 +392,14 @@ impl<'a> Scan<'a> {
         record: &mut SqsRecord<'a>,
         seen: &mut Fields,
     ) -> Option<()> {
-        if let Field::Other = field {
-            return Some(());
+        match field {
+            Field::Other => return Some(()),
+            Field::Body => {
+                seen.first(field as u32)?;
+                record.body = Some(Body::from(value));
+                return Some(());
+            }
+            _ => {}
         }
         seen.first(field as u32)?;
         let slot = string_slot(field, record)?;
@@ -541,6 +565,48 @@ impl<'a> Scan<'a> {
                 Some(())
             }
             _ => None, // JSON forbids raw control characters inside strings.
+        }
+    }
+
+    /// A string whose only escapes are `\"` (a JSON body, as Lambda writes it), as it stands in
+    /// the event, and whether it has any; `None`, the position unchanged, for any other string
+    /// (or value).
+    ///
+    /// Its end is found a word at a time from exact masks of its quotes and backslashes: a body
+    /// escapes every quote it has, and finding the next special byte, escape after escape, is a
+    /// chain of dependent loads and jumps that costs as much as decoding the body.
+    fn quote_escaped_string(&mut self) -> Option<(&'a str, bool)> {
+        if self.bytes.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        let start = self.at + 1;
+        let mut at = start;
+        // The high bit of the first byte when the word before ended with a backslash.
+        let mut escaped_first = 0;
+        let mut any_escape = 0;
+        loop {
+            let word = u64::from_le_bytes(*self.bytes.get(at..)?.first_chunk::<8>()?);
+            let backslash = exact_match(word, b'\\');
+            let quote = exact_match(word, b'"');
+            let escaped = (backslash << 8) | escaped_first;
+            let end = quote & !escaped;
+            // The bytes of the string in this word: those before its closing quote.
+            let inside = match end {
+                0 => u64::MAX,
+                end => (end & end.wrapping_neg()) - 1,
+            };
+            // Any control byte, escaped backslash or escape of another byte: not this reading.
+            if (exact_control(word) | (backslash & escaped) | (escaped & !quote)) & inside != 0 {
+                return None;
+            }
+            any_escape |= backslash & inside;
+            if end != 0 {
+                let close = at + (end.trailing_zeros() / 8) as usize;
+                self.at = close + 1;
+                return Some((&self.text[start..close], any_escape != 0));
+            }
+            escaped_first = (backslash >> 63) << 7;
+            at += 8;
         }
     }
 
@@ -753,6 +819,7 @@ fn hex4(bytes: &[u8], at: &mut usize) -> Option<u32> {
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+const LOW_BITS: u64 = 0x7f7f_7f7f_7f7f_7f7f;
 
 /// Where a string value of `field` goes in `record`; `None` for fields that are not strings.
 fn string_slot<'r, 'a>(
@@ -763,7 +830,6 @@ fn string_slot<'r, 'a>(
     Some(match field {
         Field::MessageId => &mut record.message_id,
         Field::ReceiptHandle => &mut record.receipt_handle,
-        Field::Body => &mut record.body,
         Field::EventSource => &mut record.event_source,
         Field::EventSourceArn => &mut record.event_source_arn,
         Field::ReceiveCount => &mut attributes.approximate_receive_count,
@@ -771,7 +837,7 @@ fn string_slot<'r, 'a>(
         Field::MessageGroupId => &mut attributes.message_group_id,
         Field::MessageDeduplicationId => &mut attributes.message_deduplication_id,
         Field::TraceHeader => &mut attributes.aws_trace_header,
-        Field::MessageAttributes | Field::Attributes | Field::Other => return None,
+        Field::Body | Field::MessageAttributes | Field::Attributes | Field::Other => return None,
     })
 }
 
@@ -808,6 +874,19 @@ fn is_plain(bytes: &[u8], start: usize, end: usize) -> bool {
         found | specials(u64::from_le_bytes(word.try_into().expect("eight bytes")))
     });
     found == 0
+}
+
+/// The high bit of each byte of `word` equal to `byte`, and no other (no borrow between bytes).
+#[inline(always)]
+fn exact_match(word: u64, byte: u8) -> u64 {
+    let zero_where_equal = word ^ (ONES * u64::from(byte));
+    !(((zero_where_equal & LOW_BITS) + LOW_BITS) | zero_where_equal) & HIGH_BITS
+}
+
+/// The high bit of each byte of `word` below 0x20, and no other.
+#[inline(always)]
+fn exact_control(word: u64) -> u64 {
+    !(((word & LOW_BITS) + ONES * 0x60) | word) & HIGH_BITS
 }
 
 /// The high bit of each byte of `word` that is `"`, `\` or a control character (below 0x20):
@@ -990,27 +1069,23 @@ mod tests {
     #[test]
     fn escaped_strings_of_records_borrow_from_one_buffer_for_the_batch() {
         // The second record has the first one's shape up to past its body, then another field:
-        // its body is decoded twice (shaped, then field by field), and kept once.
-        let json = r#"{"Records":[{"body":"a\"b","messageId":"1","messageAttributes":{"k":{"stringValue":"x\"y","dataType":"String"}}},
-                                  {"body":"c\"d","messageId":"2","messageAttributes":{},"x":1},
+        // its body is decoded twice (shaped, then field by field), and kept once. (Bodies whose
+        // only escapes are `\"` are not decoded at all: see the test after this one.)
+        let json = r#"{"Records":[{"body":"a\nb","messageId":"1","messageAttributes":{"k":{"stringValue":"x\"y","dataType":"String"}}},
+                                  {"body":"c\nd","messageId":"2","messageAttributes":{},"x":1},
                                   {"body":"plain","messageId":"3\u0033","messageAttributes":{}}]}"#;
         let mut kept = String::new();
         let records = event(json, Some(&mut kept)).unwrap().records;
-        let borrowed = |text: &Option<Text<'_>>| match text {
-            Some(Text(Cow::Borrowed(text))) => text.as_ptr() as usize,
-            other => panic!("{other:?} is not borrowed"),
-        };
+        let at = |text: &str| text.as_ptr() as usize;
+        let body = |record: usize| records[record].body.as_deref().unwrap();
+        let id = |record: usize| records[record].message_id.as_deref().unwrap();
         // One buffer, in the order read, without the first decoding of the second body.
-        let first = borrowed(&records[0].body);
-        assert_eq!(borrowed(&records[1].body), first + 3);
-        assert_eq!(borrowed(&records[2].message_id), first + 6);
+        let first = at(body(0));
+        assert_eq!(at(body(1)), first + 3);
+        assert_eq!(at(id(2)), first + 6);
         let plain = json.find("plain").unwrap();
-        assert_eq!(borrowed(&records[2].body), json[plain..].as_ptr() as usize);
-        let texts = [&records[0].body, &records[1].body, &records[2].message_id];
-        assert_eq!(
-            texts.map(|text| text.as_deref().unwrap()),
-            [r#"a"b"#, r#"c"d"#, "33"]
-        );
+        assert_eq!(at(body(2)), at(&json[plain..]));
+        assert_eq!([body(0), body(1), id(2)], ["a\nb", "c\nd", "33"]);
         // A message attribute's value keeps a string of its own.
         let value = &records[0]
             .message_attributes
@@ -1020,7 +1095,60 @@ mod tests {
             .string_value;
         assert!(matches!(value, Some(Text(Cow::Owned(value))) if value == r#"x"y"#));
         drop(records);
-        assert_eq!(kept, r#"a"bc"d33"#);
+        assert_eq!(kept, "a\nbc\nd33");
+    }
+
+    #[test]
+    fn a_body_escaping_only_its_quotes_is_kept_as_the_event_has_it() {
+        let json = r#"{"Records":[{"body":"{\"a\":\"é\"}","messageId":"1"},{"body":"{\"a\":\"b\"}","messageId":"2"},{"body":"x\ty","messageId":"3"}]}"#;
+        let records = event(json, None).unwrap().records;
+        let quoted = |record: usize| records[record].body.as_ref().unwrap().quoted_json();
+        assert_eq!(quoted(0), Some(r#"{\"a\":\"é\"}"#));
+        assert_eq!(
+            quoted(1),
+            Some(r#"{\"a\":\"b\"}"#),
+            "read by the last record's shape"
+        );
+        assert_eq!(quoted(2), None, "another escape: decoded");
+        let bodies = records.iter().map(|record| record.body.as_deref().unwrap());
+        assert!(bodies.eq([r#"{"a":"é"}"#, r#"{"a":"b"}"#, "x\ty"]));
+    }
+
+    #[test]
+    fn finds_where_a_string_escaping_only_quotes_ends_wherever_its_escapes_fall() {
+        let pieces = [
+            "a", "bcdefgh", "é", r#"\""#, r"\\", r"\n", r"\u0041", "\t", r#"\\\""#,
+        ];
+        let mut rng = fastrand::Rng::with_seed(13);
+        let mut taken = 0;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            for _ in 0..rng.usize(0..12) {
+                text.push_str(pieces[rng.usize(..pieces.len())]);
+            }
+            // At least a word after the string, as a record's fields follow its body.
+            let json = format!(r#""{text}","next":"........"}}"#);
+            let mut scan = Scan::new(&json, json.as_bytes());
+            let only_quotes = !text
+                .replace(r#"\""#, "")
+                .bytes()
+                .any(|byte| byte == b'\\' || byte < 0x20);
+            match scan.quote_escaped_string() {
+                Some((raw, escaped)) => {
+                    assert!(only_quotes, "{text}");
+                    assert_eq!((raw, escaped), (&*text, text.contains('\\')));
+                    assert_eq!(scan.at, text.len() + 2);
+                    let decoded: String = serde_json::from_str(&json[..scan.at]).unwrap();
+                    assert_eq!(decoded, text.replace(r#"\""#, "\""));
+                    taken += 1;
+                }
+                None => {
+                    assert!(!only_quotes, "{text}");
+                    assert_eq!(scan.at, 0);
+                }
+            }
+        }
+        assert!(taken > 1_000, "only {taken} taken");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use tokio::sync::OnceCell;
 
 use crate::envelope::OutgoingMessage;
 use crate::error::PortError;
-use crate::event::{MessageAttribute, SqsRecord, SystemAttributes, Text};
+use crate::event::{Body, MessageAttribute, SqsRecord, SystemAttributes, Text};
 use crate::port::{EntryFailure, QueuePort, VisibilityChange};
 
 /// An HTTPS client on rustls/ring, which keeps the binary small and needs no C toolchain for
@@ -417,7 +417,7 @@ fn record_of(message: Message) -> SqsRecord<'static> {
     SqsRecord {
         message_id: message.message_id.map(Text::from),
         receipt_handle: message.receipt_handle.map(Text::from),
-        body: message.body.map(Text::from),
+        body: message.body.map(Body::from),
         attributes,
         message_attributes,
         event_source_arn: None,

@@ -11,7 +11,7 @@ use serde::Deserialize;
 pub use aws_lambda_events::streams::KinesisEventResponse;
 
 use crate::error::{BatchError, RecordError};
-use crate::event::{MessageAttribute, SqsRecord, Text};
+use crate::event::{Body, MessageAttribute, SqsRecord, Text};
 use crate::fate::{Outcome, StreamFate};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
@@ -76,7 +76,7 @@ impl KinesisRecord<'_> {
         };
         let mut record = SqsRecord {
             message_id: self.kinesis.sequence_number.clone().map(Text::into_owned),
-            body: Some(Text::from(body)),
+            body: Some(Body::from(body)),
             event_source_arn: self.event_source_arn.clone().map(Text::into_owned),
             ..SqsRecord::default()
         };

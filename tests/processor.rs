@@ -87,7 +87,11 @@ fn event(records: Vec<serde_json::Value>) -> String {
     serde_json::json!({ "Records": records }).to_string()
 }
 
-async fn run(processor: &Processor<RecordingQueue>, handler: &ByBody, json: &str) -> Processed {
+async fn run(
+    processor: &Processor<RecordingQueue>,
+    handler: &impl RecordHandler,
+    json: &str,
+) -> Processed {
     let event = SqsEvent::parse(json).unwrap();
     processor
         .process(handler, &event.records, DEADLINE)
@@ -660,4 +664,48 @@ async fn a_huge_error_message_is_cut_at_a_character_boundary_in_the_metadata() {
     );
     assert!(meta.error_message.ends_with("…[truncated]"));
     assert!(meta.error_message.starts_with("éé"));
+}
+
+#[tokio::test]
+async fn json_reads_a_body_as_serde_json_reads_its_text() {
+    /// What `Message::json` gave, and what serde_json gives from the body's text.
+    struct Reads(std::sync::Mutex<Vec<(String, String)>>);
+    impl RecordHandler for Reads {
+        async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+            let read = message.json::<serde_json::Value>();
+            let text = serde_json::from_str::<serde_json::Value>(message.body())
+                .map_err(|error| RecordError::permanent("malformed_body", error));
+            let show = |value: Result<serde_json::Value, RecordError>| match value {
+                Ok(value) => value.to_string(),
+                Err(error) => format!("error: {error}"),
+            };
+            self.0.lock().unwrap().push((show(read), show(text)));
+            Ok(())
+        }
+    }
+    let bodies = [
+        r#"{"a":"b","n":[1,2.5,-0,1e3,12345678901234567890],"t":true,"z":null}"#,
+        r#" [1, {"k": "é"}] "#,
+        r#"{"a":"x\"y"}"#,
+        r#"{"a":1,}"#,
+        r#"{"a":01}"#,
+        "{\"a\":\"tab\there\"}",
+        "plain text",
+        "",
+    ];
+    let records = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, body)| record(&format!("m-{i}"), body))
+        .collect();
+    let handler = Reads(Default::default());
+    let processor = processor(RetryPolicy::default());
+    run(&processor, &handler, &event(records)).await;
+    let reads = handler.0.into_inner().unwrap();
+    assert_eq!(reads.len(), bodies.len());
+    for ((read, text), body) in reads.iter().zip(bodies) {
+        assert_eq!(read, text, "{body}");
+    }
+    assert!(!reads[0].0.starts_with("error"), "{:?}", reads[0]);
+    assert!(reads[3].0.starts_with("error"), "{:?}", reads[3]);
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redrive::clock::{Clock, ManualClock};
 use redrive::envelope::OutgoingMessage;
-use redrive::event::{MessageAttributes, SqsRecord, Text};
+use redrive::event::{Body, MessageAttributes, SqsRecord, Text};
 use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
 use redrive::PortError;
 
@@ -292,7 +292,7 @@ fn record_of(message: &Stored) -> SqsRecord<'static> {
     let mut record = SqsRecord {
         message_id: Some(Text::from(message.id.clone())),
         receipt_handle: Some(Text::from(message.receipt.clone())),
-        body: Some(Text::from(message.body.clone())),
+        body: Some(Body::from(message.body.clone())),
         message_attributes: message.attributes.clone(),
         ..SqsRecord::default()
     };

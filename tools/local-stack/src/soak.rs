@@ -575,7 +575,7 @@ impl SoakQueues for crate::memory::MemorySqs {
             .contents(url)
             .into_iter()
             .map(|(body, message_attributes)| SqsRecord {
-                body: Some(Text::from(body)),
+                body: Some(redrive::event::Body::from(body)),
                 message_attributes,
                 ..SqsRecord::default()
             })
