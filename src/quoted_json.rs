@@ -12,6 +12,8 @@ use serde::de::value::BorrowedStrDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use crate::scan::exact_match;
+
 /// Below serde_json's own recursion limit (128), so that nothing it refuses is read here.
 const MAX_DEPTH: usize = 100;
 
@@ -96,11 +98,7 @@ impl<'de> Reader<'de> {
             return Err(Refused);
         }
         let start = self.at + 2;
-        let len = bytes[start..]
-            .iter()
-            .position(|&byte| byte == b'\\')
-            .ok_or(Refused)?;
-        let end = start + len;
+        let end = next_backslash(bytes, start).ok_or(Refused)?;
         if bytes.get(end + 1) != Some(&b'"') {
             return Err(Refused);
         }
@@ -155,6 +153,20 @@ impl<'de> Reader<'de> {
             })
         })
     }
+}
+
+/// The position of the first backslash at or after `from`, eight bytes at a time.
+fn next_backslash(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        let found = exact_match(u64::from_le_bytes(*word), b'\\');
+        if found != 0 {
+            return Some(at + (found.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let tail = bytes.get(at..)?;
+    Some(at + tail.iter().position(|&byte| byte == b'\\')?)
 }
 
 /// `deserialize_<type>` methods that leave the value to serde_json.

@@ -878,7 +878,7 @@ fn is_plain(bytes: &[u8], start: usize, end: usize) -> bool {
 
 /// The high bit of each byte of `word` equal to `byte`, and no other (no borrow between bytes).
 #[inline(always)]
-fn exact_match(word: u64, byte: u8) -> u64 {
+pub(crate) fn exact_match(word: u64, byte: u8) -> u64 {
     let zero_where_equal = word ^ (ONES * u64::from(byte));
     !(((zero_where_equal & LOW_BITS) + LOW_BITS) | zero_where_equal) & HIGH_BITS
 }
