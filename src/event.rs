@@ -201,7 +201,8 @@ pub struct SqsEvent<'a> {
 impl<'a> SqsEvent<'a> {
     /// Parses the event bytes Lambda passed to the function: a fast scanner for the SQS event
     /// shape, and serde_json for anything it does not take (which also gives the precise error).
-    /// Strings without escapes borrow from `json`; those with escapes are owned.
+    /// Strings without escapes borrow from `json`; those with escapes are owned, except a body
+    /// whose only escapes are its quotes, which borrows as it stands (see [`Body`]).
     pub fn parse(json: &'a str) -> Result<Self, serde_json::Error> {
         Self::read(json, None)
     }
@@ -211,9 +212,9 @@ impl<'a> SqsEvent<'a> {
         Self::read_bytes(json, None)
     }
 
-    /// [`SqsEvent::from_slice`], the records' strings with escapes (JSON bodies, mostly) decoded
-    /// into `decoded`, one after the other, and borrowed from it: one buffer for the batch
-    /// instead of an allocation per body. What `decoded` held is replaced. (Message attribute
+    /// [`SqsEvent::from_slice`], the records' strings with escapes decoded into `decoded`, one
+    /// after the other, and borrowed from it: one buffer for the batch instead of an allocation
+    /// each. What `decoded` held is replaced. (Message attribute
     /// values with escapes, and every string when serde_json reads the event, stay owned.)
     pub fn from_slice_in(
         json: &'a [u8],
