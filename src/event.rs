@@ -87,7 +87,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
 /// decoding it, and its text is decoded (once) only when asked for.
 ///
 /// [`Message::json`]: crate::Message::json
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Body<'a> {
     /// The text; with `quoted`, the text with each `"` written `\"` and no other backslash.
     raw: Text<'a>,
@@ -150,16 +150,6 @@ impl From<String> for Body<'_> {
     }
 }
 
-impl Clone for Body<'_> {
-    fn clone(&self) -> Self {
-        Body {
-            raw: self.raw.clone(),
-            quoted: self.quoted,
-            decoded: self.decoded.clone(),
-        }
-    }
-}
-
 impl PartialEq for Body<'_> {
     fn eq(&self, other: &Self) -> bool {
         **self == **other
@@ -214,8 +204,8 @@ impl<'a> SqsEvent<'a> {
 
     /// [`SqsEvent::from_slice`], the records' strings with escapes decoded into `decoded`, one
     /// after the other, and borrowed from it: one buffer for the batch instead of an allocation
-    /// each. What `decoded` held is replaced. (Message attribute
-    /// values with escapes, and every string when serde_json reads the event, stay owned.)
+    /// each. What `decoded` held is replaced. (Message attribute values with escapes, and every
+    /// string when serde_json reads the event, stay owned.)
     pub fn from_slice_in(
         json: &'a [u8],
         decoded: &'a mut String,

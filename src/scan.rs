@@ -1,7 +1,8 @@
 //! A fast reader for the one JSON shape Lambda's SQS events have. Strings are searched eight bytes
 //! at a time, borrowed from the event bytes when they hold no escape (and a body when its only
-//! escapes are its quotes: see `Body`), and unknown fields are skipped without building anything. It returns `None` on anything it does not understand; the
-//! caller then parses with serde_json, which gives the precise error (or the same records).
+//! escapes are its quotes: see `Body`), and unknown fields are skipped without building anything.
+//! It returns `None` on anything it does not understand; the caller then parses with serde_json,
+//! which gives the precise error (or the same records).
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -14,8 +15,9 @@ const MAX_DEPTH: usize = 64;
 const MAX_BATCH_RECORDS: usize = 10_000;
 
 /// Reads an SQS event. The records' strings with escapes (but bodies that escape only their
-/// quotes) are decoded one after the other into one buffer for the batch, not into an allocation each; with `keep`, the
-/// buffer is moved there and the records borrow from it, without, each string is copied out.
+/// quotes) are decoded one after the other into one buffer for the batch, not into an allocation
+/// each; with `keep`, the buffer is moved there and the records borrow from it, without, each
+/// string is copied out.
 pub(crate) fn event<'a>(json: &'a str, keep: Option<&'a mut String>) -> Option<SqsEvent<'a>> {
     let mut scan = Scan::new(json, json.as_bytes());
     let mut records = None;
