@@ -18,16 +18,9 @@ use crate::scan::exact_match;
 const MAX_DEPTH: usize = 100;
 
 /// Not read here; the caller hands the decoded body to serde_json.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("left to serde_json")]
 pub(crate) struct Refused;
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("left to serde_json")
-    }
-}
-
-impl std::error::Error for Refused {}
 
 impl de::Error for Refused {
     fn custom<T: std::fmt::Display>(_: T) -> Self {
