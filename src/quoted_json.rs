@@ -11,6 +11,7 @@
 use serde::de::value::BorrowedStrDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde_json::de::StrRead;
 
 use crate::scan::exact_match;
 
@@ -99,17 +100,25 @@ impl<'de> Reader<'de> {
         Ok(&self.text[start..end])
     }
 
-    /// The text of a number at the position, for serde_json to parse (a number has no quote).
-    fn number(&mut self) -> Result<&'de str, Refused> {
+    /// A number at the position, read from its text by serde_json's `read` (a number has no
+    /// quote): serde_json chooses the visitor call from the literal and the type, as it does for
+    /// the decoded body.
+    fn number<T>(
+        &mut self,
+        read: impl FnOnce(&mut serde_json::Deserializer<StrRead<'de>>) -> serde_json::Result<T>,
+    ) -> Result<T, Refused> {
         self.whitespace();
         let start = self.at;
         while let Some(b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') = self.bytes().get(self.at) {
             self.at += 1;
         }
-        match self.at > start {
-            true => Ok(&self.text[start..self.at]),
-            false => Err(Refused),
+        if self.at == start {
+            return Err(Refused);
         }
+        let mut json = serde_json::Deserializer::from_str(&self.text[start..self.at]);
+        let value = read(&mut json).map_err(|_| Refused)?;
+        json.end().map_err(|_| Refused)?;
+        Ok(value)
     }
 
     /// A value inside an object or array, one level deeper.
@@ -171,15 +180,11 @@ macro_rules! refuse {
     )*};
 }
 
-/// serde_json's `deserialize_<type>` for a number, handed its text (serde_json chooses the visitor
-/// call from the literal and the type, as it does for the decoded body).
+/// serde_json's `deserialize_<type>` for a number (see `Reader::number`).
 macro_rules! numbers {
     ($($method:ident)*) => {$(
         fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Refused> {
-            let mut json = serde_json::Deserializer::from_str(self.number()?);
-            let value = json.$method(visitor).map_err(|_| Refused)?;
-            json.end().map_err(|_| Refused)?;
-            Ok(value)
+            self.number(|json| json.$method(visitor))
         }
     )*};
 }
@@ -197,7 +202,7 @@ impl<'de> Deserializer<'de> for &mut Reader<'de> {
                 .literal("false")
                 .and_then(|()| visitor.visit_bool(false)),
             b'n' => self.literal("null").and_then(|()| visitor.visit_unit()),
-            b'-' | b'0'..=b'9' => self.deserialize_number_any(visitor),
+            b'-' | b'0'..=b'9' => self.number(|json| json.deserialize_any(visitor)),
             _ => Err(Refused),
         }
     }
@@ -325,15 +330,6 @@ impl<'de> Deserializer<'de> for &mut Reader<'de> {
         // Checked as read, then ignored: serde_json hands such a visitor a unit.
         self.deserialize_any(de::IgnoredAny)?;
         visitor.visit_unit()
-    }
-}
-
-impl<'de> Reader<'de> {
-    fn deserialize_number_any<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, Refused> {
-        let mut json = serde_json::Deserializer::from_str(self.number()?);
-        let value = json.deserialize_any(visitor).map_err(|_| Refused)?;
-        json.end().map_err(|_| Refused)?;
-        Ok(value)
     }
 }
 
