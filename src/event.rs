@@ -110,10 +110,6 @@ impl<'a> Body<'a> {
     pub(crate) fn quoted_json(&self) -> Option<&str> {
         self.quoted.then_some(&*self.raw)
     }
-
-    pub fn into_owned(self) -> Body<'static> {
-        Body::from(Text::from(String::from(&*self)))
-    }
 }
 
 impl Deref for Body<'_> {
