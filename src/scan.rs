@@ -30,14 +30,14 @@ pub(crate) fn event<'a>(json: &'a str, keep: Option<&'a mut String>) -> Option<S
             scan.array(|scan| {
                 let start = scan.mark();
                 scan.record = list.len();
-                let record = match scan.record_of_last_shape() {
-                    Some(record) => record,
-                    None => {
-                        scan.rewind(&start);
-                        scan.record()?
-                    }
-                };
-                list.push(record);
+                // Read into its place in the list: a record returned by value was copied twice.
+                list.push(SqsRecord::default());
+                let record = list.last_mut()?;
+                if scan.record_of_last_shape(record).is_none() {
+                    scan.rewind(&start);
+                    *record = SqsRecord::default();
+                    scan.record(record)?;
+                }
                 if list.len() == 1 {
                     // Records are alike in size: reserve for the rest at once rather than grow
                     // (and copy) the list and the decoded text a dozen times on a large batch.
@@ -258,9 +258,8 @@ impl<'a> Scan<'a> {
         self.decoded.truncate(mark.decoded);
     }
 
-    /// Reads a record field by field, and records its shape for the next one.
-    fn record(&mut self) -> Option<SqsRecord<'a>> {
-        let mut record = SqsRecord::default();
+    /// Reads a record field by field into `record`, and records its shape for the next one.
+    fn record(&mut self, record: &mut SqsRecord<'a>) -> Option<()> {
         let mut seen = Fields::default();
         self.shape.values.clear();
         self.shape.alike.clear();
@@ -270,22 +269,22 @@ impl<'a> Scan<'a> {
                 seen.first(Field::Attributes as u32)
                     .and(scan.object(|scan, key| {
                         let field = Field::of_attributes(key);
-                        scan.recorded_value(field, false, &mut record, &mut seen)
+                        scan.recorded_value(field, false, record, &mut seen)
                     }))
             }
             field => {
                 let alike = matches!(key, "eventSource" | "eventSourceARN" | "awsRegion");
-                scan.recorded_value(field, alike, &mut record, &mut seen)
+                scan.recorded_value(field, alike, record, &mut seen)
             }
         })?;
         self.shape.end = &self.bytes[self.shape.recorded_to..self.at];
-        Some(record)
+        Some(())
     }
 
-    /// Reads a record that has the shape of the last one read field by field; `None` when it
-    /// does not (or is invalid), and the caller reads it field by field.
-    fn record_of_last_shape(&mut self) -> Option<SqsRecord<'a>> {
-        let mut record = SqsRecord::default();
+    /// Reads into `record` a record that has the shape of the last one read field by field;
+    /// `None` when it does not (or is invalid), and the caller resets `record` and reads it field
+    /// by field.
+    fn record_of_last_shape(&mut self, record: &mut SqsRecord<'a>) -> Option<()> {
         // The shape holds each field once (it came from a record without duplicates).
         let mut seen = Fields::default();
         for step in 0..self.shape.values.len() {
@@ -296,10 +295,10 @@ impl<'a> Scan<'a> {
             } = self.shape.values[step];
             self.expect(before)?;
             match plain.and_then(|len| self.plain_string(len)) {
-                Some(value) => self.put(field, value, &mut record, &mut seen)?,
+                Some(value) => self.put(field, value, record, &mut seen)?,
                 None => {
                     let start = self.at;
-                    self.value(field, &mut record, &mut seen)?;
+                    self.value(field, record, &mut seen)?;
                     self.shape.values[step].plain = plain_length(&self.bytes[start..self.at]);
                 }
             }
@@ -307,9 +306,9 @@ impl<'a> Scan<'a> {
         self.expect(self.shape.end)?;
         for value in 0..self.shape.alike.len() {
             let (field, value) = self.shape.alike[value];
-            self.put(field, value, &mut record, &mut seen)?;
+            self.put(field, value, record, &mut seen)?;
         }
-        (!self.shape.values.is_empty()).then_some(record)
+        (!self.shape.values.is_empty()).then_some(())
     }
 
     fn expect(&mut self, text: &[u8]) -> Option<()> {
@@ -976,12 +975,13 @@ mod tests {
         let mut scan = scanner(json.as_bytes());
         scan.text = &json;
         assert!(
-            scan.record_of_last_shape().is_none(),
+            scan.record_of_last_shape(&mut SqsRecord::default()).is_none(),
             "no shape before a record is read"
         );
-        scan.record().unwrap();
+        scan.record(&mut SqsRecord::default()).unwrap();
         scan.eat(b',').unwrap();
-        let record = scan.record_of_last_shape().expect("the same shape");
+        let mut record = SqsRecord::default();
+        scan.record_of_last_shape(&mut record).expect("the same shape");
         assert_eq!(record.message_id.as_deref(), Some("2"));
         assert_eq!(record.attributes.sent_timestamp.as_deref(), Some("2"));
         assert_eq!(scan.at, json.len());
@@ -997,9 +997,10 @@ mod tests {
             let json = format!("{first},{other}");
             let mut scan = scanner(json.as_bytes());
             scan.text = &json;
-            scan.record().unwrap();
+            scan.record(&mut SqsRecord::default()).unwrap();
             scan.eat(b',').unwrap();
-            assert!(scan.record_of_last_shape().is_none(), "{other}");
+            let mut record = SqsRecord::default();
+            assert!(scan.record_of_last_shape(&mut record).is_none(), "{other}");
         }
     }
 
