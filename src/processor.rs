@@ -8,13 +8,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsBatchResponse;
 use serde::Deserialize;
 
 use crate::backoff::{RetryPolicy, MAX_DELAY_SECONDS};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, Cutoff, SystemClock};
 use crate::config::Settings;
 use crate::envelope::{
     annotate, truncate, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES, META_ATTRIBUTE,
@@ -251,7 +251,7 @@ impl<Q: QueuePort> Processor<Q> {
         let mut judge = self.judge(fifo);
         let mut rng = self.rng();
         let budget = self.budget(deadline_ms);
-        let stop_at = Instant::now() + budget;
+        let cutoff = Cutoff::after(budget);
         let mut decided = Vec::with_capacity(items.len());
         // One timer for the whole batch (not one per record): it cuts off a handler that is still
         // running at the margin. Records are not started past it either.
@@ -259,7 +259,7 @@ impl<Q: QueuePort> Processor<Q> {
             for item in &items {
                 let handled = match judge.is_blocked(item.group()) {
                     true => None,
-                    false => Some(match self.precheck(item, stop_at) {
+                    false => Some(match self.precheck(item, cutoff) {
                         Some(handled) => handled,
                         None => caught(handler.handle(&item.message())).await.into(),
                     }),
@@ -295,10 +295,10 @@ impl<Q: QueuePort> Processor<Q> {
         deadline_ms: u64,
     ) -> Result<Processed, BatchError> {
         let (items, fifo) = self.prepare(records)?;
-        let stop_at = Instant::now() + self.budget(deadline_ms);
+        let cutoff = Cutoff::after(self.budget(deadline_ms));
         let mut handled: Vec<Option<Handled>> = items
             .iter()
-            .map(|item| self.precheck(item, stop_at))
+            .map(|item| self.precheck(item, cutoff))
             .collect();
         let eligible: Vec<usize> = (0..items.len()).filter(|&i| handled[i].is_none()).collect();
         let messages: Vec<Message<'_>> = eligible.iter().map(|&i| items[i].message()).collect();
@@ -314,7 +314,7 @@ impl<Q: QueuePort> Processor<Q> {
                     .clone()
                     .for_each(|m| handled[eligible[m]] = Some(outcome()))
             };
-            let left = stop_at.saturating_duration_since(Instant::now());
+            let left = cutoff.left();
             if left.is_zero() {
                 mark(&|| Handled::NotStarted);
                 continue;
@@ -390,7 +390,7 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// What is known about a record before calling any handler; `None` when it is to be handled.
-    fn precheck(&self, item: &Item<'_>, stop_at: Instant) -> Option<Handled> {
+    fn precheck(&self, item: &Item<'_>, cutoff: Cutoff) -> Option<Handled> {
         if item.record.body.is_none() {
             return Some(Handled::NoBody);
         }
@@ -400,7 +400,7 @@ impl<Q: QueuePort> Processor<Q> {
                 return Some(Handled::NotDue(Duration::from_millis(due.0 - now)));
             }
         }
-        (Instant::now() >= stop_at).then_some(Handled::NotStarted)
+        cutoff.passed().then_some(Handled::NotStarted)
     }
 
     /// A generator for this batch's jitter, forked from the processor's (seedable) one.

@@ -975,13 +975,15 @@ mod tests {
         let mut scan = scanner(json.as_bytes());
         scan.text = &json;
         assert!(
-            scan.record_of_last_shape(&mut SqsRecord::default()).is_none(),
+            scan.record_of_last_shape(&mut SqsRecord::default())
+                .is_none(),
             "no shape before a record is read"
         );
         scan.record(&mut SqsRecord::default()).unwrap();
         scan.eat(b',').unwrap();
         let mut record = SqsRecord::default();
-        scan.record_of_last_shape(&mut record).expect("the same shape");
+        scan.record_of_last_shape(&mut record)
+            .expect("the same shape");
         assert_eq!(record.message_id.as_deref(), Some("2"));
         assert_eq!(record.attributes.sent_timestamp.as_deref(), Some("2"));
         assert_eq!(scan.at, json.len());

@@ -4,12 +4,12 @@
 //! on; any other failure, or the deadline, ends the batch at that record, whose sequence number is
 //! the streams partial batch response. The event source mapping's retries, bisection, maximum
 //! record age and on-failure destination take over from there.
-use std::time::Instant;
 
 use serde::Deserialize;
 
 pub use aws_lambda_events::streams::KinesisEventResponse;
 
+use crate::clock::Cutoff;
 use crate::error::{BatchError, RecordError};
 use crate::event::{Body, MessageAttribute, SqsRecord, Text};
 use crate::fate::{Outcome, StreamFate};
@@ -107,8 +107,7 @@ impl<Q: QueuePort> Processor<Q> {
         deadline_ms: u64,
     ) -> Result<Processed<KinesisEventResponse>, BatchError> {
         let judge = self.judge(false);
-        let budget = self.budget(deadline_ms);
-        let stop_at = Instant::now() + budget;
+        let cutoff = Cutoff::after(self.budget(deadline_ms));
         let mut report = BatchReport {
             records: u32::try_from(records.len()).unwrap_or(u32::MAX),
             ..BatchReport::default()
@@ -125,7 +124,7 @@ impl<Q: QueuePort> Processor<Q> {
                 meta: None,
                 attempts_before: 0,
             };
-            let left = stop_at.saturating_duration_since(Instant::now());
+            let left = cutoff.left();
             let result = match (malformed, left.is_zero()) {
                 (Some(error), _) => Err(error),
                 (None, true) => {

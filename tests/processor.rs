@@ -17,7 +17,8 @@ const DLQ: &str = "https://sqs.local/123456789012/orders-dlq";
 const SOURCE: &str = "https://sqs.local/123456789012/orders";
 const ARN: &str = "arn:aws:sqs:eu-west-1:123456789012:orders";
 
-/// Acts on the body: `ok`, `transient`, `permanent`, `panic`, `slow`, `hint:<secs>`, `defer:<secs>`.
+/// Acts on the body: `ok`, `transient`, `permanent`, `panic`, `slow`, `blocking:<ms>`, `hint:<secs>`,
+/// `defer:<secs>`.
 struct ByBody {
     calls: AtomicU32,
 }
@@ -39,6 +40,11 @@ impl RecordHandler for ByBody {
             ["panic", ..] => panic!("poison order"),
             ["slow", ..] => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(())
+            }
+            // Never yields: no timer can cut it off, only the check before the next record.
+            ["blocking", millis] => {
+                std::thread::sleep(Duration::from_millis(millis.parse().unwrap()));
                 Ok(())
             }
             ["hint", secs] => Err(RecordError::transient("throttled", "429")
@@ -475,6 +481,33 @@ async fn records_are_not_started_past_the_deadline_margin_and_a_slow_one_is_cut_
         &*meta_of(&processor.queue().sent_to(SOURCE)[0]).error_kind,
         "deadline"
     );
+}
+
+#[tokio::test]
+async fn no_record_starts_past_the_margin_after_a_handler_that_never_yields() {
+    let config = ProcessorConfig {
+        dlq_url: Some(DLQ.into()),
+        source_queue_url: Some(SOURCE.into()),
+        retry: RetryPolicy::default(),
+        deadline_margin: Duration::from_millis(100),
+    };
+    let processor = Processor::new(RecordingQueue::default(), config);
+    let handler = handler();
+    let now = redrive::clock::Clock::now_ms(&redrive::clock::SystemClock);
+    let json = event(vec![
+        record("m-1", "blocking:400"),
+        record("m-2", "ok"),
+        record("m-3", "ok"),
+    ]);
+    let event_ = SqsEvent::parse(&json).unwrap();
+    let processed = processor
+        .process(&handler, &event_.records, now + 400)
+        .await
+        .unwrap();
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(failures(&processed), ["m-2", "m-3"], "not started");
+    assert_eq!(processed.report.done, 1, "m-1 finished: it is done");
+    assert!(processor.queue().sent_to(SOURCE).is_empty());
 }
 
 #[tokio::test]
