@@ -43,7 +43,7 @@ impl Clock for ManualClock {
 /// It is kept on the coarse monotonic clock where there is one (Linux): the time of the last
 /// timer tick, read from memory. `Instant` reads the CPU's counter with an instruction that first
 /// waits for every instruction before it; before each record of a large batch of quick records,
-/// that cost ~10% of the batch. The coarse clock trails by up to a tick, so the cut-off is a tick
+/// that cost ~8% of the batch. The coarse clock trails by up to a tick, so the cut-off is a tick
 /// early: nothing starts after the moment asked for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Cutoff(Duration);
