@@ -80,6 +80,18 @@ fn processor_with_dlq(dlq: Option<&str>, retry: RetryPolicy) -> Processor<Record
         .with_seed(7)
 }
 
+/// A processor on the system clock with a 100 ms deadline margin, and the time now (ms).
+fn on_the_real_clock() -> (Processor<RecordingQueue>, u64) {
+    let config = ProcessorConfig {
+        dlq_url: Some(DLQ.into()),
+        source_queue_url: Some(SOURCE.into()),
+        retry: RetryPolicy::default(),
+        deadline_margin: Duration::from_millis(100),
+    };
+    let now = redrive::clock::Clock::now_ms(&redrive::clock::SystemClock);
+    (Processor::new(RecordingQueue::default(), config), now)
+}
+
 fn record(id: &str, body: &str) -> serde_json::Value {
     serde_json::json!({
         "messageId": id, "receiptHandle": format!("rh-{id}"), "body": body,
@@ -462,14 +474,7 @@ async fn records_are_not_started_past_the_deadline_margin_and_a_slow_one_is_cut_
     assert_eq!(handler.calls.load(Ordering::SeqCst), 0);
 
     // A real-time deadline: the slow handler is abandoned at the margin and retried as transient.
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        source_queue_url: Some(SOURCE.into()),
-        retry: RetryPolicy::default(),
-        deadline_margin: Duration::from_millis(100),
-    };
-    let processor = Processor::new(RecordingQueue::default(), config);
-    let now = redrive::clock::Clock::now_ms(&redrive::clock::SystemClock);
+    let (processor, now) = on_the_real_clock();
     let json = event(vec![record("m-1", "slow"), record("m-2", "ok")]);
     let event_ = SqsEvent::parse(&json).unwrap();
     let processed = processor
@@ -485,15 +490,8 @@ async fn records_are_not_started_past_the_deadline_margin_and_a_slow_one_is_cut_
 
 #[tokio::test]
 async fn no_record_starts_past_the_margin_after_a_handler_that_never_yields() {
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        source_queue_url: Some(SOURCE.into()),
-        retry: RetryPolicy::default(),
-        deadline_margin: Duration::from_millis(100),
-    };
-    let processor = Processor::new(RecordingQueue::default(), config);
+    let (processor, now) = on_the_real_clock();
     let handler = handler();
-    let now = redrive::clock::Clock::now_ms(&redrive::clock::SystemClock);
     let json = event(vec![
         record("m-1", "blocking:400"),
         record("m-2", "ok"),
