@@ -3,8 +3,9 @@
 //! `bootstrap`; its peak memory on that event; SQS requests per re-sent message; zip sizes.
 mod runtime_api;
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redrive::port::RecordingQueue;
@@ -17,12 +18,25 @@ const RECORDS: usize = 10_000;
 /// Every 100th order fails: 1%.
 const FAIL_EVERY: usize = 100;
 const FAR_FUTURE_MS: u64 = u64::MAX / 2;
-/// Rounds of the throughput comparison, each ours then every peer. The machine's speed drifts by
-/// up to 2x within minutes: a ratio is taken within a round, and the table gives the median round.
-const ROUNDS: usize = 3;
-/// Runs of each Rust variant per round; the first `RUST_WARMUP` are not counted.
-const RUST_RUNS: usize = 40;
-const RUST_WARMUP: usize = 8;
+/// Samples of the throughput comparison, each ours, Python, ours, TypeScript, ours: every peer run
+/// has a turn of ours right before and right after it, and its ratio is taken against those two.
+/// This machine's speed moves by up to 2x from one second to the next; runs of a peer and of ours
+/// further apart than that compare two machines.
+const SAMPLES: usize = 25;
+/// Samples run first and not counted: the interpreter's and the JIT's warm-up.
+const PEER_WARMUP: usize = 3;
+/// Runs a peer makes back to back in one sample (of each mode), of which it reports the median: a
+/// function handling one batch after another has no idle time between them, and V8's collector
+/// and compiler threads would use any (single TypeScript runs between ours measured a third
+/// faster than runs in a loop of their own).
+const PEER_BURST: usize = 5;
+/// Runs of each Rust variant in one turn of ours; the first is not counted (the peer's run before
+/// it has evicted our working set from the cache, as nothing does between a function's
+/// invocations; the peers' runs follow runs of their own).
+const TURN_RUNS: usize = 6;
+/// Runs of the reference loops.
+const REFERENCE_RUNS: usize = 40;
+const REFERENCE_WARMUP: usize = 8;
 /// Invocations of the release bootstrap with the 10,000-record event.
 const BOOTSTRAP_INVOCATIONS: usize = 21;
 
@@ -172,73 +186,89 @@ fn raw_value_once(event: &[u8]) -> Duration {
     elapsed
 }
 
-/// One round's Rust measures (medians of its runs) and the peers' results measured right after.
-struct Round {
-    rust: RustRound,
-    python: Vec<PeerResult>,
-    node: Vec<PeerResult>,
-}
-
-struct RustRound {
-    ours_ms: f64,
-    scheduled_ms: f64,
-    naive_ms: f64,
-    raw_value_ms: f64,
+/// Ours report-only (what Powertools does) and ours with the retry scheduler on, interleaved run
+/// by run so that both see the same machine.
+struct Ours<'a> {
+    runtime: &'a tokio::runtime::Runtime,
+    report_only: Processor<RecordingQueue>,
+    event: &'a [u8],
+    expected_failures: usize,
+    report_only_ms: Vec<f64>,
+    scheduled_ms: Vec<f64>,
     requests_per_resend: f64,
 }
 
-/// Ours report-only (what Powertools does) and ours with the retry scheduler on, interleaved run
-/// by run so that both see the same machine; then the naive loop and lambda_runtime's RawValue
-/// parse, interleaved in a loop of their own. The references allocate an owned copy of every
-/// record and free it: run between ours, their freed heap went back to the kernel and each of our
-/// runs paid its page faults again, which a function handling one event after another does not
-/// (nor do the peers, each in a process of its own).
-fn rust_round(
-    runtime: &tokio::runtime::Runtime,
-    event: &[u8],
-    expected_failures: usize,
-) -> RustRound {
-    let report_only = processor(None);
-    let (mut ours, mut scheduled, mut naive, mut raw_value) = (vec![], vec![], vec![], vec![]);
-    let mut requests_per_resend = 0.0;
-    let ms = |elapsed: Duration| elapsed.as_secs_f64() * 1000.0;
-    for run in 0..RUST_RUNS {
-        let (elapsed, failures, _) = run_once(runtime, &report_only, event);
-        assert_eq!(
-            failures, expected_failures,
-            "the partial batch response lists the failing 1%"
-        );
-        let scheduler = processor(Some(
-            "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq",
-        ));
-        let (with_scheduler, failures, report) = run_once(runtime, &scheduler, event);
-        assert_eq!(
-            (failures, report.retried as usize),
-            (0, expected_failures),
-            "every failure re-sent, none reported"
-        );
-        requests_per_resend = f64::from(report.sqs_requests) / f64::from(report.retried);
-        if run >= RUST_WARMUP {
-            ours.push(ms(elapsed));
-            scheduled.push(ms(with_scheduler));
+impl<'a> Ours<'a> {
+    fn new(
+        runtime: &'a tokio::runtime::Runtime,
+        event: &'a [u8],
+        expected_failures: usize,
+    ) -> Self {
+        Ours {
+            runtime,
+            report_only: processor(None),
+            event,
+            expected_failures,
+            report_only_ms: Vec::new(),
+            scheduled_ms: Vec::new(),
+            requests_per_resend: 0.0,
         }
     }
-    for run in 0..RUST_RUNS {
+
+    /// One turn of `TURN_RUNS` runs of each variant; the median of its counted report-only runs.
+    fn turn(&mut self, counted: bool) -> f64 {
+        let mut turn = Vec::with_capacity(TURN_RUNS);
+        for run in 0..TURN_RUNS {
+            let (elapsed, failures, _) = run_once(self.runtime, &self.report_only, self.event);
+            assert_eq!(
+                failures, self.expected_failures,
+                "the partial batch response lists the failing 1%"
+            );
+            let scheduler = processor(Some(
+                "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq",
+            ));
+            let (with_scheduler, failures, report) = run_once(self.runtime, &scheduler, self.event);
+            assert_eq!(
+                (failures, report.retried as usize),
+                (0, self.expected_failures),
+                "every failure re-sent, none reported"
+            );
+            self.requests_per_resend = f64::from(report.sqs_requests) / f64::from(report.retried);
+            if run > 0 {
+                turn.push(ms(elapsed));
+                if counted {
+                    self.scheduled_ms.push(ms(with_scheduler));
+                }
+            }
+        }
+        if counted {
+            self.report_only_ms.extend(&turn);
+        }
+        median(turn)
+    }
+}
+
+fn ms(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() * 1000.0
+}
+
+/// The naive loop and lambda_runtime's RawValue parse, interleaved in a loop of their own: each
+/// allocates an owned copy of every record and frees it, and run between ours, their freed heap
+/// went back to the kernel and each of our runs paid its page faults again, which a function
+/// handling one event after another does not (nor do the peers, each in a process of its own).
+/// Medians of the naive loop and of the RawValue parse.
+fn references(event: &[u8], expected_failures: usize) -> (f64, f64) {
+    let (mut naive, mut raw_value) = (vec![], vec![]);
+    for run in 0..REFERENCE_RUNS {
         let (naive_elapsed, failures) = naive_once(event);
         assert_eq!(failures, expected_failures, "the naive loop agrees");
         let raw_value_elapsed = raw_value_once(event);
-        if run >= RUST_WARMUP {
+        if run >= REFERENCE_WARMUP {
             naive.push(ms(naive_elapsed));
             raw_value.push(ms(raw_value_elapsed));
         }
     }
-    RustRound {
-        ours_ms: median(ours),
-        scheduled_ms: median(scheduled),
-        naive_ms: median(naive),
-        raw_value_ms: median(raw_value),
-        requests_per_resend,
-    }
+    (median(naive), median(raw_value))
 }
 
 fn median(mut samples: Vec<f64>) -> f64 {
@@ -246,29 +276,113 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples[samples.len() / 2]
 }
 
+/// The median of a burst of timed runs of one of a peer's modes.
 #[derive(Deserialize)]
 struct PeerResult {
     name: String,
-    median_ms: f64,
+    ms: f64,
     failures: usize,
 }
 
-fn run_peer(program: &Path, script: &Path, event: &Path) -> Result<Vec<PeerResult>, String> {
-    let output = Command::new(program)
-        .arg(script)
-        .arg(event)
-        .output()
-        .map_err(|e| format!("{}: {e}", program.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} {} failed: {}",
-            program.display(),
-            script.display(),
-            String::from_utf8_lossy(&output.stderr)
-        ));
+/// A peer's script, running: for each number written to it, that many timed runs of each of its
+/// modes, back to back.
+struct Peer {
+    script: PathBuf,
+    child: Child,
+    runs: Option<ChildStdin>,
+    results: BufReader<ChildStdout>,
+}
+
+impl Peer {
+    fn spawn(program: &Path, script: &Path, event: &Path) -> Result<Self, String> {
+        let mut child = Command::new(program)
+            .arg(script)
+            .arg(event)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", program.display()))?;
+        let (Some(runs), Some(results)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(format!("{}: no pipes to the peer", script.display()));
+        };
+        Ok(Peer {
+            script: script.to_owned(),
+            child,
+            runs: Some(runs),
+            results: BufReader::new(results),
+        })
     }
-    serde_json::from_slice(&output.stdout)
-        .map_err(|e| format!("{}: unreadable result: {e}", script.display()))
+
+    /// `PEER_BURST` runs of each mode, back to back; each mode's median. An error when the peer
+    /// fails or disagrees on the failures.
+    fn run(&mut self, expected_failures: usize) -> Result<Vec<PeerResult>, String> {
+        let failed = |e: &dyn std::fmt::Display| format!("{}: {e}", self.script.display());
+        let runs = self.runs.as_mut().ok_or_else(|| failed(&"closed"))?;
+        writeln!(runs, "{PEER_BURST}")
+            .and_then(|()| runs.flush())
+            .map_err(|e| failed(&e))?;
+        let mut line = String::new();
+        match self.results.read_line(&mut line) {
+            Ok(0) => return Err(failed(&"exited (its error is above)")),
+            Ok(_) => {}
+            Err(e) => return Err(failed(&e)),
+        }
+        let results: Vec<PeerResult> =
+            serde_json::from_str(&line).map_err(|e| failed(&format!("unreadable result: {e}")))?;
+        match results
+            .iter()
+            .find(|mode| mode.failures != expected_failures)
+        {
+            Some(mode) => Err(format!(
+                "{} reported {} failures, expected {expected_failures}",
+                mode.name, mode.failures
+            )),
+            None if results.is_empty() => Err(failed(&"no result")),
+            None => Ok(results),
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.runs = None; // end of input: the script returns
+        let _ = self.child.wait();
+    }
+}
+
+/// A peer's runs, mode by mode, and each run's ratio to the turns of ours around it.
+struct PeerSamples {
+    names: Vec<String>,
+    ms: Vec<Vec<f64>>,
+    ratios: Vec<Vec<f64>>,
+}
+
+impl PeerSamples {
+    fn add(&mut self, results: Vec<PeerResult>, ours_ms: f64) {
+        if self.names.is_empty() {
+            self.names = results.iter().map(|mode| mode.name.clone()).collect();
+            self.ms = vec![Vec::new(); results.len()];
+            self.ratios = vec![Vec::new(); results.len()];
+        }
+        for (mode, result) in results.into_iter().enumerate() {
+            self.ms[mode].push(result.ms);
+            self.ratios[mode].push(result.ms / ours_ms);
+        }
+    }
+
+    /// The mode with the lowest median time: its name, median time and median ratio.
+    fn fastest(&self) -> (String, f64, f64) {
+        (0..self.names.len())
+            .map(|mode| {
+                (
+                    self.names[mode].clone(),
+                    median(self.ms[mode].clone()),
+                    median(self.ratios[mode].clone()),
+                )
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("a peer reports at least one mode")
+    }
 }
 
 fn main() -> Result<(), String> {
@@ -287,43 +401,42 @@ fn main() -> Result<(), String> {
         .enable_time()
         .build()
         .map_err(|e| e.to_string())?;
-    let mut rounds = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let rust = rust_round(&runtime, event.as_bytes(), expected_failures);
-        // Peers, same event, same work, same machine, right after.
-        let python = run_peer(&args.python, &args.python_peer, &event_path)?;
-        let node = run_peer(Path::new("node"), &args.node_peer, &event_path)?;
-        for peer in python.iter().chain(&node) {
-            if peer.failures != expected_failures {
-                return Err(format!(
-                    "{} reported {} failures, expected {expected_failures}",
-                    peer.name, peer.failures
-                ));
-            }
+    let mut ours = Ours::new(&runtime, event.as_bytes(), expected_failures);
+    let mut python = Peer::spawn(&args.python, &args.python_peer, &event_path)?;
+    let mut node = Peer::spawn(Path::new("node"), &args.node_peer, &event_path)?;
+    let new_samples = || PeerSamples {
+        names: Vec::new(),
+        ms: Vec::new(),
+        ratios: Vec::new(),
+    };
+    let (mut python_samples, mut node_samples) = (new_samples(), new_samples());
+    for sample in 0..PEER_WARMUP + SAMPLES {
+        let counted = sample >= PEER_WARMUP;
+        let before = ours.turn(counted);
+        let python_run = python.run(expected_failures)?;
+        let between = ours.turn(counted);
+        let node_run = node.run(expected_failures)?;
+        let after = ours.turn(counted);
+        if counted {
+            python_samples.add(python_run, (before + between) / 2.0);
+            node_samples.add(node_run, (between + after) / 2.0);
         }
-        rounds.push(Round { rust, python, node });
     }
-    let over_rounds =
-        |measure: &dyn Fn(&Round) -> f64| median(rounds.iter().map(measure).collect());
-    let ours_ms = over_rounds(&|round| round.rust.ours_ms);
-    let scheduled_ms = over_rounds(&|round| round.rust.scheduled_ms);
-    let naive_ms = over_rounds(&|round| round.rust.naive_ms);
-    let raw_value_ms = over_rounds(&|round| round.rust.raw_value_ms);
-    let requests_per_resend = over_rounds(&|round| round.rust.requests_per_resend);
-    let python_name = rounds[0].python[0].name.clone();
-    let python_ms = over_rounds(&|round| round.python[0].median_ms);
-    let python_ratio = over_rounds(&|round| round.python[0].median_ms / round.rust.ours_ms);
-    // TypeScript's faster mode: the one with the lower median over the rounds.
-    let node: Vec<(String, f64)> = (0..rounds[0].node.len())
+    drop((python, node));
+    let ours_ms = median(ours.report_only_ms.clone());
+    let scheduled_ms = median(ours.scheduled_ms.clone());
+    let requests_per_resend = ours.requests_per_resend;
+    let (python_name, python_ms, python_ratio) = python_samples.fastest();
+    let node_modes: Vec<(String, f64)> = (0..node_samples.names.len())
         .map(|mode| {
-            let name = rounds[0].node[mode].name.clone();
-            (name, over_rounds(&|round| round.node[mode].median_ms))
+            (
+                node_samples.names[mode].clone(),
+                median(node_samples.ms[mode].clone()),
+            )
         })
         .collect();
-    let node_best = (0..node.len())
-        .min_by(|&a, &b| node[a].1.total_cmp(&node[b].1))
-        .ok_or("no TypeScript result")?;
-    let node_ratio = over_rounds(&|round| round.node[node_best].median_ms / round.rust.ours_ms);
+    let (node_name, _, node_ratio) = node_samples.fastest();
+    let (naive_ms, raw_value_ms) = references(event.as_bytes(), expected_failures);
 
     // Start-up: exec of the release bootstrap until its first runtime API request.
     let bootstrap = args
@@ -405,7 +518,7 @@ fn main() -> Result<(), String> {
         "-",
         true,
     );
-    for (name, ms) in &node {
+    for (name, ms) in &node_modes {
         row(
             &format!("{name} (median)"),
             format!("{ms:.1} ms"),
@@ -414,15 +527,14 @@ fn main() -> Result<(), String> {
         );
     }
     row(
-        &format!("speed-up over Powertools Python (median of {ROUNDS} rounds' ratios)"),
+        &format!("speed-up over Powertools Python (median of {SAMPLES} runs' ratios to ours around each)"),
         format!("{python_ratio:.1}x"),
         ">= 25x",
         python_ratio >= 25.0,
     );
     row(
         &format!(
-            "speed-up over {} (faster mode; median of {ROUNDS} rounds' ratios)",
-            node[node_best].0
+            "speed-up over {node_name} (faster mode; median of {SAMPLES} runs' ratios to ours around each)"
         ),
         format!("{node_ratio:.1}x"),
         ">= 8x",
