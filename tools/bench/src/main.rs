@@ -27,8 +27,8 @@ const SAMPLES: usize = 25;
 const PEER_WARMUP: usize = 3;
 /// Runs a peer makes back to back in one sample (of each mode), of which it reports the median: a
 /// function handling one batch after another has no idle time between them, and V8's collector
-/// and compiler threads would use any (single TypeScript runs between ours measured a third
-/// faster than runs in a loop of their own).
+/// and compiler threads would use any (a TypeScript run after a 60 ms pause measured 7–16% faster
+/// than one right after another).
 const PEER_BURST: usize = 5;
 /// Runs of each Rust variant in one turn of ours; the first is not counted (the peer's run before
 /// it has evicted our working set from the cache, as nothing does between a function's
