@@ -351,6 +351,7 @@ impl Drop for Peer {
 }
 
 /// A peer's runs, mode by mode, and each run's ratio to the turns of ours around it.
+#[derive(Default)]
 struct PeerSamples {
     names: Vec<String>,
     ms: Vec<Vec<f64>>,
@@ -370,8 +371,8 @@ impl PeerSamples {
         }
     }
 
-    /// The mode with the lowest median time: its name, median time and median ratio.
-    fn fastest(&self) -> (String, f64, f64) {
+    /// Each mode's name, median time and median ratio.
+    fn modes(&self) -> Vec<(String, f64, f64)> {
         (0..self.names.len())
             .map(|mode| {
                 (
@@ -380,6 +381,13 @@ impl PeerSamples {
                     median(self.ratios[mode].clone()),
                 )
             })
+            .collect()
+    }
+
+    /// The mode with the lowest median time.
+    fn fastest(&self) -> (String, f64, f64) {
+        self.modes()
+            .into_iter()
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .expect("a peer reports at least one mode")
     }
@@ -404,12 +412,7 @@ fn main() -> Result<(), String> {
     let mut ours = Ours::new(&runtime, event.as_bytes(), expected_failures);
     let mut python = Peer::spawn(&args.python, &args.python_peer, &event_path)?;
     let mut node = Peer::spawn(Path::new("node"), &args.node_peer, &event_path)?;
-    let new_samples = || PeerSamples {
-        names: Vec::new(),
-        ms: Vec::new(),
-        ratios: Vec::new(),
-    };
-    let (mut python_samples, mut node_samples) = (new_samples(), new_samples());
+    let (mut python_samples, mut node_samples) = (PeerSamples::default(), PeerSamples::default());
     for sample in 0..PEER_WARMUP + SAMPLES {
         let counted = sample >= PEER_WARMUP;
         let before = ours.turn(counted);
@@ -427,14 +430,7 @@ fn main() -> Result<(), String> {
     let scheduled_ms = median(ours.scheduled_ms.clone());
     let requests_per_resend = ours.requests_per_resend;
     let (python_name, python_ms, python_ratio) = python_samples.fastest();
-    let node_modes: Vec<(String, f64)> = (0..node_samples.names.len())
-        .map(|mode| {
-            (
-                node_samples.names[mode].clone(),
-                median(node_samples.ms[mode].clone()),
-            )
-        })
-        .collect();
+    let node_modes = node_samples.modes();
     let (node_name, _, node_ratio) = node_samples.fastest();
     let (naive_ms, raw_value_ms) = references(event.as_bytes(), expected_failures);
 
@@ -518,7 +514,7 @@ fn main() -> Result<(), String> {
         "-",
         true,
     );
-    for (name, ms) in &node_modes {
+    for (name, ms, _) in &node_modes {
         row(
             &format!("{name} (median)"),
             format!("{ms:.1} ms"),
