@@ -40,11 +40,28 @@ pub enum BreakerState {
     },
 }
 
+/// A breaker shared by every record of a warm container, including records handled concurrently.
 pub struct CircuitBreaker {
     downstream: &'static str,
     settings: BreakerSettings,
     clock: Arc<dyn Clock>,
-    state: Mutex<BreakerState>,
+    state: Mutex<Guarded>,
+}
+
+/// The state and its generation, which every change of state advances. A call's result counts only
+/// in the generation that admitted it: a call let through while closed that ends after the breaker
+/// opened says nothing of the probe, and must neither close it nor keep it open.
+#[derive(Debug, Clone, Copy)]
+struct Guarded {
+    state: BreakerState,
+    generation: u64,
+}
+
+impl Guarded {
+    fn enter(&mut self, state: BreakerState) {
+        self.state = state;
+        self.generation += 1;
+    }
 }
 
 impl CircuitBreaker {
@@ -61,15 +78,19 @@ impl CircuitBreaker {
             downstream,
             settings,
             clock,
-            state: Mutex::new(BreakerState::Closed { failures: 0 }),
+            state: Mutex::new(Guarded {
+                state: BreakerState::Closed { failures: 0 },
+                generation: 0,
+            }),
         }
     }
 
     pub fn state(&self) -> BreakerState {
-        *self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.guarded().state
+    }
+
+    fn guarded(&self) -> std::sync::MutexGuard<'_, Guarded> {
+        crate::lock(&self.state)
     }
 
     /// Runs `call` if the breaker lets it through; otherwise returns a deferral without calling.
@@ -82,32 +103,31 @@ impl CircuitBreaker {
         if self.settings.threshold == 0 {
             return call().await;
         }
-        self.admit()?;
+        let generation = self.admit()?;
         let result = call().await;
         let transient = matches!(&result, Err(error) if error.class() == ErrorClass::Transient);
-        self.record(transient);
+        self.record(generation, transient);
         result
     }
 
-    fn admit(&self) -> Result<(), RecordError> {
+    /// The generation the call is admitted in, or a deferral. The lock is held from the check to
+    /// the change of state, so of any number of records arriving at once exactly one is the probe.
+    fn admit(&self) -> Result<u64, RecordError> {
         let now = self.clock.now_ms();
         let open_for = duration_ms(self.settings.open_for);
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let wait_ms = match *state {
-            BreakerState::Closed { .. } => return Ok(()),
+        let mut guarded = self.guarded();
+        let wait_ms = match guarded.state {
+            BreakerState::Closed { .. } => return Ok(guarded.generation),
             BreakerState::Open { until_ms } if now >= until_ms => {
-                *state = BreakerState::HalfOpen { since_ms: now };
-                return Ok(());
+                guarded.enter(BreakerState::HalfOpen { since_ms: now });
+                return Ok(guarded.generation);
             }
             BreakerState::Open { until_ms } => until_ms - now,
             // A probe that never reported back (cancelled by the deadline) does not hold the
             // breaker half-open forever.
             BreakerState::HalfOpen { since_ms } if now >= since_ms + open_for => {
-                *state = BreakerState::HalfOpen { since_ms: now };
-                return Ok(());
+                guarded.enter(BreakerState::HalfOpen { since_ms: now });
+                return Ok(guarded.generation);
             }
             BreakerState::HalfOpen { since_ms } => since_ms + open_for - now,
         };
@@ -118,30 +138,34 @@ impl CircuitBreaker {
         Err(error)
     }
 
-    fn record(&self, transient_failure: bool) {
+    fn record(&self, generation: u64, transient_failure: bool) {
         let now = self.clock.now_ms();
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *state = match (*state, transient_failure) {
-            (_, false) => BreakerState::Closed { failures: 0 },
-            (BreakerState::Closed { failures }, true) if failures + 1 < self.settings.threshold => {
-                BreakerState::Closed {
-                    failures: failures + 1,
-                }
+        let mut guarded = self.guarded();
+        if guarded.generation != generation {
+            return;
+        }
+        match (guarded.state, transient_failure) {
+            // While closed, failures are counted within the generation.
+            (BreakerState::Closed { .. }, false) => {
+                guarded.state = BreakerState::Closed { failures: 0 };
             }
+            (BreakerState::Closed { failures }, true) if failures + 1 < self.settings.threshold => {
+                guarded.state = BreakerState::Closed {
+                    failures: failures + 1,
+                };
+            }
+            (_, false) => guarded.enter(BreakerState::Closed { failures: 0 }),
             (_, true) => {
                 tracing::warn!(
                     downstream = self.downstream,
                     open_for_s = self.settings.open_for.as_secs(),
                     "circuit opened"
                 );
-                BreakerState::Open {
+                guarded.enter(BreakerState::Open {
                     until_ms: now + duration_ms(self.settings.open_for),
-                }
+                });
             }
-        };
+        }
     }
 }
 
@@ -250,5 +274,30 @@ mod tests {
             breaker.admit().unwrap_err().is_deferral(),
             "a second caller waits for the probe"
         );
+    }
+
+    #[test]
+    fn a_result_from_before_a_change_of_state_neither_closes_nor_reopens_it() {
+        let clock = Arc::new(ManualClock::at(0));
+        let settings = BreakerSettings {
+            threshold: 1,
+            open_for: Duration::from_secs(5),
+        };
+        let breaker = CircuitBreaker::with_clock("payments", settings, clock.clone());
+        let early = breaker.admit().unwrap();
+        let failing = breaker.admit().unwrap();
+        breaker.record(failing, true);
+        assert!(matches!(breaker.state(), BreakerState::Open { .. }));
+        breaker.record(early, false);
+        assert!(
+            matches!(breaker.state(), BreakerState::Open { .. }),
+            "a success admitted while closed says nothing of the downstream now"
+        );
+        clock.advance(5_000);
+        let probe = breaker.admit().unwrap();
+        breaker.record(early, true);
+        assert!(matches!(breaker.state(), BreakerState::HalfOpen { .. }));
+        breaker.record(probe, false);
+        assert_eq!(breaker.state(), BreakerState::Closed { failures: 0 });
     }
 }

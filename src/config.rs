@@ -1,4 +1,5 @@
 //! Configuration from environment variables, validated at start.
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use crate::backoff::{parse_duration, parse_sequence, Backoff, RetryPolicy};
@@ -29,6 +30,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("REDRIVE_BACKOFF_FACTOR", "2"),
     ("REDRIVE_BACKOFF_CAP", "15m"),
     ("REDRIVE_DEADLINE_MARGIN", "2s"),
+    (
+        "REDRIVE_CONCURRENCY",
+        "100: records handled at once (1 to 10000); on FIFO, one per message group at a time",
+    ),
     ("REDRIVE_BREAKER_THRESHOLD", "5 (0 disables the breaker)"),
     ("REDRIVE_BREAKER_OPEN_FOR", "30s"),
     ("REDRIVE_METRICS_NAMESPACE", "redrive"),
@@ -176,6 +181,8 @@ pub struct Settings {
     pub source_queue_url: Option<String>,
     pub retry: RetryPolicy,
     pub deadline_margin: Duration,
+    /// Records handled at once ([`crate::ProcessorConfig::concurrency`]).
+    pub concurrency: NonZeroUsize,
     pub breaker: BreakerSettings,
     pub metrics_namespace: String,
 }
@@ -238,6 +245,11 @@ impl Settings {
                 "at most 60s",
             ));
         }
+        let concurrency = env.whole(
+            "REDRIVE_CONCURRENCY",
+            crate::processor::DEFAULT_CONCURRENCY.get() as u32,
+            1..=10_000,
+        )?;
         let threshold = number("REDRIVE_BREAKER_THRESHOLD", 5.0, 0.0..=1000.0)? as u32;
         let open_for = duration("REDRIVE_BREAKER_OPEN_FOR", Duration::from_secs(30))?;
         if open_for < Duration::from_secs(1) || open_for > Duration::from_secs(900) {
@@ -252,6 +264,7 @@ impl Settings {
             source_queue_url: get("REDRIVE_SOURCE_QUEUE_URL"),
             retry,
             deadline_margin,
+            concurrency: NonZeroUsize::new(concurrency as usize).unwrap_or(NonZeroUsize::MIN),
             breaker: BreakerSettings {
                 threshold,
                 open_for,
@@ -374,7 +387,10 @@ mod tests {
         let s = settings(&[("REDRIVE_DLQ_URL", "https://sqs/dlq")]).unwrap();
         assert_eq!(s.retry, RetryPolicy::default());
         assert_eq!(s.deadline_margin, Duration::from_secs(2));
+        assert_eq!(s.concurrency, crate::processor::DEFAULT_CONCURRENCY);
         assert_eq!(s.breaker, BreakerSettings::default());
+        let s = settings(&[("REDRIVE_CONCURRENCY", "1")]).unwrap();
+        assert_eq!(s.concurrency.get(), 1);
     }
 
     #[test]
@@ -424,6 +440,9 @@ mod tests {
                 &[("REDRIVE_DLQ_URL", "u"), ("REDRIVE_BREAKER_OPEN_FOR", "0s")],
                 "REDRIVE_BREAKER_OPEN_FOR",
             ),
+            (&[("REDRIVE_CONCURRENCY", "0")], "REDRIVE_CONCURRENCY"),
+            (&[("REDRIVE_CONCURRENCY", "10001")], "REDRIVE_CONCURRENCY"),
+            (&[("REDRIVE_CONCURRENCY", "many")], "REDRIVE_CONCURRENCY"),
         ];
         for (vars, variable) in cases {
             let error = settings(vars).unwrap_err();

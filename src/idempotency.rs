@@ -72,7 +72,7 @@ impl MemoryStore {
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock(&self.entries)
     }
 }
 
@@ -330,6 +330,7 @@ mod tests {
             source_queue_url: Some("https://sqs.local/123456789012/q".into()),
             retry: crate::RetryPolicy::default(),
             deadline_margin: Duration::ZERO,
+            ..ProcessorConfig::default()
         };
         let processor = Processor::new(crate::port::RecordingQueue::default(), config);
         let deliveries = [

@@ -50,6 +50,14 @@ mod scan;
 pub mod sqs;
 pub mod stream;
 
+/// Locks `mutex`, taking its data as it is when a panic poisoned it: every mutex here guards data
+/// that a panicking holder leaves consistent (a cache, a generator, a breaker's state).
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub use backoff::{Backoff, RetryPolicy};
 pub use breaker::{BreakerSettings, CircuitBreaker};
 pub use config::Settings;

@@ -2,15 +2,20 @@
 //! (decided by [`crate::fate::Judge`]), carries the fates out and answers Lambda with a partial
 //! batch response.
 use std::any::Any;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::future::{poll_fn, Future};
+use std::num::NonZeroUsize;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsBatchResponse;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 
 use crate::backoff::{RetryPolicy, MAX_DELAY_SECONDS};
@@ -23,6 +28,7 @@ use crate::envelope::{
 use crate::error::{BatchError, ErrorClass, RecordError};
 use crate::event::{MessageAttribute, MessageAttributes, SqsRecord, Text};
 use crate::fate::{Fate, GiveBackReason, Judge, Outcome};
+use crate::lock;
 use crate::metrics::BatchReport;
 use crate::port::{Outbox, QueuePort, VisibilityChange};
 
@@ -129,6 +135,30 @@ pub struct ProcessorConfig {
     /// Records are not started later than this before the Lambda deadline, which leaves time to
     /// send retries and dead letters.
     pub deadline_margin: Duration,
+    /// Records handled at once. On a FIFO queue one record of each message group at a time, in
+    /// order. 1 handles the records one after the other.
+    pub concurrency: NonZeroUsize,
+}
+
+/// The default bound on records in flight: a whole batch of Lambda's default size (10) and any
+/// batch without a batching window run at once, and a larger batch holds at most this many
+/// downstream calls open, well under the 1,024 file descriptors a Lambda function may hold.
+pub const DEFAULT_CONCURRENCY: NonZeroUsize = match NonZeroUsize::new(100) {
+    Some(bound) => bound,
+    None => unreachable!(),
+};
+
+impl Default for ProcessorConfig {
+    /// Report-only, the default retry policy, a 2 s deadline margin, [`DEFAULT_CONCURRENCY`].
+    fn default() -> Self {
+        Self {
+            dlq_url: None,
+            source_queue_url: None,
+            retry: RetryPolicy::default(),
+            deadline_margin: Duration::from_secs(2),
+            concurrency: DEFAULT_CONCURRENCY,
+        }
+    }
 }
 
 impl From<&Settings> for ProcessorConfig {
@@ -138,6 +168,7 @@ impl From<&Settings> for ProcessorConfig {
             source_queue_url: settings.source_queue_url.clone(),
             retry: settings.retry.clone(),
             deadline_margin: settings.deadline_margin,
+            concurrency: settings.concurrency,
         }
     }
 }
@@ -181,14 +212,96 @@ impl<'r> Item<'r> {
     }
 }
 
-/// How handling a record went, before its fate is decided.
+/// How handling a record went, before its fate is decided. The error is boxed: it is rare, and a
+/// slim value is cheap to keep for each record of a large batch.
 #[derive(Debug)]
 enum Handled {
     Succeeded,
-    Failed(RecordError),
+    Failed(Box<RecordError>),
     NotStarted,
     NotDue(Duration),
     NoBody,
+}
+
+/// Which record a worker starts next.
+///
+/// A standard queue's records are independent (a fair queue's `MessageGroupId` names a tenant, not
+/// an order) and are taken in the event's order. On a FIFO queue each message group is a lane: a
+/// group's next record is offered only after the one before it succeeded, since anything else
+/// makes the judge give back the rest of the group ([`Judge::decide`]); of the records on offer the
+/// earliest in the event goes first, so that with a bound of 1 the event's order is kept.
+enum Schedule {
+    InOrder { next: AtomicUsize, len: usize },
+    Lanes(Mutex<Lanes>),
+}
+
+struct Lanes {
+    /// For each record, the next record of its message group.
+    next_in_group: Vec<Option<usize>>,
+    /// The first record not yet started of each lane that may go on, earliest first.
+    offered: BinaryHeap<Reverse<usize>>,
+}
+
+impl Schedule {
+    fn new(items: &[Item<'_>], fifo: bool) -> Self {
+        if !fifo {
+            return Self::InOrder {
+                next: AtomicUsize::new(0),
+                len: items.len(),
+            };
+        }
+        let mut next_in_group = vec![None; items.len()];
+        let mut offered = BinaryHeap::new();
+        let mut last_of_group: HashMap<&str, usize> = HashMap::new();
+        for (index, item) in items.iter().enumerate() {
+            // A FIFO record always has a group; one without is a lane of its own.
+            let previous = item
+                .group()
+                .and_then(|group| last_of_group.insert(group, index));
+            match previous {
+                Some(previous) => next_in_group[previous] = Some(index),
+                None => offered.push(Reverse(index)),
+            }
+        }
+        Self::Lanes(Mutex::new(Lanes {
+            next_in_group,
+            offered,
+        }))
+    }
+
+    /// How many records can run at once at the most.
+    fn lanes(&self) -> usize {
+        match self {
+            Self::InOrder { len, .. } => *len,
+            Self::Lanes(lanes) => lock(lanes).offered.len(),
+        }
+    }
+
+    /// The next record to start, told of the record this worker `finished` and whether it
+    /// succeeded.
+    fn next(&self, finished: Option<(usize, bool)>) -> Option<usize> {
+        match self {
+            Self::InOrder { next, len } => {
+                Some(next.fetch_add(1, Ordering::Relaxed)).filter(|index| index < len)
+            }
+            Self::Lanes(lanes) => {
+                let mut lanes = lock(lanes);
+                if let Some((index, true)) = finished {
+                    if let Some(next) = lanes.next_in_group[index] {
+                        lanes.offered.push(Reverse(next));
+                    }
+                }
+                lanes.offered.pop().map(|Reverse(index)| index)
+            }
+        }
+    }
+}
+
+/// What one worker did: how each record it took went, and the one it is still running.
+#[derive(Default)]
+struct WorkerLog {
+    handled: Vec<(usize, Handled)>,
+    running: Option<usize>,
 }
 
 enum Destination {
@@ -216,10 +329,7 @@ impl<Q: QueuePort> Processor<Q> {
     /// Fixes the jitter's random sequence (tests, reproducible runs).
     #[must_use]
     pub fn with_seed(self, seed: u64) -> Self {
-        *self
-            .rng
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = fastrand::Rng::with_seed(seed);
+        *lock(&self.rng) = fastrand::Rng::with_seed(seed);
         self
     }
 
@@ -239,7 +349,9 @@ impl<Q: QueuePort> Processor<Q> {
         self.queue
     }
 
-    /// Handles each record with `handler`, one after the other, and settles every record's fate.
+    /// Handles the records with `handler`, up to [`ProcessorConfig::concurrency`] at once, and
+    /// settles every record's fate. On a FIFO queue each message group is a lane: its records run
+    /// one at a time in the event's order, and the lanes run side by side.
     /// `deadline_ms` is the Lambda deadline (`Context::deadline`, ms since the epoch).
     pub async fn process<H: RecordHandler>(
         &self,
@@ -248,42 +360,78 @@ impl<Q: QueuePort> Processor<Q> {
         deadline_ms: u64,
     ) -> Result<Processed, BatchError> {
         let (items, fifo) = self.prepare(records)?;
+        let handled = self.handle_all(handler, &items, fifo, deadline_ms).await;
         let mut judge = self.judge(fifo);
         let mut rng = self.rng();
+        let decided = items
+            .iter()
+            .zip(handled)
+            .map(|(item, handled)| decide(&mut judge, &mut rng, item, handled))
+            .collect();
+        Ok(self.settle(&items, decided).await)
+    }
+
+    /// How handling each record went, in the records' order. Workers, as many as the bound lets
+    /// run at once, take records from the schedule and are polled together on this task (no task
+    /// is spawned, so the handler need not be `'static`). One timer for the whole batch cuts off
+    /// the handlers still running at the margin; no record is started past it either.
+    async fn handle_all<H: RecordHandler>(
+        &self,
+        handler: &H,
+        items: &[Item<'_>],
+        fifo: bool,
+        deadline_ms: u64,
+    ) -> Vec<Handled> {
         let budget = self.budget(deadline_ms);
         let cutoff = Cutoff::after(budget);
-        let mut decided = Vec::with_capacity(items.len());
-        // One timer for the whole batch (not one per record): it cuts off a handler that is still
-        // running at the margin. Records are not started past it either.
-        let all_handled = tokio::time::timeout(budget, async {
-            for item in &items {
-                let handled = match judge.is_blocked(item.group()) {
-                    true => None,
-                    false => Some(match self.precheck(item, cutoff) {
-                        Some(handled) => handled,
-                        None => caught(handler.handle(&item.message())).await.into(),
-                    }),
-                };
-                decided.push(decide(&mut judge, &mut rng, item, handled));
+        let schedule = Schedule::new(items, fifo);
+        let workers = self.config.concurrency.get().min(schedule.lanes());
+        let mut logs: Vec<WorkerLog> = (0..workers).map(|_| WorkerLog::default()).collect();
+        let in_time = {
+            let mut running: FuturesUnordered<_> = logs
+                .iter_mut()
+                .map(|log| self.work(handler, items, &schedule, cutoff, log))
+                .collect();
+            tokio::time::timeout(budget, async { while running.next().await.is_some() {} })
+                .await
+                .is_ok()
+        };
+        let mut handled: Vec<Handled> = items.iter().map(|_| Handled::NotStarted).collect();
+        for log in logs {
+            for (index, outcome) in log.handled {
+                handled[index] = outcome;
             }
-        })
-        .await;
-        if all_handled.is_err() {
-            let mut rest = items[decided.len()..].iter();
-            if let Some(running) = rest.next() {
-                let cut_off = Handled::Failed(deadline_error());
-                decided.push(decide(&mut judge, &mut rng, running, Some(cut_off)));
-            }
-            for item in rest {
-                decided.push(decide(
-                    &mut judge,
-                    &mut rng,
-                    item,
-                    Some(Handled::NotStarted),
-                ));
+            if let (false, Some(index)) = (in_time, log.running) {
+                handled[index] = Handled::Failed(Box::new(deadline_error()));
             }
         }
-        Ok(self.settle(&items, decided).await)
+        handled
+    }
+
+    /// One worker: takes the next record the schedule offers until there is none.
+    async fn work<H: RecordHandler>(
+        &self,
+        handler: &H,
+        items: &[Item<'_>],
+        schedule: &Schedule,
+        cutoff: Cutoff,
+        log: &mut WorkerLog,
+    ) {
+        let mut finished = None;
+        while let Some(index) = schedule.next(finished.take()) {
+            let item = &items[index];
+            let handled = match self.precheck(item, cutoff) {
+                Some(handled) => handled,
+                None => {
+                    log.running = Some(index);
+                    let result = caught(handler.handle(&item.message())).await;
+                    log.running = None;
+                    result.into()
+                }
+            };
+            finished = Some((index, matches!(handled, Handled::Succeeded)));
+            log.handled.push((index, handled));
+        }
     }
 
     /// Hands the whole batch to `handler`; on failure, bisects until the failing records are
@@ -327,7 +475,7 @@ impl<Q: QueuePort> Processor<Q> {
                 Ok(()) => mark(&|| Handled::Succeeded),
                 // One record, or a deferral (the downstream is down for all of them): no halving.
                 Err(error) if range.len() == 1 || error.is_deferral() => {
-                    mark(&|| Handled::Failed(error.clone()))
+                    mark(&|| Handled::Failed(Box::new(error.clone())))
                 }
                 Err(_) => {
                     let middle = range.start + range.len() / 2;
@@ -341,7 +489,10 @@ impl<Q: QueuePort> Processor<Q> {
         let decided = items
             .iter()
             .zip(handled)
-            .map(|(item, handled)| decide(&mut judge, &mut rng, item, handled))
+            .map(|(item, handled)| {
+                let handled = handled.unwrap_or(Handled::NotStarted);
+                decide(&mut judge, &mut rng, item, handled)
+            })
             .collect();
         Ok(self.settle(&items, decided).await)
     }
@@ -405,10 +556,7 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// A generator for this batch's jitter, forked from the processor's (seedable) one.
     fn rng(&self) -> fastrand::Rng {
-        self.rng
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .fork()
+        lock(&self.rng).fork()
     }
 
     /// Time left for handling before the deadline margin.
@@ -614,20 +762,11 @@ impl<Q: QueuePort> Processor<Q> {
             .iter()
             .find_map(|item| item.record.event_source_arn.as_deref())
             .unwrap_or_default();
-        if let Some((_, url)) = self
-            .source_urls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find(|(a, _)| a == arn)
-        {
+        if let Some((_, url)) = lock(&self.source_urls).iter().find(|(a, _)| a == arn) {
             return Ok(url.clone());
         }
         let url = self.queue.queue_url(arn).await?;
-        self.source_urls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((arn.to_owned(), url.clone()));
+        lock(&self.source_urls).push((arn.to_owned(), url.clone()));
         Ok(url)
     }
 
@@ -667,7 +806,7 @@ impl From<Result<(), RecordError>> for Handled {
     fn from(result: Result<(), RecordError>) -> Self {
         match result {
             Ok(()) => Self::Succeeded,
-            Err(error) => Self::Failed(error),
+            Err(error) => Self::Failed(Box::new(error)),
         }
     }
 }
@@ -701,23 +840,23 @@ fn decide(
     judge: &mut Judge<'_>,
     rng: &mut fastrand::Rng,
     item: &Item<'_>,
-    handled: Option<Handled>,
+    handled: Handled,
 ) -> Decided {
     let (outcome, error) = match handled {
-        None => (Outcome::GroupBlocked, None),
-        Some(Handled::Failed(error)) => {
+        Handled::Failed(error) => {
             let fate = judge.decide(
                 item.group(),
                 Outcome::Failed(&error),
                 item.attempts_before,
                 || rng.f64(),
             );
-            return (fate, Some(Box::new(error)));
+            return (fate, Some(error));
         }
-        Some(Handled::Succeeded) => (Outcome::Succeeded, None),
-        Some(Handled::NotStarted) => (Outcome::NotStarted, None),
-        Some(Handled::NotDue(left)) => (Outcome::NotDue(left), None),
-        Some(Handled::NoBody) => (Outcome::NoBody, None),
+        Handled::Succeeded => (Outcome::Succeeded, None),
+        // Not started: its group was blocked (the judge knows), or the deadline came first.
+        Handled::NotStarted => (Outcome::NotStarted, None),
+        Handled::NotDue(left) => (Outcome::NotDue(left), None),
+        Handled::NoBody => (Outcome::NoBody, None),
     };
     (
         judge.decide(item.group(), outcome, item.attempts_before, || rng.f64()),

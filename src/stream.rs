@@ -255,6 +255,7 @@ mod tests {
                 source_queue_url: None,
                 retry: RetryPolicy::default(),
                 deadline_margin: std::time::Duration::ZERO,
+                ..ProcessorConfig::default()
             },
         )
     }

@@ -33,6 +33,7 @@ async fn run(file: &str, handler: EventRedrive<RecordingQueue, RecordingInvoker>
             source_queue_url: None,
             retry: RetryPolicy::default(),
             deadline_margin: Duration::from_secs(2),
+            ..ProcessorConfig::default()
         },
     );
     let mut context = Context::default();

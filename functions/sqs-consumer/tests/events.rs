@@ -47,6 +47,7 @@ async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
         source_queue_url: None,
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(2),
+        ..ProcessorConfig::default()
     };
     let processor = Processor::new(RecordingQueue::default(), config);
     let handler = OrdersHandler::new(

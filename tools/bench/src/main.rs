@@ -129,6 +129,7 @@ fn processor(dlq: Option<&str>) -> Processor<RecordingQueue> {
         source_queue_url: Some("https://sqs.us-east-1.amazonaws.com/123456789012/orders".into()),
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(2),
+        ..ProcessorConfig::default()
     };
     Processor::new(RecordingQueue::default(), config)
 }

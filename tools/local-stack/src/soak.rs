@@ -6,6 +6,7 @@
 //! was redriven beyond the cap.
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -91,6 +92,8 @@ pub struct SoakConfig {
     pub slow_for: Duration,
     pub budget: Duration,
     pub reprocess_cap: u32,
+    /// Records the processor handles at once.
+    pub concurrency: NonZeroUsize,
 }
 
 /// The figures the soak prints; `lost` must be 0.
@@ -356,6 +359,7 @@ pub async fn run<Q: SoakQueues>(
             source_queue_url: Some(source_url.to_owned()),
             retry: config.retry.clone(),
             deadline_margin: Duration::from_millis(5),
+            concurrency: config.concurrency,
         },
     )
     .with_clock(clock.clone())
@@ -610,6 +614,7 @@ impl SoakConfig {
             slow_for: Duration::from_millis(30),
             budget: Duration::from_millis(15),
             reprocess_cap: 3,
+            concurrency: NonZeroUsize::new(4).expect("not zero"),
         }
     }
 
