@@ -1,9 +1,12 @@
 //! `make bench`: one run, one table. Throughput on a 10,000-record SQS event against Powertools for
 //! AWS Lambda (Python and TypeScript) doing the same work, side by side; start-up of the release
 //! `bootstrap`; its peak memory on that event; SQS requests per re-sent message; zip sizes.
+mod io_bound;
 mod runtime_api;
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -67,18 +70,22 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
-/// An SQS event as Lambda delivers it: `records` orders, every `FAIL_EVERY`th marked to fail.
-fn generate_event(records: usize) -> String {
+/// An SQS event as Lambda delivers it: `records` orders, every `FAIL_EVERY`th marked to fail; from
+/// a FIFO queue when `fifo_groups` is given, its records dealt round the groups in turn (no order
+/// fails there: a failure holds back the rest of its group, and each processor would then do a
+/// different amount of work).
+fn generate_event(records: usize, fifo_groups: Option<usize>) -> String {
     let records: Vec<serde_json::Value> = (0..records)
         .map(|i| {
-            let status = if i % FAIL_EVERY == FAIL_EVERY - 1 { "fail" } else { "ok" };
+            let fails = i % FAIL_EVERY == FAIL_EVERY - 1 && fifo_groups.is_none();
+            let status = if fails { "fail" } else { "ok" };
             let body = format!(
                 r#"{{"orderId":"o-{i:06}","customerId":"c-{}","status":"{status}","amount":{}.{:02},"currency":"EUR"}}"#,
                 i % 977,
                 10 + i % 90,
                 i % 100
             );
-            serde_json::json!({
+            let mut record = serde_json::json!({
                 "messageId": format!("{:08x}-1f2e-4d3c-8b7a-{i:012}", i * 7919),
                 "receiptHandle": format!("AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a{i:08}/AE6QY/ZpGgmyLqZ4uAQIlR2BJu0uVnJ5fTWf5Y0lzNVvsG+Jyc=="),
                 "body": body,
@@ -93,7 +100,15 @@ fn generate_event(records: usize) -> String {
                 "eventSource": "aws:sqs",
                 "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
                 "awsRegion": "us-east-1"
-            })
+            });
+            if let Some(groups) = fifo_groups {
+                record["eventSourceARN"] = "arn:aws:sqs:us-east-1:123456789012:orders.fifo".into();
+                let attributes = &mut record["attributes"];
+                attributes["MessageGroupId"] = format!("customer-{}", i % groups).into();
+                attributes["MessageDeduplicationId"] = format!("o-{i:06}").into();
+                attributes["SequenceNumber"] = format!("1884949646046769{i:06}").into();
+            }
+            record
         })
         .collect();
     serde_json::json!({ "Records": records }).to_string()
@@ -124,12 +139,16 @@ impl RecordHandler for CheckStatus {
 }
 
 fn processor(dlq: Option<&str>) -> Processor<RecordingQueue> {
+    processor_with(dlq, ProcessorConfig::default().concurrency)
+}
+
+fn processor_with(dlq: Option<&str>, concurrency: NonZeroUsize) -> Processor<RecordingQueue> {
     let config = ProcessorConfig {
         dlq_url: dlq.map(str::to_owned),
         source_queue_url: Some("https://sqs.us-east-1.amazonaws.com/123456789012/orders".into()),
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(2),
-        ..ProcessorConfig::default()
+        concurrency,
     };
     Processor::new(RecordingQueue::default(), config)
 }
@@ -140,11 +159,21 @@ fn run_once(
     processor: &Processor<RecordingQueue>,
     event: &[u8],
 ) -> (Duration, usize, redrive::BatchReport) {
+    run_with(runtime, processor, &CheckStatus, event)
+}
+
+/// [`run_once`] with another handler.
+fn run_with(
+    runtime: &tokio::runtime::Runtime,
+    processor: &Processor<RecordingQueue>,
+    handler: &impl RecordHandler,
+    event: &[u8],
+) -> (Duration, usize, redrive::BatchReport) {
     let started = Instant::now();
     let mut decoded = String::new();
     let parsed = SqsEvent::from_slice_in(event, &mut decoded).expect("valid event");
     let processed = runtime
-        .block_on(processor.process(&CheckStatus, &parsed.records, FAR_FUTURE_MS))
+        .block_on(processor.process(handler, &parsed.records, FAR_FUTURE_MS))
         .expect("batch");
     let response = serde_json::to_vec(&processed.response).expect("response");
     let elapsed = started.elapsed();
@@ -295,10 +324,10 @@ struct Peer {
 }
 
 impl Peer {
-    fn spawn(program: &Path, script: &Path, event: &Path) -> Result<Self, String> {
+    fn spawn(program: &Path, script: &Path, args: &[&OsStr]) -> Result<Self, String> {
         let mut child = Command::new(program)
             .arg(script)
-            .arg(event)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -317,9 +346,14 @@ impl Peer {
     /// `PEER_BURST` runs of each mode, back to back; each mode's median. An error when the peer
     /// fails or disagrees on the failures.
     fn run(&mut self, expected_failures: usize) -> Result<Vec<PeerResult>, String> {
+        self.burst(PEER_BURST, expected_failures)
+    }
+
+    /// [`Peer::run`] with `burst` runs of each mode.
+    fn burst(&mut self, burst: usize, expected_failures: usize) -> Result<Vec<PeerResult>, String> {
         let failed = |e: &dyn std::fmt::Display| format!("{}: {e}", self.script.display());
         let runs = self.runs.as_mut().ok_or_else(|| failed(&"closed"))?;
-        writeln!(runs, "{PEER_BURST}")
+        writeln!(runs, "{burst}")
             .and_then(|()| runs.flush())
             .map_err(|e| failed(&e))?;
         let mut line = String::new();
@@ -397,7 +431,7 @@ impl PeerSamples {
 fn main() -> Result<(), String> {
     let args = parse_args()?;
     std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
-    let event = generate_event(RECORDS);
+    let event = generate_event(RECORDS, None);
     let event_path = args.out.join("event-10k.json");
     std::fs::write(&event_path, &event).map_err(|e| e.to_string())?;
     let expected_failures = RECORDS / FAIL_EVERY;
@@ -411,8 +445,12 @@ fn main() -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     let mut ours = Ours::new(&runtime, event.as_bytes(), expected_failures);
-    let mut python = Peer::spawn(&args.python, &args.python_peer, &event_path)?;
-    let mut node = Peer::spawn(Path::new("node"), &args.node_peer, &event_path)?;
+    let mut python = Peer::spawn(&args.python, &args.python_peer, &[event_path.as_os_str()])?;
+    let mut node = Peer::spawn(
+        Path::new("node"),
+        &args.node_peer,
+        &[event_path.as_os_str()],
+    )?;
     let (mut python_samples, mut node_samples) = (PeerSamples::default(), PeerSamples::default());
     for sample in 0..PEER_WARMUP + SAMPLES {
         let counted = sample >= PEER_WARMUP;
@@ -434,6 +472,23 @@ fn main() -> Result<(), String> {
     let node_modes = node_samples.modes();
     let (node_name, _, node_ratio) = node_samples.fastest();
     let (naive_ms, raw_value_ms) = references(event.as_bytes(), expected_failures);
+
+    // I/O-bound: the peers' I/O scripts sit beside their throughput scripts.
+    let io_python = args.python_peer.with_file_name("powertools_io.py");
+    let io_node = args.node_peer.with_file_name("powertools_io.mjs");
+    let mut io_measured = Vec::new();
+    for scenario in io_bound::SCENARIOS {
+        eprintln!("I/O-bound {}", scenario.label);
+        let measured = io_bound::measure(
+            &runtime,
+            scenario,
+            &args.out,
+            &args.python,
+            &io_python,
+            &io_node,
+        )?;
+        io_measured.push((scenario, measured));
+    }
 
     // Start-up: exec of the release bootstrap until its first runtime API request.
     let bootstrap = args
@@ -537,6 +592,39 @@ fn main() -> Result<(), String> {
         ">= 8x",
         node_ratio >= 8.0,
     );
+    for (scenario, measured) in &io_measured {
+        let floor = measured.floor_ms(scenario);
+        let ours = measured.ours_ms;
+        row(
+            &format!(
+                "I/O {}: redrive, REDRIVE_CONCURRENCY={} (median)",
+                scenario.label, scenario.concurrency
+            ),
+            format!(
+                "{ours:.1} ms = {:.2}x the floor {floor:.1} ms (waits + {:.2} ms CPU; a lone downstream call of {} ms takes {:.2} ms)",
+                ours / floor,
+                measured.cpu_ms,
+                scenario.latency.as_millis(),
+                measured.lone_call_ms
+            ),
+            // FIFO's target is against the peers alone.
+            if scenario.fifo_groups.is_some() { "-" } else { "<= 1.1x floor" },
+            ours <= 1.1 * floor,
+        );
+        for (name, peer_ms) in &measured.peers {
+            let (target, met) = match scenario.fifo_groups {
+                Some(_) => (">= 8x", peer_ms / ours >= 8.0),
+                None if name.contains("TypeScript") => ("redrive no slower", ours <= *peer_ms),
+                None => ("-", true),
+            };
+            row(
+                &format!("I/O {}: {name} (median)", scenario.label),
+                format!("{peer_ms:.1} ms ({:.2}x redrive)", peer_ms / ours),
+                target,
+                met,
+            );
+        }
+    }
     row(
         "redrive with the retry scheduler on (100 re-sends, in-memory SQS)",
         format!("{scheduled_ms:.2} ms"),
