@@ -55,6 +55,7 @@ module "consumer" {
   batch_size                    = each.value.batch_size
   batching_window_seconds       = each.value.batching_window_seconds
   maximum_concurrency           = each.value.maximum_concurrency
+  record_concurrency            = each.value.record_concurrency
   log_retention_days            = var.log_retention_days
   alarm_topic_arn               = module.alerts.topic_arn
   alarm_period_seconds          = var.alarms.period_seconds

@@ -23,6 +23,7 @@ variable "consumers" {
     batch_size                    = number
     batching_window_seconds       = number
     maximum_concurrency           = number
+    record_concurrency            = number
   }))
 
   validation {

@@ -10,7 +10,10 @@ use aws_sdk_sqs::Client;
 use lambda_runtime::{Context, LambdaEvent};
 use redrive::clock::{Clock, SystemClock};
 use redrive::lambda::Bytes;
-use redrive::{BreakerSettings, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
+use redrive::{
+    BreakerSettings, CircuitBreaker, Message as Record, Meta, Processor, ProcessorConfig,
+    RecordError, RecordHandler, SqsQueue,
+};
 use redrive_local::poller::{Poll, Poller};
 use redrive_local::provision::{depth, provision, QueuePair};
 use redrive_local::topology::{self, Topology};
@@ -76,7 +79,9 @@ impl Stack {
 
         let client = redrive_local::sqs_client();
         let queue = provision(&client, &topology).await.unwrap().remove(0);
-        let settings = topology.settings(&queue.dlq_url, options.settings).unwrap();
+        let settings = topology
+            .settings(key, &queue.dlq_url, options.settings)
+            .unwrap();
         let knobs = options.knobs;
         let payments = SimulatedPayments::from_lookup(|name| {
             knobs
@@ -116,7 +121,7 @@ impl Stack {
     pub fn reconfigure(&mut self, overrides: &[(&str, &str)]) {
         let settings = self
             .topology
-            .settings(&self.queue.dlq_url, overrides)
+            .settings(&self.queue.key, &self.queue.dlq_url, overrides)
             .unwrap();
         self.processor = Processor::new(
             SqsQueue::with_client(self.client.clone()),
@@ -166,22 +171,29 @@ impl Stack {
 
     /// Invokes the consumer in process, as Lambda would, with the function timeout as deadline.
     pub async fn invoke(&self, event: String) -> Result<String, String> {
-        self.invoke_with_deadline(
-            event,
-            SystemClock.now_ms() + self.timeout.as_millis() as u64,
-        )
-        .await
+        self.invoke_handler(event, &self.consumer).await
+    }
+
+    /// [`Stack::invoke`] with another handler (one that wraps the consumer).
+    pub async fn invoke_handler(
+        &self,
+        event: String,
+        handler: &impl RecordHandler,
+    ) -> Result<String, String> {
+        let deadline_ms = SystemClock.now_ms() + self.timeout.as_millis() as u64;
+        self.invoke_with_deadline(event, deadline_ms, handler).await
     }
 
     pub async fn invoke_with_deadline(
         &self,
         event: String,
         deadline_ms: u64,
+        handler: &impl RecordHandler,
     ) -> Result<String, String> {
         let mut context = Context::default();
         context.deadline = deadline_ms;
         let event = LambdaEvent::new(Bytes::from(event), context);
-        let processed = redrive::lambda::handle_batch(event, &self.processor, &self.consumer)
+        let processed = redrive::lambda::handle_batch(event, &self.processor, handler)
             .await
             .map_err(|e| e.to_string())?;
         Ok(serde_json::to_string(&processed.response).unwrap())
@@ -189,12 +201,19 @@ impl Stack {
 
     /// Polls until the source queue is empty (nothing visible, in flight or delayed), or `limit`.
     pub async fn drain(&self, limit: Duration) -> Vec<Poll> {
+        self.drain_with(&self.consumer, limit).await
+    }
+
+    /// [`Stack::drain`] with another handler.
+    pub async fn drain_with(&self, handler: &impl RecordHandler, limit: Duration) -> Vec<Poll> {
         let poller = self.poller();
         let started = Instant::now();
         let mut polls = Vec::new();
         while started.elapsed() < limit {
             let poll = poller
-                .poll(Duration::from_secs(1), |event| self.invoke(event))
+                .poll(Duration::from_secs(1), |event| {
+                    self.invoke_handler(event, handler)
+                })
                 .await
                 .unwrap();
             if poll.received > 0 {
@@ -297,4 +316,55 @@ pub fn order_id(message: &Message) -> String {
     let body: serde_json::Value =
         serde_json::from_str(message.body().unwrap_or_default()).unwrap_or_default();
     body["orderId"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Wraps a handler and counts the records in flight, in all and per message group.
+pub struct InFlight<'h, H> {
+    inner: &'h H,
+    counts: std::sync::Mutex<Counts>,
+}
+
+#[derive(Default)]
+struct Counts {
+    now: usize,
+    most: usize,
+    per_group: std::collections::HashMap<String, usize>,
+    most_in_a_group: usize,
+}
+
+impl<'h, H> InFlight<'h, H> {
+    pub fn new(inner: &'h H) -> Self {
+        Self {
+            inner,
+            counts: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The most records in flight at once, in all and in one message group.
+    pub fn most(&self) -> (usize, usize) {
+        let counts = self.counts.lock().unwrap();
+        (counts.most, counts.most_in_a_group)
+    }
+
+    fn change(&self, group: Option<&str>, entering: bool) {
+        let mut counts = self.counts.lock().unwrap();
+        let step = |n: &mut usize| if entering { *n += 1 } else { *n -= 1 };
+        step(&mut counts.now);
+        counts.most = counts.most.max(counts.now);
+        if let Some(group) = group {
+            let in_group = counts.per_group.entry(group.to_owned()).or_default();
+            step(in_group);
+            let in_group = *in_group;
+            counts.most_in_a_group = counts.most_in_a_group.max(in_group);
+        }
+    }
+}
+
+impl<H: RecordHandler> RecordHandler for InFlight<'_, H> {
+    async fn handle(&self, message: &Record<'_>) -> Result<(), RecordError> {
+        self.change(message.group_id(), true);
+        let result = self.inner.handle(message).await;
+        self.change(message.group_id(), false);
+        result
+    }
 }

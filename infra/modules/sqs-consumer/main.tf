@@ -47,6 +47,7 @@ module "function" {
   environment = merge(var.environment, {
     REDRIVE_DLQ_URL      = aws_sqs_queue.dlq.url
     REDRIVE_MAX_ATTEMPTS = tostring(var.max_attempts)
+    REDRIVE_CONCURRENCY  = tostring(var.record_concurrency)
   })
   statements = [
     {

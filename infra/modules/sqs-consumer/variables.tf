@@ -133,6 +133,17 @@ variable "maximum_concurrency" {
   }
 }
 
+variable "record_concurrency" {
+  description = "REDRIVE_CONCURRENCY: records one invocation handles at once (on FIFO, one per message group at a time)."
+  type        = number
+  default     = 100
+
+  validation {
+    condition     = var.record_concurrency >= 1 && var.record_concurrency <= 10000 && floor(var.record_concurrency) == var.record_concurrency
+    error_message = "record_concurrency must be a whole number from 1 to 10000."
+  }
+}
+
 variable "log_retention_days" {
   description = "Retention of the function's log group."
   type        = number

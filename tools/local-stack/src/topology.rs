@@ -24,6 +24,8 @@ pub struct Consumer {
     pub max_receive_count: u32,
     pub batch_size: u32,
     pub batching_window_seconds: u32,
+    /// Records the function handles at once (`REDRIVE_CONCURRENCY`).
+    pub record_concurrency: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -96,11 +98,15 @@ impl Topology {
         )
     }
 
-    /// The `REDRIVE_*` environment Terraform gives the consumer functions (see infra/).
-    pub fn function_env(&self, dlq_url: &str) -> Vec<(String, String)> {
+    /// The `REDRIVE_*` environment Terraform gives the function of consumer `key` (see infra/).
+    pub fn function_env(&self, key: &str, dlq_url: &str) -> Vec<(String, String)> {
         let seconds = |s: f64| format!("{s}s");
         let mut env = vec![
             ("REDRIVE_DLQ_URL".to_owned(), dlq_url.to_owned()),
+            (
+                "REDRIVE_CONCURRENCY".to_owned(),
+                self.consumers[key].record_concurrency.to_string(),
+            ),
             (
                 "REDRIVE_MAX_ATTEMPTS".to_owned(),
                 self.retry.max_attempts.to_string(),
@@ -146,10 +152,11 @@ impl Topology {
     /// parsing and validation as in Lambda.
     pub fn settings(
         &self,
+        key: &str,
         dlq_url: &str,
         overrides: &[(&str, &str)],
     ) -> Result<redrive::Settings, redrive::ConfigError> {
-        let mut env = self.function_env(dlq_url);
+        let mut env = self.function_env(key, dlq_url);
         for (name, value) in overrides {
             env.retain(|(n, _)| n != name);
             env.push((name.to_string(), value.to_string()));

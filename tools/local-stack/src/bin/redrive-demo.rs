@@ -26,6 +26,9 @@ use sqs_consumer::payments::SimulatedPayments;
 /// Keep each queue under this many messages: moto slows down with depth.
 const MAX_QUEUED: u64 = 150;
 const RUN_LIMIT: Duration = Duration::from_secs(600);
+/// Every payment call takes this long, as a real downstream does: the batch durations show what
+/// handling records concurrently (`REDRIVE_CONCURRENCY`) does with it.
+const PAYMENT_LATENCY: &str = "20ms";
 
 /// One consumer of the topology with its workload and figures.
 struct Lane {
@@ -38,6 +41,9 @@ struct Lane {
     produced: usize,
     report: BatchReport,
     whole_batch_errors: usize,
+    /// Records and duration (ms) of each invocation.
+    batches: Vec<(u32, f64)>,
+    concurrency: usize,
 }
 
 impl Lane {
@@ -88,18 +94,21 @@ impl Lane {
         let poll = self
             .poller
             .poll(Duration::from_millis(200), |event| async {
+                let started = Instant::now();
                 let mut context = Context::default();
                 context.deadline = SystemClock.now_ms() + timeout_ms;
                 let event = LambdaEvent::new(Bytes::from(event), context);
                 let processed = redrive::lambda::handle_batch(event, processor, handler)
                     .await
                     .map_err(|e| e.to_string())?;
-                report = Some(processed.report);
+                report = Some((processed.report, started.elapsed()));
                 serde_json::to_string(&processed.response).map_err(|e| e.to_string())
             })
             .await?;
-        if let Some(report) = report {
+        if let Some((report, took)) = report {
             self.report.absorb(&report);
+            self.batches
+                .push((report.records, took.as_secs_f64() * 1000.0));
         }
         self.whole_batch_errors += usize::from(poll.whole_batch_failed);
         Ok(())
@@ -223,8 +232,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut lanes = Vec::new();
     for queue in pairs {
         let consumer = &topology.consumers[&queue.key];
-        let settings = topology.settings(&queue.dlq_url, &[])?;
-        let mut payments = SimulatedPayments::from_lookup(|_| None)?.recording();
+        let settings = topology.settings(&queue.key, &queue.dlq_url, &[])?;
+        let mut payments = SimulatedPayments::from_lookup(|name| {
+            (name == "PAYMENTS_LATENCY").then(|| PAYMENT_LATENCY.to_owned())
+        })?
+        .recording();
         let workload = match queue.fifo {
             true => fifo_workload(&mut payments),
             false => standard_workload(&mut payments, Duration::from_secs_f64(240.0 / scale)),
@@ -250,6 +262,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             produced: 0,
             report: BatchReport::default(),
             whole_batch_errors: 0,
+            batches: Vec::new(),
+            concurrency: settings.concurrency.get(),
         });
     }
     let total: usize = lanes.iter().map(|l| l.workload.len()).sum();
@@ -447,6 +461,41 @@ async fn report(
         );
     }
 
+    println!(
+        "\n== Batch durations (every payment call takes {PAYMENT_LATENCY}; records in flight at once: REDRIVE_CONCURRENCY)"
+    );
+    println!(
+        "{:<18}{:>12}{:>10}{:>14}{:>12}{:>12}{:>22}",
+        "consumer",
+        "concurrency",
+        "batches",
+        "records/batch",
+        "median ms",
+        "max ms",
+        "one at a time (est.)"
+    );
+    for lane in lanes.iter().filter(|lane| !lane.batches.is_empty()) {
+        let latency_ms = lane.handler.payments().latency.as_secs_f64() * 1000.0;
+        let middle = |mut values: Vec<f64>| {
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        };
+        let records = middle(lane.batches.iter().map(|(n, _)| f64::from(*n)).collect());
+        let took: Vec<f64> = lane.batches.iter().map(|(_, ms)| *ms).collect();
+        let longest = took.iter().copied().fold(0.0, f64::max);
+        println!(
+            "{:<18}{:>12}{:>10}{:>14}{:>12.1}{:>12.1}{:>19.0} ms",
+            lane.queue.key,
+            lane.concurrency,
+            lane.batches.len(),
+            records,
+            middle(took),
+            longest,
+            records * latency_ms
+        );
+    }
+    println!("  (FIFO: one record per message group at a time; the groups run side by side)");
+
     // Alarms first: reading the DLQs below makes their messages invisible for a while.
     println!("\n== Alarms (rules from the tfvars, evaluated on the local figures)");
     let alarms = &topology.alarms;
@@ -533,7 +582,7 @@ async fn report(
     }
 
     println!("\n== Retry delays scheduled (DelaySeconds), against the policy (scaled {scale}x)");
-    let policy = topology.settings("unused", &[])?.retry;
+    let policy = topology.settings(&lanes[0].queue.key, "unused", &[])?.retry;
     let sent: Vec<Sent> = lanes
         .iter()
         .flat_map(|lane| lane.processor.queue().sent())
