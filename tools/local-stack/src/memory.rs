@@ -86,14 +86,16 @@ impl MemorySqs {
             .map_or(0, |queue| queue.messages.len())
     }
 
-    /// When the next message of `url` becomes visible, if any is waiting.
+    /// When the next message of `url` becomes visible, if any is waiting. On a FIFO queue only
+    /// each group's earliest message counts: the later ones wait for it, visible or not.
     pub fn next_visible_ms(&self, url: &str) -> Option<u64> {
         let state = self.state();
-        state
-            .queues
-            .get(url)?
+        let queue = state.queues.get(url)?;
+        let mut groups_seen = HashSet::new();
+        queue
             .messages
             .iter()
+            .filter(|m| !queue.fifo || groups_seen.insert(m.group.as_deref()))
             .map(|m| m.visible_at_ms)
             .min()
     }
@@ -247,11 +249,9 @@ impl QueuePort for MemorySqs {
             message.receives += 1;
             message.visible_at_ms = now + hold_ms;
             message.receipt = format!("{}#{}", message.id, message.receives);
+            // A FIFO group's later messages may come in the same receive, in order; after it, the
+            // group waits until they are deleted or visible again (the check above).
             received.push(record_of(message));
-            if fifo {
-                // Later messages of the group wait until this one is deleted or visible again.
-                closed_groups.insert(message.group.clone().unwrap_or_default());
-            }
             index += 1;
         }
         if let Some((dlq, _)) = redrive {

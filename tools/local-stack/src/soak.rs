@@ -94,6 +94,8 @@ pub struct SoakConfig {
     pub reprocess_cap: u32,
     /// Records the processor handles at once.
     pub concurrency: NonZeroUsize,
+    /// A FIFO source (and DLQ) with the messages dealt round this many message groups.
+    pub fifo_groups: Option<usize>,
 }
 
 /// The figures the soak prints; `lost` must be 0.
@@ -108,11 +110,18 @@ pub struct SoakReport {
     pub effects_more_than_once: usize,
     pub duplicates_absorbed: u64,
     pub duplicate_dead_letters: usize,
+    /// Messages in the DLQ that also took effect: on FIFO the attempt is the receive count, so a
+    /// dead-lettered record delivered again after a lost delete is a later attempt, and may
+    /// succeed (its dead letter, a panic's, stays for review; redriven, the guard absorbs it).
+    pub dead_and_processed: usize,
     pub redriven: u32,
     pub beyond_cap: usize,
     pub invocations: u64,
     pub injected_send_failures: u64,
     pub lost_deletes: u64,
+    /// FIFO: effects that came before an earlier message of their group's (before the redrive,
+    /// which brings dead letters home out of order by nature).
+    pub out_of_order: u64,
     pub elapsed: Duration,
 }
 
@@ -123,6 +132,7 @@ impl SoakReport {
             && self.effects_more_than_once == 0
             && self.beyond_cap == 0
             && self.still_queued == 0
+            && self.out_of_order == 0
     }
 }
 
@@ -150,6 +160,11 @@ impl fmt::Display for SoakReport {
         writeln!(f, "  duplicate dead letters      {:>8}  (one message dead-lettered twice after a lost delete)", self.duplicate_dead_letters)?;
         writeln!(
             f,
+            "  dead letters also processed {:>8}  (delivered again after a lost delete, and done)",
+            self.dead_and_processed
+        )?;
+        writeln!(
+            f,
             "  redriven from the DLQ       {:>8}  (beyond the cap: {})",
             self.redriven, self.beyond_cap
         )?;
@@ -160,6 +175,11 @@ impl fmt::Display for SoakReport {
             self.injected_send_failures
         )?;
         writeln!(f, "  lost deletes (redelivered)  {:>8}", self.lost_deletes)?;
+        writeln!(
+            f,
+            "  effects out of group order  {:>8}  (FIFO, before the redrive)",
+            self.out_of_order
+        )?;
         write!(
             f,
             "  invariant                   {:>8}  ({:.1} s)",
@@ -295,17 +315,24 @@ impl<Q: QueuePort> QueuePort for Faulty<Q> {
     }
 }
 
-/// The handler under test: follows each message's plan and records its effect.
+/// The handler under test: follows each message's plan and records its effect, and on FIFO
+/// whether it came in its group's order.
 pub struct PlannedHandler {
     effects: Mutex<HashMap<String, u32>>,
     down: AtomicBool,
     slow_for: Duration,
+    /// The latest message number that took effect in each group, while the order is checked.
+    group_order: Mutex<Option<HashMap<String, usize>>>,
+    out_of_order: AtomicU64,
 }
 
 #[derive(serde::Deserialize)]
 struct Body<'a> {
     id: &'a str,
     plan: &'a str,
+    /// The message's number: within a group, a later message has a higher one.
+    seq: usize,
+    group: Option<&'a str>,
 }
 
 impl RecordHandler for PlannedHandler {
@@ -325,6 +352,14 @@ impl RecordHandler for PlannedHandler {
             Plan::Panic if first => panic!("bug on {}", body.id),
             Plan::Slow if first => tokio::time::sleep(self.slow_for).await,
             _ => {}
+        }
+        if let (Some(group), Some(order)) = (body.group, self.group_order.lock().unwrap().as_mut())
+        {
+            let latest = order.entry(group.to_owned()).or_insert(body.seq);
+            if body.seq < *latest {
+                self.out_of_order.fetch_add(1, Ordering::Relaxed);
+            }
+            *latest = body.seq.max(*latest);
         }
         *self
             .effects
@@ -369,6 +404,8 @@ pub async fn run<Q: SoakQueues>(
             effects: Mutex::default(),
             down: AtomicBool::new(true),
             slow_for: config.slow_for,
+            group_order: Mutex::new(config.fifo_groups.map(|_| HashMap::new())),
+            out_of_order: AtomicU64::new(0),
         },
         MemoryStore::new(config.messages * 2).with_clock(clock.clone()),
         KeyFrom::BodyField("/id".into()),
@@ -377,9 +414,16 @@ pub async fn run<Q: SoakQueues>(
     // it is set to about the function timeout.
     handler.lease = config.budget * 2;
     let mut rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed);
+    let group_of = |n: usize| config.fifo_groups.map(|groups| format!("g-{}", n % groups));
     let mut bodies = (0..config.messages).map(|n| {
-        let plan = Plan::draw(&mut rng);
-        format!(r#"{{"id":"m-{n}","plan":"{}"}}"#, plan.encode())
+        let plan = Plan::draw(&mut rng).encode();
+        let body = match group_of(n) {
+            Some(group) => {
+                format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n},"group":"{group}"}}"#)
+            }
+            None => format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n}}}"#),
+        };
+        (n, body)
     });
     let mut report = SoakReport {
         messages: config.messages,
@@ -401,12 +445,12 @@ pub async fn run<Q: SoakQueues>(
             let batch: Vec<OutgoingMessage<'static>> = bodies
                 .by_ref()
                 .take((config.max_queued - depth).min(10))
-                .map(|body| OutgoingMessage {
+                .map(|(n, body)| OutgoingMessage {
                     body: Text::from(body),
                     attributes: Vec::new(),
                     delay_seconds: 0,
-                    group_id: None,
-                    deduplication_id: None,
+                    group_id: group_of(n).map(Text::from),
+                    deduplication_id: group_of(n).map(|_| Text::from(format!("m-{n}"))),
                 })
                 .collect();
             produced += batch.len();
@@ -427,6 +471,7 @@ pub async fn run<Q: SoakQueues>(
     // Phase 2: the downstream and SQS heal; the DLQ is redriven under the policy until nothing
     // more can go home (permanent failures stay for review).
     handler.inner().down.store(false, Ordering::SeqCst);
+    *handler.inner().group_order.lock().unwrap() = None;
     queue.heal();
     let settings = ReprocessSettings {
         policy: RedrivePolicy {
@@ -463,6 +508,7 @@ pub async fn run<Q: SoakQueues>(
     let effects = handler.inner().effects.lock().unwrap().clone();
     report.duplicates_absorbed = handler.duplicates();
     report.injected_send_failures = queue.injected.load(Ordering::Relaxed);
+    report.out_of_order = handler.inner().out_of_order.load(Ordering::Relaxed);
     report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
     report.processed = effects.len();
     let mut dead: BTreeMap<String, u32> = BTreeMap::new();
@@ -479,6 +525,7 @@ pub async fn run<Q: SoakQueues>(
     }
     report.duplicate_dead_letters = dead.values().map(|n| (*n - 1) as usize).sum();
     let dead_not_processed = dead.keys().filter(|id| !effects.contains_key(*id)).count();
+    report.dead_and_processed = dead.len() - dead_not_processed;
     report.in_dlq = dead.len();
     report.still_queued = queue.inner().depth(source_url).await?;
     report.lost = config
@@ -615,6 +662,7 @@ impl SoakConfig {
             budget: Duration::from_millis(15),
             reprocess_cap: 3,
             concurrency: NonZeroUsize::new(4).expect("not zero"),
+            fifo_groups: None,
         }
     }
 
@@ -636,12 +684,35 @@ impl SoakConfig {
     }
 }
 
+impl SoakConfig {
+    /// The same run on a FIFO queue whose messages are dealt round `groups` message groups.
+    #[must_use]
+    pub fn fifo(self, groups: usize) -> Self {
+        Self {
+            fifo_groups: Some(groups),
+            ..self
+        }
+    }
+
+    /// `.fifo` on a FIFO run's queue names.
+    fn suffix(&self) -> &'static str {
+        match self.fifo_groups {
+            Some(_) => ".fifo",
+            None => "",
+        }
+    }
+}
+
 /// The in-memory run's queues: a source with a redrive policy to its DLQ.
 pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError> {
     let sqs =
         crate::memory::MemorySqs::new(Arc::new(redrive::clock::ManualClock::at(1_763_790_000_000)));
-    let (dlq, _) = sqs.create("soak-dlq", None);
-    let (url, arn) = sqs.create("soak", Some((&dlq, config.max_receive_count)));
+    let suffix = config.suffix();
+    let (dlq, _) = sqs.create(&format!("soak-dlq{suffix}"), None);
+    let (url, arn) = sqs.create(
+        &format!("soak{suffix}"),
+        Some((&dlq, config.max_receive_count)),
+    );
     run(sqs, (&url, &arn), &dlq, config).await
 }
 
@@ -666,13 +737,16 @@ pub async fn run_on_moto(prefix: &str, config: &SoakConfig) -> Result<SoakReport
             }
         };
     use aws_sdk_sqs::types::QueueAttributeName;
-    let (dlq, dlq_arn) = create(format!("{prefix}-dlq"), Vec::new()).await?;
+    let suffix = config.suffix();
+    let fifo: Vec<(QueueAttributeName, String)> = match config.fifo_groups {
+        Some(_) => vec![(QueueAttributeName::FifoQueue, "true".to_owned())],
+        None => Vec::new(),
+    };
+    let (dlq, dlq_arn) = create(format!("{prefix}-dlq{suffix}"), fifo.clone()).await?;
     let policy = serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": config.max_receive_count });
-    let (url, arn) = create(
-        prefix.to_owned(),
-        vec![(QueueAttributeName::RedrivePolicy, policy.to_string())],
-    )
-    .await?;
+    let mut attributes = fifo;
+    attributes.push((QueueAttributeName::RedrivePolicy, policy.to_string()));
+    let (url, arn) = create(format!("{prefix}{suffix}"), attributes).await?;
     run(
         redrive::SqsQueue::with_client(client),
         (&url, &arn),

@@ -1,5 +1,6 @@
 //! The short soak of `make test` (the full one is `make soak`): the invariant holds on every seed,
-//! and the faults really happened.
+//! and the faults really happened; on FIFO, effects also come in each group's order. Every run
+//! handles records concurrently (`SoakConfig::concurrency`).
 use redrive_local::soak::{run_in_memory, run_on_moto, SoakConfig, SoakReport};
 
 fn check(report: &SoakReport) {
@@ -19,19 +20,45 @@ fn check(report: &SoakReport) {
     );
     assert_eq!(
         report.processed + report.in_dlq + report.still_queued,
-        report.messages,
-        "every message is processed or in the DLQ, once: {report}"
+        report.messages + report.dead_and_processed,
+        "every message is processed or in the DLQ: {report}"
     );
+    assert!(
+        report.dead_and_processed <= report.lost_deletes as usize,
+        "a message both done and dead-lettered needs a lost delete: {report}"
+    );
+}
+
+/// On a standard queue a message is processed or in the DLQ, never both.
+fn check_standard(report: &SoakReport) {
+    check(report);
+    assert_eq!(report.dead_and_processed, 0, "{report}");
+}
+
+/// On FIFO, effects also came in each group's order.
+fn check_fifo(report: &SoakReport) {
+    check(report);
+    assert_eq!(report.out_of_order, 0, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_messages_in_memory_on_two_seeds() {
     for seed in [1, 2] {
-        check(
+        check_standard(
             &run_in_memory(&SoakConfig::memory(10_000, seed))
                 .await
                 .unwrap(),
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_groups_keep_their_order_in_memory() {
+    for seed in [3, 4] {
+        let report = run_in_memory(&SoakConfig::memory(5_000, seed).fifo(8))
+            .await
+            .unwrap();
+        check_fifo(&report);
     }
 }
 
@@ -42,9 +69,22 @@ async fn three_hundred_messages_on_moto() {
         "run with `make test` (moto server and AWS_ENDPOINT_URL)"
     );
     let prefix = format!("t{}-soak", std::process::id());
-    check(
+    check_standard(
         &run_on_moto(&prefix, &SoakConfig::moto(300, 7))
             .await
             .unwrap(),
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_groups_keep_their_order_on_moto() {
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok(),
+        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
+    );
+    let prefix = format!("t{}-soak-fifo", std::process::id());
+    let report = run_on_moto(&prefix, &SoakConfig::moto(150, 11).fifo(3))
+        .await
+        .unwrap();
+    check_fifo(&report);
 }

@@ -1,5 +1,7 @@
 //! `make soak`: the full fault-injection soak. 100,000 messages per seed on the in-memory SQS and
-//! 2,000 on moto; prints the invariant figures and fails if the invariant breaks on any seed.
+//! 2,000 on moto, each on a standard and on a FIFO queue, with records handled concurrently; prints
+//! the invariant figures and fails if the invariant breaks on any seed (on FIFO, the invariant
+//! includes effects in each group's order).
 //!
 //! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3]
 use std::process::ExitCode;
@@ -54,33 +56,44 @@ async fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|_| {}));
     let mut broken = false;
     for &seed in &args.seeds {
-        if args.memory > 0 {
-            println!("== in-memory SQS, {} messages, seed {seed}", args.memory);
-            match run_in_memory(&SoakConfig::memory(args.memory, seed)).await {
-                Ok(report) => {
-                    println!("{report}\n");
-                    broken |= !report.holds();
-                }
-                Err(error) => {
-                    eprintln!("redrive-soak: {error}");
-                    return ExitCode::FAILURE;
+        // Each run on a standard queue, then on a FIFO queue whose messages are dealt round groups.
+        for groups in [None, Some(8)] {
+            let on = |config: SoakConfig| match groups {
+                Some(groups) => config.fifo(groups),
+                None => config,
+            };
+            let kind = groups.map_or("standard".to_owned(), |g| format!("FIFO, {g} groups"));
+            if args.memory > 0 {
+                println!(
+                    "== in-memory SQS, {kind}, {} messages, seed {seed}",
+                    args.memory
+                );
+                match run_in_memory(&on(SoakConfig::memory(args.memory, seed))).await {
+                    Ok(report) => {
+                        println!("{report}\n");
+                        broken |= !report.holds();
+                    }
+                    Err(error) => {
+                        eprintln!("redrive-soak: {error}");
+                        return ExitCode::FAILURE;
+                    }
                 }
             }
-        }
-        if args.moto > 0 {
-            println!(
-                "== moto through the SDK, {} messages, seed {seed}",
-                args.moto
-            );
-            let prefix = format!("soak-{}-{seed}", std::process::id());
-            match run_on_moto(&prefix, &SoakConfig::moto(args.moto, seed)).await {
-                Ok(report) => {
-                    println!("{report}\n");
-                    broken |= !report.holds();
-                }
-                Err(error) => {
-                    eprintln!("redrive-soak: {error}");
-                    return ExitCode::FAILURE;
+            if args.moto > 0 {
+                println!(
+                    "== moto through the SDK, {kind}, {} messages, seed {seed}",
+                    args.moto
+                );
+                let prefix = format!("soak-{}-{seed}", std::process::id());
+                match run_on_moto(&prefix, &on(SoakConfig::moto(args.moto, seed))).await {
+                    Ok(report) => {
+                        println!("{report}\n");
+                        broken |= !report.holds();
+                    }
+                    Err(error) => {
+                        eprintln!("redrive-soak: {error}");
+                        return ExitCode::FAILURE;
+                    }
                 }
             }
         }
