@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use redrive::ErrorClass;
-use support::{meta, order, order_id, Options, Stack};
+use support::{meta, order, order_id, InFlight, Options, Stack};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -239,6 +239,48 @@ async fn fifo_keeps_group_order_under_failure_while_other_groups_advance() {
 }
 
 #[tokio::test]
+async fn fifo_groups_run_side_by_side_each_in_order_end_to_end() {
+    let knobs = [
+        ("PAYMENTS_LATENCY", "30ms"),
+        ("PAYMENTS_FLAKY_ORDERS", "b-2:1"),
+    ];
+    let settings = [
+        ("REDRIVE_RETRY_SEQUENCE", "1s"),
+        ("REDRIVE_CONCURRENCY", "3"),
+    ];
+    let stack = Stack::new(
+        "fifo-lanes",
+        Options {
+            fifo: true,
+            knobs: &knobs,
+            settings: &settings,
+            ..Options::default()
+        },
+    )
+    .await;
+    for group in ["a", "b", "c"] {
+        let orders: Vec<String> = (1..=3).map(|n| order(&format!("{group}-{n}"))).collect();
+        stack.send(&orders, Some(group)).await;
+    }
+
+    let counting = InFlight::new(&stack.consumer);
+    stack.drain_with(&counting, LIMIT).await;
+    let (most, most_in_a_group) = counting.most();
+    assert_eq!(most_in_a_group, 1, "one record of a group at a time");
+    assert!(most > 1, "the groups overlapped ({most} at most)");
+    assert!(most <= 3, "REDRIVE_CONCURRENCY=3 bounds them ({most})");
+    let charged = stack.charged();
+    for group in ["a", "b", "c"] {
+        let in_group: Vec<&String> = charged.iter().filter(|id| id.starts_with(group)).collect();
+        let expected: Vec<String> = (1..=3).map(|n| format!("{group}-{n}")).collect();
+        assert_eq!(in_group, expected.iter().collect::<Vec<_>>(), "{charged:?}");
+    }
+    let dead = stack.dlq_messages().await;
+    assert!(dead.is_empty());
+    stack.assert_accounted(9, &dead).await;
+}
+
+#[tokio::test]
 async fn a_failing_retry_send_gives_the_record_back_and_nothing_is_lost() {
     let knobs = [("PAYMENTS_FLAKY_ORDERS", "o-flaky:1")];
     let broken = [
@@ -303,7 +345,7 @@ async fn a_record_given_back_max_receive_count_times_is_dead_lettered_by_the_que
         let poll = stack
             .poller()
             .poll(Duration::from_secs(3), |event| {
-                stack.invoke_with_deadline(event, 0)
+                stack.invoke_with_deadline(event, 0, &stack.consumer)
             })
             .await
             .unwrap();
