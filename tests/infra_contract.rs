@@ -458,6 +458,41 @@ fn async_failures(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// A function that an SQS event source mapping invokes (a mapping without the stream-only
+/// `starting_position`) and that may send to SQS re-sends to its own trigger: Lambda's recursive
+/// loop detection would stop that chain after 16 invocations, so its module call sets
+/// `recursive_loop = "Allow"` (the code bounds the chain).
+fn recursion(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for mapping in module.blocks("resource", "aws_lambda_event_source_mapping") {
+            if present(mapping, "starting_position") {
+                continue;
+            }
+            let target = attr(mapping, "function_name").unwrap_or_default();
+            for call in module.calls("function") {
+                let sends =
+                    statements(std::slice::from_ref(module))
+                        .iter()
+                        .any(|(w, actions, ..)| {
+                            w.contains(&format!(" module {} statement", label(call, 0)))
+                                && actions.contains("\"sqs:SendMessage\"")
+                        });
+                let invoked = target.starts_with(&format!("module.{}.", label(call, 0)));
+                if invoked && sends && attr(call, "recursive_loop").as_deref() != Some("\"Allow\"")
+                {
+                    violations.push(format!(
+                        "{}: {}: re-sends to the queue that triggers it without recursive_loop = \"Allow\"",
+                        module.dir,
+                        label(call, 0)
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
 #[test]
 fn the_configuration_keeps_every_rule() {
     let modules = parse(&sources());
@@ -468,6 +503,7 @@ fn the_configuration_keeps_every_rule() {
         ("iam", iam(&modules)),
         ("event targets", event_targets(&modules)),
         ("async failures", async_failures(&modules)),
+        ("recursion", recursion(&modules)),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
     }
@@ -720,5 +756,23 @@ fn an_async_function_or_schedule_without_a_failure_destination_is_caught() {
     assert_eq!(
         async_failures(&schedule),
         ["modules/redrive: reprocess: no dead-letter queue"]
+    );
+}
+
+#[test]
+fn a_consumer_left_to_lambdas_loop_detection_is_caught() {
+    let consumer = broken(CONSUMER, "recursive_loop = \"Allow\"", "");
+    assert_eq!(
+        recursion(&consumer),
+        ["modules/sqs-consumer: function: re-sends to the queue that triggers it without recursive_loop = \"Allow\""]
+    );
+    let redrive = broken(
+        "modules/redrive/main.tf",
+        "recursive_loop = \"Allow\"",
+        "recursive_loop = \"Terminate\"",
+    );
+    assert_eq!(
+        recursion(&redrive),
+        ["modules/redrive: event_redrive: re-sends to the queue that triggers it without recursive_loop = \"Allow\""]
     );
 }

@@ -85,3 +85,11 @@ resource "aws_lambda_function" "function" {
 
   depends_on = [aws_iam_role_policy.function]
 }
+
+# Lambda stops a chain SQS -> this function -> the same queue after 16 invocations from one
+# triggering event (recursive loop detection). A consumer that re-sends to its own trigger (retries,
+# hops past 900 s, deferrals) sets Allow and bounds every chain in its code instead.
+resource "aws_lambda_function_recursion_config" "function" {
+  function_name  = aws_lambda_function.function.function_name
+  recursive_loop = var.recursive_loop
+}

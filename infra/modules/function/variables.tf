@@ -65,6 +65,17 @@ variable "statements" {
   }
 }
 
+variable "recursive_loop" {
+  description = "Lambda recursive loop detection: Allow for a function that re-sends to the queue that triggers it (and bounds those chains itself), Terminate otherwise."
+  type        = string
+  default     = "Terminate"
+
+  validation {
+    condition     = contains(["Allow", "Terminate"], var.recursive_loop)
+    error_message = "recursive_loop must be Allow or Terminate."
+  }
+}
+
 variable "log_retention_days" {
   description = "Retention of the function's log group."
   type        = number

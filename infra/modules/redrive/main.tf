@@ -147,6 +147,9 @@ module "event_redrive" {
   zip                = var.event_redrive_zip
   timeout_seconds    = var.event_redrive_timeout_seconds
   log_retention_days = var.log_retention_days
+  # A failed redelivery is retried by re-sending to the event DLQ that triggers it, within its
+  # attempts and REDRIVE_REPROCESS_MAX.
+  recursive_loop = "Allow"
   environment = merge(var.environment, {
     REDRIVE_DLQ_URL       = aws_sqs_queue.parked_dlq.url
     REDRIVE_REPROCESS_MAX = tostring(var.policy.max_reprocess)

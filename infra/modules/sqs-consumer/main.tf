@@ -44,6 +44,9 @@ module "function" {
   timeout_seconds    = var.function_timeout_seconds
   memory_mb          = var.function_memory_mb
   log_retention_days = var.log_retention_days
+  # Retries, hops and deferrals are re-sent to the source queue: a chain Lambda would stop after 16
+  # invocations. The code bounds each chain (REDRIVE_MAX_ATTEMPTS, the retry sequence's hops).
+  recursive_loop = "Allow"
   environment = merge(var.environment, {
     REDRIVE_DLQ_URL      = aws_sqs_queue.dlq.url
     REDRIVE_MAX_ATTEMPTS = tostring(var.max_attempts)
