@@ -33,7 +33,9 @@ use crate::metrics::BatchReport;
 use crate::port::{Outbox, QueuePort, VisibilityChange};
 
 /// Handles one message. Return a [`RecordError`] saying whether the failure is transient or
-/// permanent; a panic is caught and treated as permanent (class `panic`).
+/// permanent; a panic is caught and treated as permanent (class `panic`). Several records of a
+/// batch are handled at once ([`ProcessorConfig::concurrency`]), all through `&self`: state shared
+/// between them needs a lock or an atomic.
 pub trait RecordHandler: Sync {
     fn handle(&self, message: &Message<'_>)
         -> impl Future<Output = Result<(), RecordError>> + Send;
@@ -181,6 +183,11 @@ pub struct Processed<R = SqsBatchResponse> {
     pub report: BatchReport,
 }
 
+/// Runs a batch's records through a handler and carries out their fates. One processor serves all
+/// of a warm container's invocations, several at once too (Lambda Managed Instances run
+/// `lambda_runtime`'s concurrent mode; share it behind an `Arc`): what it keeps between batches
+/// (the jitter generator, the queue URLs it looked up) is behind locks, and each batch has a bound
+/// of its own.
 pub struct Processor<Q> {
     queue: Q,
     config: ProcessorConfig,
