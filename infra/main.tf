@@ -16,6 +16,7 @@ locals {
       REDRIVE_BACKOFF_BASE      = "${var.retry.backoff_base_seconds}s"
       REDRIVE_BACKOFF_FACTOR    = tostring(var.retry.backoff_factor)
       REDRIVE_BACKOFF_CAP       = "${var.retry.backoff_cap_seconds}s"
+      REDRIVE_DEFER_MAX_AGE     = "${var.retry.defer_max_age_seconds}s"
       REDRIVE_DEADLINE_MARGIN   = "${var.deadline_margin_seconds}s"
       REDRIVE_BREAKER_THRESHOLD = tostring(var.breaker.threshold)
       REDRIVE_BREAKER_OPEN_FOR  = "${var.breaker.open_for_seconds}s"

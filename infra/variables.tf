@@ -41,6 +41,8 @@ variable "retry" {
     backoff_factor       = number
     backoff_cap_seconds  = number
     sequence_seconds     = list(number)
+    # How long after its first failure a record may still be deferred (REDRIVE_DEFER_MAX_AGE).
+    defer_max_age_seconds = number
   })
 
   validation {
@@ -58,6 +60,10 @@ variable "retry" {
   validation {
     condition     = alltrue([for s in var.retry.sequence_seconds : s >= 0 && s <= 43200])
     error_message = "Every retry.sequence_seconds entry must be between 0 and 43200 (12 h)."
+  }
+  validation {
+    condition     = var.retry.defer_max_age_seconds >= 60 && var.retry.defer_max_age_seconds <= 1209600
+    error_message = "retry.defer_max_age_seconds must be between 60 (1 min) and 1209600 (14 d, SQS's longest retention)."
   }
 }
 

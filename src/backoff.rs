@@ -7,6 +7,13 @@ use crate::error::ConfigError;
 pub const MAX_DELAY_SECONDS: u32 = 900;
 /// Longest wait a policy may ask for between two attempts.
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(12 * 3600);
+/// How long a record may be deferred (a breaker open, a handler asking to wait) after its first
+/// failure before it is dead-lettered: an outage longer than this moves its records to the DLQ,
+/// where the reprocessor sends them home after the downstream heals.
+pub const DEFAULT_DEFER_MAX_AGE: Duration = Duration::from_secs(3600);
+/// The range `REDRIVE_DEFER_MAX_AGE` accepts: a minute up to SQS's longest retention.
+pub const DEFER_MAX_AGE_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_secs(60)..=Duration::from_secs(14 * 86400);
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Backoff {
@@ -26,6 +33,9 @@ pub struct RetryPolicy {
     pub backoff: Backoff,
     /// Deliveries a record gets in all, the first one included.
     pub max_attempts: u32,
+    /// Deferrals spend no attempt, so they are bounded by time instead: past this age since the
+    /// first failure a deferred record is dead-lettered (see [`DEFAULT_DEFER_MAX_AGE`]).
+    pub defer_max_age: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -37,6 +47,7 @@ impl Default for RetryPolicy {
                 cap: Duration::from_secs(u64::from(MAX_DELAY_SECONDS)),
             },
             max_attempts: 5,
+            defer_max_age: DEFAULT_DEFER_MAX_AGE,
         }
     }
 }
@@ -68,6 +79,9 @@ impl RetryPolicy {
         let invalid = |reason: &str| ConfigError::new("retry policy", &format!("{self:?}"), reason);
         if !(1..=100).contains(&self.max_attempts) {
             return Err(invalid("max attempts must be between 1 and 100"));
+        }
+        if !DEFER_MAX_AGE_RANGE.contains(&self.defer_max_age) {
+            return Err(invalid("the deferral age limit must be between 1m and 14d"));
         }
         match &self.backoff {
             Backoff::Exponential { base, factor, cap } => {
@@ -139,6 +153,7 @@ mod tests {
         let policy = RetryPolicy {
             backoff: Backoff::Sequence(parse_sequence("5m,5m,30m,1h").unwrap()),
             max_attempts: 7,
+            ..RetryPolicy::default()
         };
         let minutes: Vec<u64> = (1..=6)
             .map(|n| policy.delay(n, 0.3).as_secs() / 60)
@@ -168,8 +183,14 @@ mod tests {
         let long = RetryPolicy {
             backoff: Backoff::Sequence(vec![Duration::from_secs(50_000)]),
             max_attempts: 2,
+            ..RetryPolicy::default()
         };
         assert!(long.validate().is_err());
+        let instant = RetryPolicy {
+            defer_max_age: Duration::from_secs(59),
+            ..RetryPolicy::default()
+        };
+        assert!(instant.validate().unwrap_err().reason.contains("deferral"));
         assert!(RetryPolicy::default().validate().is_ok());
     }
 }

@@ -29,6 +29,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("REDRIVE_BACKOFF_BASE", "2s"),
     ("REDRIVE_BACKOFF_FACTOR", "2"),
     ("REDRIVE_BACKOFF_CAP", "15m"),
+    (
+        "REDRIVE_DEFER_MAX_AGE",
+        "1h: how long after its first failure a record may still be deferred (1m to 14d)",
+    ),
     ("REDRIVE_DEADLINE_MARGIN", "2s"),
     (
         "REDRIVE_CONCURRENCY",
@@ -224,9 +228,21 @@ impl Settings {
             Backoff::Exponential { .. } => 5,
         };
         let max_attempts = env.whole("REDRIVE_MAX_ATTEMPTS", default_attempts as u32, 1..=100)?;
+        let defer_max_age = duration(
+            "REDRIVE_DEFER_MAX_AGE",
+            crate::backoff::DEFAULT_DEFER_MAX_AGE,
+        )?;
+        if !crate::backoff::DEFER_MAX_AGE_RANGE.contains(&defer_max_age) {
+            return Err(ConfigError::new(
+                "REDRIVE_DEFER_MAX_AGE",
+                &format!("{defer_max_age:?}"),
+                "between 1m and 14d",
+            ));
+        }
         let retry = RetryPolicy {
             backoff,
             max_attempts,
+            defer_max_age,
         }
         .validate()
         .map_err(|error| {
@@ -389,6 +405,8 @@ mod tests {
         assert_eq!(s.deadline_margin, Duration::from_secs(2));
         assert_eq!(s.concurrency, crate::processor::DEFAULT_CONCURRENCY);
         assert_eq!(s.breaker, BreakerSettings::default());
+        let s = settings(&[("REDRIVE_DEFER_MAX_AGE", "6h")]).unwrap();
+        assert_eq!(s.retry.defer_max_age, Duration::from_secs(6 * 3600));
         let s = settings(&[("REDRIVE_CONCURRENCY", "1")]).unwrap();
         assert_eq!(s.concurrency.get(), 1);
     }
@@ -439,6 +457,12 @@ mod tests {
             (
                 &[("REDRIVE_DLQ_URL", "u"), ("REDRIVE_BREAKER_OPEN_FOR", "0s")],
                 "REDRIVE_BREAKER_OPEN_FOR",
+            ),
+            (&[("REDRIVE_DEFER_MAX_AGE", "30s")], "REDRIVE_DEFER_MAX_AGE"),
+            (&[("REDRIVE_DEFER_MAX_AGE", "15d")], "REDRIVE_DEFER_MAX_AGE"),
+            (
+                &[("REDRIVE_DEFER_MAX_AGE", "later")],
+                "REDRIVE_DEFER_MAX_AGE",
             ),
             (&[("REDRIVE_CONCURRENCY", "0")], "REDRIVE_CONCURRENCY"),
             (&[("REDRIVE_CONCURRENCY", "10001")], "REDRIVE_CONCURRENCY"),

@@ -85,6 +85,25 @@ pub enum StreamFate {
     Checkpoint,
 }
 
+/// What earlier deliveries of a record left behind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct History {
+    /// Failed attempts before this delivery.
+    pub attempts_before: u32,
+    /// Time since the record first failed (zero when it never has).
+    pub failing_for: Duration,
+}
+
+impl History {
+    /// A history of `attempts_before` failed attempts, the first one just now.
+    pub const fn attempts(attempts_before: u32) -> Self {
+        Self {
+            attempts_before,
+            failing_for: Duration::ZERO,
+        }
+    }
+}
+
 /// Decides fates for one batch. It remembers the FIFO message groups that must stop.
 pub struct Judge<'p> {
     policy: &'p RetryPolicy,
@@ -116,13 +135,12 @@ impl<'p> Judge<'p> {
         self.fifo && group.is_some_and(|group| self.blocked_groups.iter().any(|g| g == group))
     }
 
-    /// The fate of a record whose earlier deliveries failed `attempts_before` times.
-    /// `jitter` draws a uniform random number in [0, 1), only when a backoff is computed.
+    /// The fate of a record with the given `history`. `jitter` draws a uniform random number in [0, 1), only when a backoff is computed.
     pub fn decide(
         &mut self,
         group: Option<&str>,
         outcome: Outcome<'_>,
-        attempts_before: u32,
+        history: History,
         jitter: impl FnOnce() -> f64,
     ) -> Fate {
         let outcome = if self.is_blocked(group) {
@@ -130,7 +148,7 @@ impl<'p> Judge<'p> {
         } else {
             outcome
         };
-        let fate = match self.fate(outcome, attempts_before, jitter) {
+        let fate = match self.fate(outcome, history, jitter) {
             Fate::Retry { .. } | Fate::Defer { .. } | Fate::DeadLetter { .. }
                 if self.report_only =>
             {
@@ -165,12 +183,7 @@ impl<'p> Judge<'p> {
         }
     }
 
-    fn fate(
-        &self,
-        outcome: Outcome<'_>,
-        attempts_before: u32,
-        jitter: impl FnOnce() -> f64,
-    ) -> Fate {
+    fn fate(&self, outcome: Outcome<'_>, history: History, jitter: impl FnOnce() -> f64) -> Fate {
         let give_back = |reason, visibility| Fate::GiveBack { reason, visibility };
         match outcome {
             Outcome::Succeeded => Fate::Done,
@@ -179,6 +192,16 @@ impl<'p> Judge<'p> {
             Outcome::GroupBlocked => give_back(GiveBackReason::GroupBlocked, Some(Duration::ZERO)),
             Outcome::NotDue(left) if self.fifo => give_back(GiveBackReason::FifoDefer, Some(left)),
             Outcome::NotDue(left) => Fate::Defer { delay: left },
+            // A FIFO deferral is given back in place: the queue's maxReceiveCount bounds it.
+            Outcome::Failed(error)
+                if error.is_deferral()
+                    && !self.fifo
+                    && history.failing_for >= self.policy.defer_max_age =>
+            {
+                Fate::DeadLetter {
+                    attempts: history.attempts_before,
+                }
+            }
             Outcome::Failed(error) if error.is_deferral() => {
                 let delay = error.retry_after_hint().unwrap_or_default();
                 match self.fifo {
@@ -187,7 +210,7 @@ impl<'p> Judge<'p> {
                 }
             }
             Outcome::Failed(error) => {
-                let attempts = attempts_before.saturating_add(1);
+                let attempts = history.attempts_before.saturating_add(1);
                 if error.class() != ErrorClass::Transient || attempts >= self.policy.max_attempts {
                     return Fate::DeadLetter { attempts };
                 }
@@ -247,21 +270,21 @@ mod tests {
         let mut judge = Judge::new(&policy, false);
         let error = transient();
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&error), 0, || 0.5),
+            judge.decide(None, Outcome::Failed(&error), History::attempts(0), || 0.5),
             Fate::Retry {
                 attempts: 1,
                 delay: Duration::from_secs(1)
             }
         );
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&error), 3, || 1.0),
+            judge.decide(None, Outcome::Failed(&error), History::attempts(3), || 1.0),
             Fate::Retry {
                 attempts: 4,
                 delay: Duration::from_secs(16)
             }
         );
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&error), 4, || 0.5),
+            judge.decide(None, Outcome::Failed(&error), History::attempts(4), || 0.5),
             Fate::DeadLetter { attempts: 5 }
         );
     }
@@ -273,11 +296,16 @@ mod tests {
         let permanent = RecordError::permanent("invalid", "no");
         let panic = RecordError::panic("boom".into());
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&permanent), 0, || 0.5),
+            judge.decide(
+                None,
+                Outcome::Failed(&permanent),
+                History::attempts(0),
+                || 0.5
+            ),
             Fate::DeadLetter { attempts: 1 }
         );
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&panic), 2, || 0.5),
+            judge.decide(None, Outcome::Failed(&panic), History::attempts(2), || 0.5),
             Fate::DeadLetter { attempts: 3 }
         );
     }
@@ -288,7 +316,7 @@ mod tests {
         let mut judge = Judge::new(&policy, false);
         let hinted = transient().retry_after(Duration::from_secs(3600));
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&hinted), 0, || 0.5),
+            judge.decide(None, Outcome::Failed(&hinted), History::attempts(0), || 0.5),
             Fate::Retry {
                 attempts: 1,
                 delay: Duration::from_secs(3600)
@@ -296,17 +324,74 @@ mod tests {
         );
         let deferred = RecordError::defer("circuit_open", Duration::from_secs(30));
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&deferred), 4, || 0.5),
+            judge.decide(
+                None,
+                Outcome::Failed(&deferred),
+                History::attempts(4),
+                || 0.5
+            ),
             Fate::Defer {
                 delay: Duration::from_secs(30)
             }
         );
         assert_eq!(
-            judge.decide(None, Outcome::NotDue(Duration::from_secs(60)), 1, || 0.5),
+            judge.decide(
+                None,
+                Outcome::NotDue(Duration::from_secs(60)),
+                History::attempts(1),
+                || 0.5
+            ),
             Fate::Defer {
                 delay: Duration::from_secs(60)
             }
         );
+    }
+
+    #[test]
+    fn a_deferral_past_the_age_limit_is_dead_lettered_without_spending_an_attempt() {
+        let policy = RetryPolicy::default();
+        let deferred = RecordError::defer("circuit_open", Duration::from_secs(30));
+        let failing_for = |age| History {
+            attempts_before: 2,
+            failing_for: age,
+        };
+        let just_under = failing_for(policy.defer_max_age - Duration::from_millis(1));
+        assert_eq!(
+            Judge::new(&policy, false).decide(None, Outcome::Failed(&deferred), just_under, || 0.5),
+            Fate::Defer {
+                delay: Duration::from_secs(30)
+            }
+        );
+        let at_limit = failing_for(policy.defer_max_age);
+        assert_eq!(
+            Judge::new(&policy, false).decide(None, Outcome::Failed(&deferred), at_limit, || 0.5),
+            Fate::DeadLetter { attempts: 2 }
+        );
+        // The age limit bounds deferrals only; attempts bound failures, and SQS a FIFO record.
+        assert_eq!(
+            Judge::new(&policy, false).decide(
+                None,
+                Outcome::Failed(&transient()),
+                at_limit,
+                || 0.5
+            ),
+            Fate::Retry {
+                attempts: 3,
+                delay: Duration::from_secs(4)
+            }
+        );
+        assert!(matches!(
+            Judge::new(&policy, true).decide(
+                Some("a"),
+                Outcome::Failed(&deferred),
+                at_limit,
+                || 0.5
+            ),
+            Fate::GiveBack {
+                reason: GiveBackReason::FifoDefer,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -315,7 +400,12 @@ mod tests {
         let mut judge = Judge::new(&policy, true);
         let error = transient();
         assert_eq!(
-            judge.decide(Some("a"), Outcome::Failed(&error), 0, || 1.0),
+            judge.decide(
+                Some("a"),
+                Outcome::Failed(&error),
+                History::attempts(0),
+                || 1.0
+            ),
             Fate::GiveBack {
                 reason: GiveBackReason::FifoRetry,
                 visibility: Some(Duration::from_secs(2))
@@ -324,14 +414,19 @@ mod tests {
         assert!(judge.is_blocked(Some("a")));
         assert!(!judge.is_blocked(Some("b")));
         assert_eq!(
-            judge.decide(Some("a"), Outcome::GroupBlocked, 0, || 0.5),
+            judge.decide(
+                Some("a"),
+                Outcome::GroupBlocked,
+                History::attempts(0),
+                || 0.5
+            ),
             Fate::GiveBack {
                 reason: GiveBackReason::GroupBlocked,
                 visibility: Some(Duration::ZERO)
             }
         );
         assert_eq!(
-            judge.decide(Some("b"), Outcome::Succeeded, 0, || 0.5),
+            judge.decide(Some("b"), Outcome::Succeeded, History::attempts(0), || 0.5),
             Fate::Done
         );
         assert!(!judge.is_blocked(Some("b")));
@@ -346,16 +441,26 @@ mod tests {
             visibility: None,
         };
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&transient()), 0, || 0.5),
+            judge.decide(
+                None,
+                Outcome::Failed(&transient()),
+                History::attempts(0),
+                || 0.5
+            ),
             reported
         );
         let permanent = RecordError::permanent("invalid", "no");
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&permanent), 0, || 0.5),
+            judge.decide(
+                None,
+                Outcome::Failed(&permanent),
+                History::attempts(0),
+                || 0.5
+            ),
             reported
         );
         assert_eq!(
-            judge.decide(None, Outcome::Succeeded, 0, || 0.5),
+            judge.decide(None, Outcome::Succeeded, History::attempts(0), || 0.5),
             Fate::Done
         );
     }
@@ -364,7 +469,7 @@ mod tests {
     fn standard_queues_never_block_groups() {
         let policy = RetryPolicy::default();
         let mut judge = Judge::new(&policy, false);
-        judge.decide(Some("a"), Outcome::NotStarted, 0, || 0.5);
+        judge.decide(Some("a"), Outcome::NotStarted, History::attempts(0), || 0.5);
         assert!(!judge.is_blocked(Some("a")));
     }
 }

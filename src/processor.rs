@@ -27,7 +27,7 @@ use crate::envelope::{
 };
 use crate::error::{BatchError, ErrorClass, RecordError};
 use crate::event::{MessageAttribute, MessageAttributes, SqsRecord, Text};
-use crate::fate::{Fate, GiveBackReason, Judge, Outcome};
+use crate::fate::{Fate, GiveBackReason, History, Judge, Outcome};
 use crate::lock;
 use crate::metrics::BatchReport;
 use crate::port::{Outbox, QueuePort, VisibilityChange};
@@ -217,6 +217,17 @@ impl<'r> Item<'r> {
     fn group(&self) -> Option<&'r str> {
         self.record.attributes.message_group_id.as_deref()
     }
+    /// Its failures so far; the first failure's time travels in the metadata of re-sent copies.
+    fn history(&self, now_ms: u64) -> History {
+        let first_failure_ms = self
+            .meta
+            .as_ref()
+            .map_or(now_ms, |meta| meta.first_failure_at.0);
+        History {
+            attempts_before: self.attempts_before,
+            failing_for: Duration::from_millis(now_ms.saturating_sub(first_failure_ms)),
+        }
+    }
 }
 
 /// How handling a record went, before its fate is decided. The error is boxed: it is rare, and a
@@ -368,13 +379,7 @@ impl<Q: QueuePort> Processor<Q> {
     ) -> Result<Processed, BatchError> {
         let (items, fifo) = self.prepare(records)?;
         let handled = self.handle_all(handler, &items, fifo, deadline_ms).await;
-        let mut judge = self.judge(fifo);
-        let mut rng = self.rng();
-        let decided = items
-            .iter()
-            .zip(handled)
-            .map(|(item, handled)| decide(&mut judge, &mut rng, item, handled))
-            .collect();
+        let decided = self.decide_all(&items, handled, fifo);
         Ok(self.settle(&items, decided).await)
     }
 
@@ -491,17 +496,29 @@ impl<Q: QueuePort> Processor<Q> {
                 }
             }
         }
+        let handled = handled
+            .into_iter()
+            .map(|handled| handled.unwrap_or(Handled::NotStarted));
+        let decided = self.decide_all(&items, handled, fifo);
+        Ok(self.settle(&items, decided).await)
+    }
+
+    /// Every record's fate, decided in the records' order (a FIFO group's first failure blocks the
+    /// rest of the group, whichever finished first).
+    fn decide_all(
+        &self,
+        items: &[Item<'_>],
+        handled: impl IntoIterator<Item = Handled>,
+        fifo: bool,
+    ) -> Vec<Decided> {
         let mut judge = self.judge(fifo);
         let mut rng = self.rng();
-        let decided = items
+        let now = self.clock.now_ms();
+        items
             .iter()
             .zip(handled)
-            .map(|(item, handled)| {
-                let handled = handled.unwrap_or(Handled::NotStarted);
-                decide(&mut judge, &mut rng, item, handled)
-            })
-            .collect();
-        Ok(self.settle(&items, decided).await)
+            .map(|(item, handled)| decide(&mut judge, &mut rng, item.history(now), item, handled))
+            .collect()
     }
 
     pub(crate) fn judge(&self, fifo: bool) -> Judge<'_> {
@@ -846,17 +863,19 @@ type Decided = (Fate, Option<Box<RecordError>>);
 fn decide(
     judge: &mut Judge<'_>,
     rng: &mut fastrand::Rng,
+    history: History,
     item: &Item<'_>,
     handled: Handled,
 ) -> Decided {
     let (outcome, error) = match handled {
         Handled::Failed(error) => {
-            let fate = judge.decide(
-                item.group(),
-                Outcome::Failed(&error),
-                item.attempts_before,
-                || rng.f64(),
-            );
+            let fate = judge.decide(item.group(), Outcome::Failed(&error), history, || rng.f64());
+            let error = match fate {
+                Fate::DeadLetter { .. } if error.is_deferral() => {
+                    Box::new(deferred_too_long(&error, history.failing_for))
+                }
+                _ => error,
+            };
             return (fate, Some(error));
         }
         Handled::Succeeded => (Outcome::Succeeded, None),
@@ -866,8 +885,21 @@ fn decide(
         Handled::NoBody => (Outcome::NoBody, None),
     };
     (
-        judge.decide(item.group(), outcome, item.attempts_before, || rng.f64()),
+        judge.decide(item.group(), outcome, history, || rng.f64()),
         error,
+    )
+}
+
+/// The failure a record is dead-lettered with when its deferrals outlast the age limit: transient,
+/// so that the reprocessor sends it home once the downstream has healed.
+fn deferred_too_long(deferral: &RecordError, failing_for: Duration) -> RecordError {
+    let failing_for = humantime::format_duration(Duration::from_secs(failing_for.as_secs()));
+    RecordError::transient(
+        "deferred_too_long",
+        format_args!(
+            "still deferred ({}) {failing_for} after its first failure, past REDRIVE_DEFER_MAX_AGE",
+            deferral.kind()
+        ),
     )
 }
 

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redrive::clock::ManualClock;
+use redrive::clock::{Clock, ManualClock};
 use redrive::envelope::OutgoingMessage;
 use redrive::port::{Call, RecordingQueue};
 use redrive::{
@@ -274,6 +274,7 @@ async fn a_retry_sequence_past_fifteen_minutes_hops_without_spending_attempts() 
     let policy = RetryPolicy {
         backoff: redrive::Backoff::Sequence(vec![Duration::from_secs(3600)]),
         max_attempts: 3,
+        ..RetryPolicy::default()
     };
     let processor = processor(policy);
     let handler = handler();
@@ -327,6 +328,59 @@ async fn retry_after_hints_and_deferrals_set_the_delay() {
         (processed.report.retried, processed.report.deferred),
         (1, 1)
     );
+}
+
+#[tokio::test]
+async fn a_record_deferred_past_the_age_limit_is_dead_lettered_as_transient() {
+    let clock = Arc::new(ManualClock::at(NOW));
+    let processor = processor(RetryPolicy::default()).with_clock(clock.clone());
+    let handler = handler();
+    let mut copy = record("m-1", "defer:300");
+    let run = |copy: serde_json::Value| {
+        let json = event(vec![copy]);
+        let (processor, handler, deadline) = (&processor, &handler, clock.now_ms() + 60_000);
+        async move {
+            let event = SqsEvent::parse(&json).unwrap();
+            processor
+                .process(handler, &event.records, deadline)
+                .await
+                .unwrap()
+        }
+    };
+    // Deferred at NOW, then redelivered every five minutes while the downstream stays down.
+    for _ in 0..12 {
+        let processed = run(copy.clone()).await;
+        assert!(failures(&processed).is_empty());
+        assert_eq!(processed.report.deferred, 1, "deferred while under an hour");
+        let sent = processor.queue().sent_to(SOURCE);
+        let latest = sent.last().expect("a deferred copy");
+        assert_eq!(meta_of(latest).first_failure_at.0, NOW);
+        copy["messageAttributes"]["redrive"] = serde_json::json!({
+            "stringValue": latest.attribute("redrive").unwrap(), "dataType": "String"
+        });
+        clock.advance(300_000);
+    }
+    let processed = run(copy).await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(processed.report.dead_lettered, 1);
+    let dead = &processor.queue().sent_to(DLQ)[0];
+    let meta = meta_of(dead);
+    assert_eq!(
+        meta.error_class,
+        ErrorClass::Transient,
+        "the reprocessor may send it home"
+    );
+    assert_eq!(&*meta.error_kind, "deferred_too_long");
+    assert!(
+        meta.error_message.contains("payments_circuit_open") && meta.error_message.contains("1h"),
+        "{}",
+        meta.error_message
+    );
+    assert_eq!(
+        meta.attempts, 0,
+        "a deferral spends no attempt, even the last"
+    );
+    assert_eq!(processor.queue().sent_to(SOURCE).len(), 12);
 }
 
 #[tokio::test]

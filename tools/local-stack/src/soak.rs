@@ -657,6 +657,7 @@ impl SoakConfig {
                     cap: Duration::from_secs(60),
                 },
                 max_attempts: 5,
+                ..RetryPolicy::default()
             },
             slow_for: Duration::from_millis(30),
             budget: Duration::from_millis(15),
@@ -676,6 +677,7 @@ impl SoakConfig {
             retry: RetryPolicy {
                 backoff: redrive::Backoff::Sequence(vec![Duration::from_secs(1)]),
                 max_attempts: 5,
+                ..RetryPolicy::default()
             },
             slow_for: Duration::from_millis(600),
             budget: Duration::from_millis(300),

@@ -35,6 +35,7 @@ pub struct Retry {
     pub backoff_factor: f64,
     pub backoff_cap_seconds: f64,
     pub sequence_seconds: Vec<f64>,
+    pub defer_max_age_seconds: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -124,6 +125,10 @@ impl Topology {
                 seconds(self.retry.backoff_cap_seconds),
             ),
             (
+                "REDRIVE_DEFER_MAX_AGE".to_owned(),
+                seconds(self.retry.defer_max_age_seconds),
+            ),
+            (
                 "REDRIVE_DEADLINE_MARGIN".to_owned(),
                 seconds(f64::from(self.deadline_margin_seconds)),
             ),
@@ -171,6 +176,8 @@ impl Topology {
         scale(&mut self.retry.backoff_base_seconds);
         scale(&mut self.retry.backoff_cap_seconds);
         self.retry.sequence_seconds.iter_mut().for_each(scale);
+        // REDRIVE_DEFER_MAX_AGE is at least a minute.
+        self.retry.defer_max_age_seconds = (self.retry.defer_max_age_seconds / factor).max(60.0);
         self.breaker.open_for_seconds = (self.breaker.open_for_seconds / factor).max(1.0);
         for consumer in self.consumers.values_mut() {
             let visibility =
