@@ -90,6 +90,10 @@ pub struct Meta<'a> {
     /// Times the DLQ reprocessor has sent this message back to its origin.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reprocess_count: u32,
+    /// When the reprocessor last sent it back: the deferral age limit counts from here, not from
+    /// the first failure, so that a message sent home after an outage gets the whole limit again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redriven_at: Option<Timestamp>,
     /// The original message attributes, when they had to be packed (see the module docs).
     #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub attributes: Option<MessageAttributes<'a>>,
@@ -261,6 +265,7 @@ mod tests {
             error_kind: Text::from("payment_timeout"),
             error_message: Text::from(message.to_owned()),
             reprocess_count: 0,
+            redriven_at: None,
             attributes: None,
         }
     }

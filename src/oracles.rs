@@ -58,6 +58,7 @@ pub fn sqs_event(bytes: &[u8]) {
                 error_kind: Text::from("fuzz"),
                 error_message: Text::from("fuzz"),
                 reprocess_count: 0,
+                redriven_at: None,
                 attributes: None,
             },
         };

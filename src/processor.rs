@@ -217,15 +217,16 @@ impl<'r> Item<'r> {
     fn group(&self) -> Option<&'r str> {
         self.record.attributes.message_group_id.as_deref()
     }
-    /// Its failures so far; the first failure's time travels in the metadata of re-sent copies.
+    /// Its failures so far, counted since the first failure or the latest redrive from the DLQ,
+    /// whichever came later (the metadata of re-sent copies carries both).
     fn history(&self, now_ms: u64) -> History {
-        let first_failure_ms = self
-            .meta
-            .as_ref()
-            .map_or(now_ms, |meta| meta.first_failure_at.0);
+        let since_ms = self.meta.as_ref().map_or(now_ms, |meta| {
+            let redriven_ms = meta.redriven_at.map_or(0, |at| at.0);
+            meta.first_failure_at.0.max(redriven_ms)
+        });
         History {
             attempts_before: self.attempts_before,
-            failing_for: Duration::from_millis(now_ms.saturating_sub(first_failure_ms)),
+            failing_for: Duration::from_millis(now_ms.saturating_sub(since_ms)),
         }
     }
 }
@@ -763,6 +764,7 @@ impl<Q: QueuePort> Processor<Q> {
             error_kind: Text::default(),
             error_message: Text::default(),
             reprocess_count: 0,
+            redriven_at: None,
             attributes: None,
         });
         meta.v = META_VERSION;

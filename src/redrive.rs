@@ -122,6 +122,7 @@ mod tests {
             error_kind: Text::from(kind),
             error_message: Text::from("boom"),
             reprocess_count,
+            redriven_at: None,
             attributes: None,
         }
     }

@@ -662,6 +662,7 @@ fn redriven<'r>(
                 error_kind: Text::from("max_receive_count"),
                 error_message: Text::from("moved to the DLQ by SQS after maxReceiveCount receives"),
                 reprocess_count: 0,
+                redriven_at: None,
                 attributes: None,
             }
         }
@@ -669,6 +670,7 @@ fn redriven<'r>(
     meta.attempts = 0;
     meta.due_at = None;
     meta.reprocess_count += 1;
+    meta.redriven_at = Some(Timestamp(now));
     let count = meta.reprocess_count;
     let mut copy = annotate(record, meta).ok()?;
     if destination_arn.ends_with(".fifo") {
@@ -757,6 +759,7 @@ mod tests {
                 error_kind: Text::from("payment_timeout"),
                 error_message: Text::from("timed out"),
                 reprocess_count,
+                redriven_at: None,
                 attributes: None,
             };
             let copy = annotate(&record, meta).unwrap().into_owned();
@@ -832,6 +835,11 @@ mod tests {
         assert_eq!(sent[0].attribute("tenant"), Some("acme"));
         let meta: Meta<'_> = serde_json::from_str(sent[0].attribute("redrive").unwrap()).unwrap();
         assert_eq!((meta.attempts, meta.reprocess_count), (0, 1));
+        assert_eq!(
+            meta.redriven_at,
+            Some(Timestamp(NOW)),
+            "the deferral age restarts"
+        );
         assert_eq!(&*meta.error_kind, "payment_timeout", "history kept");
         assert_eq!(queue.deleted_from(DLQ), ["rh-due"]);
         let send_at = queue

@@ -381,6 +381,20 @@ async fn a_record_deferred_past_the_age_limit_is_dead_lettered_as_transient() {
         "a deferral spends no attempt, even the last"
     );
     assert_eq!(processor.queue().sent_to(SOURCE).len(), 12);
+
+    // Sent home by the reprocessor after the outage: the age limit counts from the redrive.
+    let mut redriven = meta.clone();
+    redriven.redriven_at = Some(redrive::envelope::Timestamp(clock.now_ms()));
+    clock.advance(300_000);
+    let mut home = record("m-1", "defer:300");
+    home["messageAttributes"]["redrive"] = serde_json::json!({
+        "stringValue": serde_json::to_string(&redriven).unwrap(), "dataType": "String"
+    });
+    let processed = run(home).await;
+    assert_eq!(
+        (processed.report.deferred, processed.report.dead_lettered),
+        (1, 0)
+    );
 }
 
 #[tokio::test]
