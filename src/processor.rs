@@ -540,7 +540,7 @@ impl<Q: QueuePort> Processor<Q> {
                 .as_deref()
                 .filter(|id| !id.is_empty())
                 .ok_or(BatchError::MissingMessageId { index })?;
-            let meta = match Meta::of(record) {
+            let mut meta = match Meta::of(record) {
                 Some(Ok(meta)) => Some(Box::new(meta)),
                 Some(Err(error)) => {
                     tracing::warn!(message_id = id, %error, "unreadable redrive attribute: handled as a first attempt");
@@ -553,7 +553,10 @@ impl<Q: QueuePort> Processor<Q> {
             let attempts_before = match fifo {
                 // FIFO records are retried in place, so SQS's own count is the attempt count.
                 true => record.receive_count().saturating_sub(1),
-                false => meta.as_ref().map_or(0, |meta| meta.attempts),
+                false => meta.as_deref_mut().map_or(0, |meta| {
+                    self.give_fresh_attempts_if_used_up(id, meta);
+                    meta.attempts
+                }),
             };
             items.push(Item {
                 record,
@@ -563,6 +566,23 @@ impl<Q: QueuePort> Processor<Q> {
             });
         }
         Ok((items, any_fifo))
+    }
+
+    /// A record of a standard queue arrives with its attempts used up only when SQS moved it back
+    /// from the DLQ (a move task re-sends a dead letter as it is): it gets a fresh set of attempts
+    /// and counts as redriven, as if the reprocessor had sent it home.
+    fn give_fresh_attempts_if_used_up(&self, id: &str, meta: &mut Meta<'_>) {
+        if meta.attempts < self.config.retry.max_attempts {
+            return;
+        }
+        meta.attempts = 0;
+        meta.reprocess_count = meta.reprocess_count.saturating_add(1);
+        meta.redriven_at = Some(Timestamp(self.clock.now_ms()));
+        tracing::info!(
+            message_id = id,
+            reprocess_count = meta.reprocess_count,
+            "arrived with its attempts used up (moved back from the DLQ): a fresh set of attempts"
+        );
     }
 
     /// What is known about a record before calling any handler; `None` when it is to be handled.

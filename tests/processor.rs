@@ -398,6 +398,43 @@ async fn a_record_deferred_past_the_age_limit_is_dead_lettered_as_transient() {
 }
 
 #[tokio::test]
+async fn a_dead_letter_moved_back_by_sqs_gets_a_fresh_set_of_attempts_and_counts_as_redriven() {
+    let processor = processor(RetryPolicy::default());
+    let handler = handler();
+    let exhausted = Meta {
+        attempts: 5,
+        ..meta_of(&first_retry_copy(&processor, &handler).await)
+    };
+    // A move task (`StartMessageMoveTask`) re-sends the dead letter as it is, metadata and all.
+    let mut moved = record("m-moved", "transient");
+    moved["messageAttributes"]["redrive"] = serde_json::json!({
+        "stringValue": serde_json::to_string(&exhausted).unwrap(), "dataType": "String"
+    });
+    let processed = run(&processor, &handler, &event(vec![moved])).await;
+    assert_eq!(
+        (processed.report.retried, processed.report.dead_lettered),
+        (1, 0),
+        "its first failure back home is a retry, not another dead letter"
+    );
+    let meta = meta_of(processor.queue().sent_to(SOURCE).last().unwrap());
+    assert_eq!((meta.attempts, meta.reprocess_count), (1, 1));
+    assert_eq!(meta.redriven_at, Some(redrive::envelope::Timestamp(NOW)));
+    assert_eq!(
+        meta.first_failure_at, exhausted.first_failure_at,
+        "history kept"
+    );
+}
+
+/// The copy a first transient failure re-sends.
+async fn first_retry_copy(
+    processor: &Processor<RecordingQueue>,
+    handler: &ByBody,
+) -> OutgoingMessage<'static> {
+    run(processor, handler, &event(vec![record("m-1", "transient")])).await;
+    processor.queue().sent_to(SOURCE).remove(0)
+}
+
+#[tokio::test]
 async fn a_refused_entry_or_a_failed_call_gives_the_record_back() {
     let processor = processor(RetryPolicy::default());
     processor.queue().refuse_entries_containing("permanent");
