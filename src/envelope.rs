@@ -194,7 +194,8 @@ pub struct TooLarge {
 }
 
 /// Builds the copy of `record` that carries `meta`: the original body, the original attributes
-/// (packed into the metadata when they leave no room), and the `redrive` attribute.
+/// (packed into the metadata when they leave no room), its message group, and the `redrive`
+/// attribute.
 pub fn annotate<'r>(
     record: &'r SqsRecord<'r>,
     mut meta: Meta<'r>,
@@ -219,7 +220,8 @@ pub fn annotate<'r>(
         body: Text::from(record.body.as_deref().unwrap_or_default()),
         attributes,
         delay_seconds: 0,
-        group_id: None,
+        // On a standard queue the group names the tenant of a fair queue; a copy keeps it.
+        group_id: record.attributes.message_group_id.clone(),
         deduplication_id: None,
     };
     message.attributes.push(meta_attribute(&meta));

@@ -698,7 +698,7 @@ fn as_is<'r>(record: &'r SqsRecord<'r>) -> Option<crate::envelope::OutgoingMessa
                 .map(|(name, value)| (name.clone(), value.clone()))
                 .collect(),
             delay_seconds: 0,
-            group_id: None,
+            group_id: record.attributes.message_group_id.clone(),
             deduplication_id: None,
         }),
     }

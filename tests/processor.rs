@@ -435,6 +435,36 @@ async fn first_retry_copy(
 }
 
 #[tokio::test]
+async fn a_fair_queue_record_keeps_its_tenant_on_every_copy() {
+    let processor = processor(RetryPolicy::default());
+    let handler = handler();
+    let tenant = |id: &str, body: &str| {
+        let mut rec = record(id, body);
+        rec["attributes"]["MessageGroupId"] = "tenant-7".into();
+        rec
+    };
+    let json = event(vec![
+        tenant("m-retry", "transient"),
+        tenant("m-defer", "defer:30"),
+        tenant("m-dead", "permanent"),
+        record("m-untenanted", "transient"),
+    ]);
+    let processed = run(&processor, &handler, &json).await;
+    assert!(failures(&processed).is_empty());
+    let groups = |queue| -> Vec<Option<String>> {
+        processor
+            .queue()
+            .sent_to(queue)
+            .iter()
+            .map(|m| m.group_id.as_deref().map(str::to_owned))
+            .collect()
+    };
+    let tenant_7 = Some("tenant-7".to_owned());
+    assert_eq!(groups(SOURCE), [tenant_7.clone(), tenant_7.clone(), None]);
+    assert_eq!(groups(DLQ), [tenant_7]);
+}
+
+#[tokio::test]
 async fn a_refused_entry_or_a_failed_call_gives_the_record_back() {
     let processor = processor(RetryPolicy::default());
     processor.queue().refuse_entries_containing("permanent");
