@@ -19,6 +19,12 @@ pub enum Outcome<'e> {
     NoBody,
 }
 
+/// The longest wait a FIFO record can be given in place. SQS caps a delivery's visibility at 12 hours
+/// from its receipt and refuses a ChangeMessageVisibility past that; by the time the fate is carried
+/// out, up to 20 minutes may have passed since the receipt (a 5-minute batching window and a
+/// 15-minute function). A longer wait is cut to this: the record is retried when it ends.
+pub const MAX_IN_PLACE_WAIT: Duration = Duration::from_secs(12 * 3600 - 20 * 60);
+
 /// A record's fate. Every record of a batch gets exactly one.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fate {
@@ -185,12 +191,14 @@ impl<'p> Judge<'p> {
 
     fn fate(&self, outcome: Outcome<'_>, history: History, jitter: impl FnOnce() -> f64) -> Fate {
         let give_back = |reason, visibility| Fate::GiveBack { reason, visibility };
+        let in_place =
+            |reason, wait: Duration| give_back(reason, Some(wait.min(MAX_IN_PLACE_WAIT)));
         match outcome {
             Outcome::Succeeded => Fate::Done,
             Outcome::NotStarted => give_back(GiveBackReason::Deadline, None),
             Outcome::NoBody => give_back(GiveBackReason::NoBody, None),
             Outcome::GroupBlocked => give_back(GiveBackReason::GroupBlocked, Some(Duration::ZERO)),
-            Outcome::NotDue(left) if self.fifo => give_back(GiveBackReason::FifoDefer, Some(left)),
+            Outcome::NotDue(left) if self.fifo => in_place(GiveBackReason::FifoDefer, left),
             Outcome::NotDue(left) => Fate::Defer { delay: left },
             // A FIFO deferral is given back in place: the queue's maxReceiveCount bounds it.
             Outcome::Failed(error)
@@ -205,7 +213,7 @@ impl<'p> Judge<'p> {
             Outcome::Failed(error) if error.is_deferral() => {
                 let delay = error.retry_after_hint().unwrap_or_default();
                 match self.fifo {
-                    true => give_back(GiveBackReason::FifoDefer, Some(delay)),
+                    true => in_place(GiveBackReason::FifoDefer, delay),
                     false => Fate::Defer { delay },
                 }
             }
@@ -218,7 +226,7 @@ impl<'p> Judge<'p> {
                     .retry_after_hint()
                     .unwrap_or_else(|| self.policy.delay(attempts, jitter()));
                 match self.fifo {
-                    true => give_back(GiveBackReason::FifoRetry, Some(delay)),
+                    true => in_place(GiveBackReason::FifoRetry, delay),
                     false => Fate::Retry { attempts, delay },
                 }
             }
@@ -430,6 +438,34 @@ mod tests {
             Fate::Done
         );
         assert!(!judge.is_blocked(Some("b")));
+    }
+
+    #[test]
+    fn a_fifo_wait_in_place_stays_inside_the_visibility_limit_of_its_delivery() {
+        let policy = RetryPolicy::default();
+        let visibility = |outcome| match Judge::new(&policy, true).decide(
+            Some("a"),
+            outcome,
+            History::default(),
+            || 0.5,
+        ) {
+            Fate::GiveBack { visibility, .. } => visibility,
+            fate => panic!("in place, not {fate:?}"),
+        };
+        let hinted = transient().retry_after(Duration::from_secs(12 * 3600));
+        let deferred = RecordError::defer("circuit_open", Duration::from_secs(13 * 3600));
+        for outcome in [
+            Outcome::Failed(&hinted),
+            Outcome::Failed(&deferred),
+            Outcome::NotDue(Duration::from_secs(12 * 3600)),
+        ] {
+            assert_eq!(visibility(outcome), Some(MAX_IN_PLACE_WAIT));
+        }
+        let short = transient().retry_after(Duration::from_secs(3600));
+        assert_eq!(
+            visibility(Outcome::Failed(&short)),
+            Some(Duration::from_secs(3600))
+        );
     }
 
     #[test]
