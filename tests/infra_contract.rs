@@ -493,11 +493,27 @@ fn recursion(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// A function invoked by an ARN taken from a failure record is named qualified (`:$LATEST`, a
+/// version, an alias), and IAM matches such an invoke only against a qualified resource: a grant
+/// on ARNs passed in must cover `<arn>:*` as well.
+fn qualified_invokes(modules: &[Module]) -> Vec<String> {
+    statements(modules)
+        .into_iter()
+        .filter(|(_, actions, resources, _)| {
+            actions.contains("\"lambda:InvokeFunction\"")
+                && resources.contains("var.")
+                && !resources.contains(":*\"")
+        })
+        .map(|(where_, _, resources, _)| format!("{where_}: invokes {resources} unqualified only"))
+        .collect()
+}
+
 #[test]
 fn the_configuration_keeps_every_rule() {
     let modules = parse(&sources());
     for (rule, violations) in [
         ("dlq alarms", dlq_alarms(&modules)),
+        ("qualified invokes", qualified_invokes(&modules)),
         ("mappings", mappings(&modules)),
         ("variable rules", variable_rules(&modules)),
         ("iam", iam(&modules)),
@@ -692,8 +708,8 @@ fn wildcard_iam_is_caught() {
     assert_eq!(iam(&resources).len(), 1, "{:?}", iam(&resources));
     let conditional = broken(
         "modules/redrive/main.tf",
-        "actions   = [\"lambda:InvokeFunction\"]\n      resources = var.function_target_arns",
-        "actions   = [\"lambda:*\"]\n      resources = var.function_target_arns",
+        "actions = [\"lambda:InvokeFunction\"]",
+        "actions = [\"lambda:*\"]",
     );
     assert_eq!(iam(&conditional).len(), 1, "{:?}", iam(&conditional));
     let scheduler = broken(
@@ -774,5 +790,18 @@ fn a_consumer_left_to_lambdas_loop_detection_is_caught() {
     assert_eq!(
         recursion(&redrive),
         ["modules/redrive: event_redrive: re-sends to the queue that triggers it without recursive_loop = \"Allow\""]
+    );
+}
+
+#[test]
+fn a_redrive_that_may_invoke_only_unqualified_arns_is_caught() {
+    let redrive = broken(
+        "modules/redrive/main.tf",
+        "flatten([for arn in var.function_target_arns : [arn, \"${arn}:*\"]])",
+        "var.function_target_arns",
+    );
+    assert_eq!(
+        qualified_invokes(&redrive),
+        ["modules/redrive module event_redrive statement \"DeliverToFunctionTargets\": invokes var.function_target_arns unqualified only"]
     );
 }

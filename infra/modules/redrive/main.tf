@@ -173,9 +173,11 @@ module "event_redrive" {
       resources = var.sqs_target_arns
     }],
     length(var.function_target_arns) == 0 ? [] : [{
-      sid       = "DeliverToFunctionTargets"
-      actions   = ["lambda:InvokeFunction"]
-      resources = var.function_target_arns
+      sid     = "DeliverToFunctionTargets"
+      actions = ["lambda:InvokeFunction"]
+      # A failure record names the function by its qualified ARN (`:$LATEST`, a version or an
+      # alias), and IAM matches a qualified invoke only against a qualified resource.
+      resources = flatten([for arn in var.function_target_arns : [arn, "${arn}:*"]])
     }],
   )
 }

@@ -105,9 +105,15 @@ variable "sqs_target_arns" {
 }
 
 variable "function_target_arns" {
-  description = "Functions the EventBridge redrive may invoke (the rules' Lambda targets)."
+  description = "Functions the EventBridge redrive may invoke (the rules' Lambda targets), as unqualified ARNs; every version and alias of each is granted."
   type        = list(string)
   default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for arn in var.function_target_arns : can(regex("^arn:[a-z-]+:lambda:[a-z0-9-]+:[0-9]{12}:function:[A-Za-z0-9_-]{1,64}$", arn))])
+    error_message = "function_target_arns must be unqualified Lambda function ARNs (arn:<partition>:lambda:<region>:<account>:function:<name>); versions and aliases are granted with them."
+  }
 }
 
 variable "environment" {
