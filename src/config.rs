@@ -359,6 +359,9 @@ pub struct EventRedriveSettings {
     pub parked_error_codes: Vec<String>,
     /// Redrives an event gets before it is parked (the loop guard).
     pub max_redrives: u32,
+    /// Wait after an event's failure before it is redriven, doubled per earlier redrive
+    /// (`REDRIVE_REPROCESS_AFTER`, as for the DLQ reprocessor).
+    pub eligible_after: Duration,
 }
 
 impl EventRedriveSettings {
@@ -379,6 +382,7 @@ impl EventRedriveSettings {
                     .collect()
             }),
             max_redrives: env.whole("REDRIVE_REPROCESS_MAX", 3, 0..=100)?,
+            eligible_after: env.duration("REDRIVE_REPROCESS_AFTER", Duration::from_secs(300))?,
         })
     }
 }

@@ -16,16 +16,20 @@
 //! function's own DLQ (the parking queue) with the redrive metadata, to be redriven by an operator
 //! once the cause is fixed.
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::EventRedriveSettings;
 use crate::envelope::OutgoingMessage;
 use crate::error::{PortError, RecordError};
 use crate::event::Text;
 use crate::port::QueuePort;
 use crate::processor::{Message, RecordHandler};
+use crate::redrive::eligible_at;
 
 /// Top-level field the redrive adds to an event it re-invokes a function with: how often the
 /// event was redriven. The loop guard reads it back from the next invocation record.
@@ -146,6 +150,7 @@ pub struct EventRedrive<Q, L> {
     queue: Q,
     lambda: L,
     settings: EventRedriveSettings,
+    clock: Arc<dyn Clock>,
 }
 
 impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
@@ -154,7 +159,15 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
             queue,
             lambda,
             settings,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Reads the time from `clock` (tests move it by hand).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub fn lambda(&self) -> &L {
@@ -165,7 +178,12 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
         &self.queue
     }
 
-    async fn redeliver(&self, target_arn: &str, event: &str) -> Result<(), RecordError> {
+    async fn redeliver(
+        &self,
+        message: &Message<'_>,
+        target_arn: &str,
+        event: &str,
+    ) -> Result<(), RecordError> {
         let redriven = redrive_count(event)?;
         if redriven >= self.settings.max_redrives {
             return Err(RecordError::permanent(
@@ -175,6 +193,9 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
                     self.settings.max_redrives
                 ),
             ));
+        }
+        if let Some(wait) = self.not_due_for(message, redriven) {
+            return Err(RecordError::defer("redrive_not_due", wait));
         }
         match target_kind(target_arn) {
             Some(Target::Queue) => self.send(target_arn, event).await,
@@ -194,6 +215,26 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
                 ),
             )),
         }
+    }
+
+    /// How long the event must still wait: `REDRIVE_REPROCESS_AFTER` after its failure (the time the
+    /// failure was written to the queue), doubled per earlier redrive. Only a first arrival waits: a
+    /// copy carries metadata because it has waited already, was retried after a failed delivery,
+    /// or was sent back by an operator.
+    fn not_due_for(&self, message: &Message<'_>, redriven: u32) -> Option<Duration> {
+        if message.meta().is_some() {
+            return None;
+        }
+        let now = self.clock.now_ms();
+        let failed_at = message
+            .record()
+            .attributes
+            .sent_timestamp
+            .as_deref()
+            .and_then(|sent| sent.parse().ok())
+            .unwrap_or(now);
+        let due = eligible_at(self.settings.eligible_after, failed_at, redriven);
+        (due > now).then(|| Duration::from_millis(due - now))
     }
 
     /// The original event, byte for byte, as the body EventBridge would have sent.
@@ -259,7 +300,7 @@ impl<Q: QueuePort, L: InvokePort> RecordHandler for EventRedrive<Q, L> {
                         ),
                     ));
                 }
-                self.redeliver(target_arn, event).await
+                self.redeliver(message, target_arn, event).await
             }
             FailedEvent::InvocationRecord {
                 function_arn,
@@ -280,7 +321,7 @@ impl<Q: QueuePort, L: InvokePort> RecordHandler for EventRedrive<Q, L> {
                         ),
                     ));
                 }
-                self.redeliver(&function_arn, event).await
+                self.redeliver(message, &function_arn, event).await
             }
         }
     }

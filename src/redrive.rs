@@ -74,14 +74,19 @@ impl RedrivePolicy {
                 ),
             };
         }
-        let backoff = self.eligible_after.saturating_mul(1 << reprocessed.min(16));
-        let eligible_at_ms =
-            failed_at.saturating_add(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
+        let eligible_at_ms = eligible_at(self.eligible_after, failed_at, reprocessed);
         match now_ms >= eligible_at_ms {
             true => Decision::Reprocess,
             false => Decision::NotYet { eligible_at_ms },
         }
     }
+}
+
+/// When a message that last failed at `failed_at_ms` (ms since the epoch) and was redriven
+/// `redrives` times before may be redriven again: `after` that failure, doubled per redrive.
+pub fn eligible_at(after: Duration, failed_at_ms: u64, redrives: u32) -> u64 {
+    let backoff = after.saturating_mul(1 << redrives.min(16));
+    failed_at_ms.saturating_add(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl RedrivePolicy {

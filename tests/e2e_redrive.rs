@@ -238,7 +238,9 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
     let handler = EventRedrive::new(
         SqsQueue::with_client(client.clone()),
         RecordingInvoker::default(),
-        EventRedriveSettings::from_lookup([], |_| None).unwrap(),
+        // Redriven at once: the wait after a failure is shown in functions/eventbridge-redrive.
+        EventRedriveSettings::from_lookup(["REDRIVE_REPROCESS_AFTER"], |_| Some("0s".into()))
+            .unwrap(),
     );
     let queue = QueuePair {
         key: "bus".into(),

@@ -1,13 +1,14 @@
 //! The sample EventBridge DLQ batch and on-failure batch through the real handler and processor, on
 //! in-memory ports: where every event went.
+use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_runtime::{Context, LambdaEvent};
-use redrive::clock::{Clock, SystemClock};
+use redrive::clock::{Clock, ManualClock, SystemClock};
 use redrive::config::EventRedriveSettings;
 use redrive::eventbridge::{EventRedrive, RecordingInvoker};
 use redrive::lambda::Bytes;
-use redrive::port::RecordingQueue;
+use redrive::port::{Call, RecordingQueue};
 use redrive::{Meta, Processor, ProcessorConfig, RetryPolicy};
 
 const PARKED: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/eventbridge-redrive-parked";
@@ -203,4 +204,66 @@ impl Run {
     fn handler_queue(&self) -> &RecordingQueue {
         self.handler.queue()
     }
+}
+
+#[tokio::test]
+async fn an_event_waits_after_its_failure_before_it_is_redriven() {
+    const FAILED_AT: u64 = 1_763_791_500_000; // the SentTimestamp of the sample's records
+    let handler_at = |now_ms| {
+        let clock = Arc::new(ManualClock::at(now_ms));
+        handler().with_clock(clock)
+    };
+
+    let early = run(
+        "lambda-on-failure-batch.json",
+        handler_at(FAILED_AT + 60_000),
+    )
+    .await;
+    assert_eq!(
+        early.response,
+        serde_json::json!({ "batchItemFailures": [] })
+    );
+    assert!(early.handler.lambda().invokes().is_empty(), "not yet");
+    let waiting: Vec<(String, u32, String)> = early
+        .processor
+        .queue()
+        .calls()
+        .into_iter()
+        .filter_map(|call| match call {
+            Call::Send {
+                queue_url,
+                messages,
+            } if queue_url != PARKED => Some(messages),
+            _ => None,
+        })
+        .flatten()
+        .map(|copy| {
+            let meta: Meta<'_> = serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
+            (
+                meta.error_kind.to_string(),
+                copy.delay_seconds,
+                copy.body.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    let (kind, delay_seconds, body) = &waiting[0];
+    assert_eq!(
+        (kind.as_str(), *delay_seconds),
+        ("redrive_not_due", 240),
+        "REDRIVE_REPROCESS_AFTER (5 min) after the failure"
+    );
+    assert!(body.contains("o-3001"));
+    assert_eq!(
+        parked(&early),
+        [("o-3002".to_owned(), "function_permanent_error".to_owned())],
+        "what cannot heal is parked at once"
+    );
+
+    let due = run(
+        "lambda-on-failure-batch.json",
+        handler_at(FAILED_AT + 300_000),
+    )
+    .await;
+    assert_eq!(due.handler.lambda().invokes().len(), 1);
 }

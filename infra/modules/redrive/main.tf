@@ -151,8 +151,9 @@ module "event_redrive" {
   # attempts and REDRIVE_REPROCESS_MAX.
   recursive_loop = "Allow"
   environment = merge(var.environment, {
-    REDRIVE_DLQ_URL       = aws_sqs_queue.parked_dlq.url
-    REDRIVE_REPROCESS_MAX = tostring(var.policy.max_reprocess)
+    REDRIVE_DLQ_URL         = aws_sqs_queue.parked_dlq.url
+    REDRIVE_REPROCESS_MAX   = tostring(var.policy.max_reprocess)
+    REDRIVE_REPROCESS_AFTER = "${var.policy.eligible_after_seconds}s"
   })
   statements = concat(
     [
