@@ -447,8 +447,10 @@ impl<Q: QueuePort> Processor<Q> {
         }
     }
 
-    /// Hands the whole batch to `handler`; on failure, bisects until the failing records are
-    /// isolated, then settles every record's fate as [`Processor::process`] does.
+    /// Hands the whole batch to `handler`; on a permanent failure or a panic (a record may be at
+    /// fault), bisects until the failing records stand alone; a transient failure or a deferral
+    /// fails every record of the call alike, without halving. Then settles every record's fate as
+    /// [`Processor::process`] does.
     pub async fn process_batch<B: BatchHandler>(
         &self,
         handler: &B,
@@ -486,8 +488,9 @@ impl<Q: QueuePort> Processor<Q> {
                 .unwrap_or_else(|_| Err(deadline_error()))
             {
                 Ok(()) => mark(&|| Handled::Succeeded),
-                // One record, or a deferral (the downstream is down for all of them): no halving.
-                Err(error) if range.len() == 1 || error.is_deferral() => {
+                // Halving looks for records at fault. A transient failure or a deferral says the
+                // downstream is (a database that is down): the range is retried as a whole.
+                Err(error) if range.len() == 1 || error.class() == ErrorClass::Transient => {
                     mark(&|| Handled::Failed(Box::new(error.clone())))
                 }
                 Err(_) => {

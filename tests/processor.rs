@@ -738,6 +738,55 @@ async fn a_failing_bulk_batch_is_bisected_until_the_poison_records_stand_alone()
     assert_eq!(writer.calls.load(Ordering::SeqCst), 15);
 }
 
+/// A bulk writer whose database is down: every call fails, whatever it holds.
+struct DatabaseDown {
+    calls: AtomicU32,
+    error: RecordError,
+}
+
+impl BatchHandler for DatabaseDown {
+    async fn handle_batch(&self, _: &[Message<'_>]) -> Result<(), RecordError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Err(self.error.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_bulk_batch_failing_transiently_is_retried_or_deferred_whole_without_halving() {
+    for (error, retried, deferred) in [
+        (
+            RecordError::transient("db_unavailable", "connection refused"),
+            16,
+            0,
+        ),
+        (
+            RecordError::defer("db_circuit_open", Duration::from_secs(30)),
+            0,
+            16,
+        ),
+    ] {
+        let processor = processor(RetryPolicy::default());
+        let writer = DatabaseDown {
+            calls: AtomicU32::new(0),
+            error,
+        };
+        let records: Vec<_> = (0..16).map(|i| record(&format!("m-{i}"), "ok")).collect();
+        let json = event(records);
+        let event_ = SqsEvent::parse(&json).unwrap();
+        let processed = processor
+            .process_batch(&writer, &event_.records, DEADLINE)
+            .await
+            .unwrap();
+        assert_eq!(writer.calls.load(Ordering::SeqCst), 1, "one call, not 31");
+        assert!(failures(&processed).is_empty());
+        assert_eq!(
+            (processed.report.retried, processed.report.deferred),
+            (retried, deferred)
+        );
+        assert_eq!(processor.queue().sent_to(SOURCE).len(), 16);
+    }
+}
+
 #[tokio::test]
 async fn without_a_dlq_every_failure_is_reported_and_nothing_is_sent() {
     let processor = processor_with_dlq(None, RetryPolicy::default());
