@@ -67,5 +67,8 @@ pub use event::{SqsEvent, SqsRecord};
 pub use fate::Fate;
 pub use metrics::BatchReport;
 pub use port::QueuePort;
-pub use processor::{BatchHandler, Message, Processed, Processor, ProcessorConfig, RecordHandler};
+pub use processor::{
+    BatchHandler, Message, Processed, Processor, ProcessorConfig, RecordHandler,
+    DATA_ENCODING_ATTRIBUTE,
+};
 pub use sqs::SqsQueue;

@@ -51,6 +51,10 @@ pub trait BatchHandler: Sync {
     ) -> impl Future<Output = Result<(), RecordError>> + Send;
 }
 
+/// Attribute that marks a body as the base64 of binary data ([`Message::data`] decodes it); it
+/// stays on the DLQ copy, so whoever reads the DLQ knows too.
+pub const DATA_ENCODING_ATTRIBUTE: &str = "dataEncoding";
+
 /// What a handler sees of a record.
 #[derive(Debug, Clone, Copy)]
 pub struct Message<'r> {
@@ -67,6 +71,20 @@ impl<'r> Message<'r> {
 
     pub fn body(&self) -> &'r str {
         self.record.body.as_deref().unwrap_or_default()
+    }
+
+    /// The body as bytes. A Kinesis record whose data is not UTF-8 (gzip, protobuf, a CloudWatch
+    /// Logs subscription) has its data's base64 as the body and the [`DATA_ENCODING_ATTRIBUTE`]
+    /// `base64`: this decodes it. Any other body is its UTF-8 bytes.
+    pub fn data(&self) -> std::borrow::Cow<'r, [u8]> {
+        let encoded = self
+            .attribute(DATA_ENCODING_ATTRIBUTE)
+            .and_then(|value| value.string_value.as_deref())
+            == Some("base64");
+        match encoded.then(|| aws_smithy_types::base64::decode(self.body()).ok()) {
+            Some(Some(bytes)) => std::borrow::Cow::Owned(bytes),
+            _ => std::borrow::Cow::Borrowed(self.body().as_bytes()),
+        }
     }
 
     /// Parses the body as JSON, as `serde_json::from_str(message.body())` does. A body that does

@@ -15,7 +15,9 @@ use crate::event::{Body, MessageAttribute, SqsRecord, Text};
 use crate::fate::{Outcome, StreamFate};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
-use crate::processor::{caught, deadline_error, Item, Processed, Processor, RecordHandler};
+use crate::processor::{
+    caught, deadline_error, Item, Processed, Processor, RecordHandler, DATA_ENCODING_ATTRIBUTE,
+};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct KinesisEvent<'a> {
@@ -57,20 +59,22 @@ pub const PARTITION_KEY_ATTRIBUTE: &str = "partitionKey";
 
 impl KinesisRecord<'_> {
     /// The record as the handlers see messages: the data decoded as the body, the sequence number
-    /// as the id, the partition key as an attribute. Data that is not base64 UTF-8 keeps its
-    /// base64 text as the body and fails with a permanent `malformed_data` error.
+    /// as the id, the partition key as an attribute. Data that is not UTF-8 keeps its base64 text
+    /// as the body, marked by [`DATA_ENCODING_ATTRIBUTE`] (handlers read it with
+    /// [`crate::Message::data`]); data that is not base64 fails with a permanent `malformed_data`.
     fn as_message(&self) -> (SqsRecord<'static>, Option<RecordError>) {
         let data = self.kinesis.data.as_deref().unwrap_or_default();
-        let (body, error) = match aws_smithy_types::base64::decode(data)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| String::from_utf8(bytes).map_err(|e| e.to_string()))
-        {
-            Ok(text) => (text, None),
+        let (body, binary, error) = match aws_smithy_types::base64::decode(data) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => (text, false, None),
+                Err(_) => (data.to_owned(), true, None),
+            },
             Err(reason) => (
                 data.to_owned(),
+                false,
                 Some(RecordError::permanent(
                     "malformed_data",
-                    format!("the record's data is not base64 UTF-8: {reason}"),
+                    format!("the record's data is not base64: {reason}"),
                 )),
             ),
         };
@@ -84,6 +88,16 @@ impl KinesisRecord<'_> {
             .kinesis
             .approximate_arrival_timestamp
             .map(|seconds| Text::from(((seconds * 1000.0) as u64).to_string()));
+        if binary {
+            record.message_attributes.insert(
+                Text::from(DATA_ENCODING_ATTRIBUTE),
+                MessageAttribute {
+                    string_value: Some(Text::from("base64")),
+                    binary_value: None,
+                    data_type: Text::from("String"),
+                },
+            );
+        }
         if let Some(key) = &self.kinesis.partition_key {
             let attribute = MessageAttribute {
                 string_value: Some(key.clone().into_owned()),
@@ -329,6 +343,45 @@ mod tests {
             .unwrap();
         assert_eq!(checkpoint(&processed), Some("1"));
         assert!(report_only.queue().calls().is_empty());
+    }
+
+    /// Keeps the bytes it is given; refuses an empty payload.
+    #[derive(Default)]
+    struct Bytes(std::sync::Mutex<Vec<Vec<u8>>>);
+    impl RecordHandler for Bytes {
+        async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+            let data = message.data().into_owned();
+            if data.len() < 3 {
+                return Err(RecordError::permanent("too_short", "no payload"));
+            }
+            self.0.lock().unwrap().push(data);
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn data_that_is_not_utf8_reaches_the_handler_as_bytes_and_its_dead_letter_says_base64() {
+        let gzip: &[u8] = &[0x1f, 0x8b, 0x08, 0x00, 0xff, 0xfe];
+        let binary = |sequence: &str, bytes: &[u8]| {
+            let mut record = record(sequence, "");
+            record.kinesis.data = Some(Text::from(aws_smithy_types::base64::encode(bytes)));
+            record
+        };
+        let processor = processor(Some(DLQ));
+        let handler = Bytes::default();
+        let records = [binary("1", gzip), record("2", "text"), binary("3", &[0xc3])];
+        let processed = processor
+            .process_stream(&handler, &records, LATER)
+            .await
+            .unwrap();
+        assert_eq!(checkpoint(&processed), None);
+        assert_eq!(
+            *handler.0.lock().unwrap(),
+            [gzip.to_vec(), b"text".to_vec()]
+        );
+        let dead = &processor.queue().sent_to(DLQ)[0];
+        assert_eq!(&*dead.body, aws_smithy_types::base64::encode([0xc3]));
+        assert_eq!(dead.attribute(DATA_ENCODING_ATTRIBUTE), Some("base64"));
     }
 
     #[tokio::test]
