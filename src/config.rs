@@ -48,7 +48,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "REDRIVE_REPROCESS_DESTINATION_ARN",
-        "(optional) queue ARN for dead letters that carry no origin (moved there by SQS itself)",
+        "(optional) queue ARN for dead letters that name no origin (no metadata, no DeadLetterQueueSourceArn)",
     ),
     (
         "REDRIVE_ARCHIVE_QUEUE_URL",

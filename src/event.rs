@@ -264,6 +264,9 @@ pub struct SystemAttributes<'a> {
     pub message_deduplication_id: Option<Text<'a>>,
     #[serde(rename = "AWSTraceHeader", borrow, default)]
     pub aws_trace_header: Option<Text<'a>>,
+    /// The queue a message came from when SQS moved it to this DLQ by itself (maxReceiveCount).
+    #[serde(rename = "DeadLetterQueueSourceArn", borrow, default)]
+    pub dead_letter_queue_source_arn: Option<Text<'a>>,
 }
 
 pub type MessageAttributes<'a> = BTreeMap<Text<'a>, MessageAttribute<'a>>;
@@ -339,6 +342,7 @@ impl<'a> From<&'a aws_lambda_events::sqs::SqsMessage> for SqsRecord<'a> {
                 message_group_id: system("MessageGroupId"),
                 message_deduplication_id: system("MessageDeduplicationId"),
                 aws_trace_header: system("AWSTraceHeader"),
+                dead_letter_queue_source_arn: system("DeadLetterQueueSourceArn"),
             },
             message_attributes: message
                 .message_attributes

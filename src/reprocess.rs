@@ -71,7 +71,10 @@ pub struct AttributeFilter {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     pub source_url: String,
+    /// Where every message goes, whatever it names (an operator's choice).
     pub destination_arn: Option<String>,
+    /// Where a message goes that names no origin (`REDRIVE_REPROCESS_DESTINATION_ARN`).
+    pub fallback_destination_arn: Option<String>,
     pub max_messages: u32,
     pub dry_run: bool,
     pub filter: Filter,
@@ -129,6 +132,7 @@ impl RedriveCommand {
         Ok(Plan {
             source_url,
             destination_arn,
+            fallback_destination_arn: defaults.destination_arn.clone(),
             max_messages: self.max_messages.unwrap_or(defaults.max_messages).max(1),
             dry_run: self.dry_run,
             filter: Filter {
@@ -316,11 +320,22 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 let class = meta.as_ref().map_or("none", |m| m.error_class.as_str());
                 *summary.by_class.entry(class.into()).or_default() += 1;
                 let failed_at = meta.as_ref().map_or(sent_ms, |m| m.last_failure_at.0);
-                let destination_arn = plan.destination_arn.clone().or_else(|| {
-                    meta.as_ref()
-                        .map(|m| m.origin_queue_arn.to_string())
-                        .filter(|arn| !arn.is_empty())
-                });
+                // An operator's destination; else the origin the metadata names; else, for a
+                // message SQS moved by itself, the queue it came from (one DLQ may serve several);
+                // else the configured fallback.
+                let destination_arn = plan
+                    .destination_arn
+                    .clone()
+                    .or_else(|| {
+                        meta.as_ref()
+                            .map(|m| m.origin_queue_arn.to_string())
+                            .filter(|arn| !arn.is_empty())
+                    })
+                    .or_else(|| {
+                        let moved_from = record.attributes.dead_letter_queue_source_arn.as_deref();
+                        moved_from.map(str::to_owned)
+                    })
+                    .or_else(|| plan.fallback_destination_arn.clone());
                 let age = now.saturating_sub(failed_at);
                 let decision = if !plan.filter.admits(&record, meta.as_ref(), age) {
                     None
@@ -944,6 +959,51 @@ mod tests {
         assert_eq!(
             (meta.reprocess_count, &*meta.error_kind),
             (1, "max_receive_count")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_message_sqs_moved_goes_back_to_the_queue_it_came_from_else_to_the_fallback() {
+        const PAYMENTS_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:payments";
+        let settings =
+            ReprocessSettings::from_lookup(["REDRIVE_REPROCESS_DESTINATION_ARN"], |name| {
+                (name == "REDRIVE_REPROCESS_DESTINATION_ARN").then(|| ORIGIN_ARN.into())
+            })
+            .unwrap();
+        let reprocessor = reprocessor(&settings);
+        let mut from_payments = dead_letter("from-payments", None, 0);
+        from_payments.attributes.dead_letter_queue_source_arn = Some(Text::from(PAYMENTS_ARN));
+        reprocessor
+            .queue()
+            .stock(DLQ, [from_payments, dead_letter("unnamed", None, 0)]);
+        let plan = RedriveCommand {
+            source: Some(DLQ.into()),
+            ..RedriveCommand::default()
+        }
+        .plan(&settings)
+        .unwrap();
+        let summary = reprocessor.run(&plan, None, |_| {}).await.unwrap();
+        assert_eq!(summary.reprocessed, 2);
+        let ids = |url: &str| -> Vec<String> {
+            reprocessor
+                .queue()
+                .sent_to(url)
+                .iter()
+                .map(|m| {
+                    let meta: Meta<'_> =
+                        serde_json::from_str(m.attribute("redrive").unwrap()).unwrap();
+                    meta.origin_message_id.to_string()
+                })
+                .collect()
+        };
+        assert_eq!(
+            ids("https://sqs.local/123456789012/payments"),
+            ["from-payments"]
+        );
+        assert_eq!(
+            ids(ORIGIN),
+            ["unnamed"],
+            "REDRIVE_REPROCESS_DESTINATION_ARN"
         );
     }
 

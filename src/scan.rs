@@ -163,13 +163,14 @@ enum Field {
     EventSourceArn,
     EventSource,
     MessageAttributes,
-    /// The `attributes` object: its fields are the five below.
+    /// The `attributes` object: its fields are the six below.
     Attributes,
     ReceiveCount,
     SentTimestamp,
     MessageGroupId,
     MessageDeduplicationId,
     TraceHeader,
+    DeadLetterQueueSourceArn,
     /// A field the records do not keep.
     Other,
 }
@@ -195,6 +196,7 @@ impl Field {
             "MessageGroupId" => Self::MessageGroupId,
             "MessageDeduplicationId" => Self::MessageDeduplicationId,
             "AWSTraceHeader" => Self::TraceHeader,
+            "DeadLetterQueueSourceArn" => Self::DeadLetterQueueSourceArn,
             _ => Self::Other,
         }
     }
@@ -838,6 +840,7 @@ fn string_slot<'r, 'a>(
         Field::MessageGroupId => &mut attributes.message_group_id,
         Field::MessageDeduplicationId => &mut attributes.message_deduplication_id,
         Field::TraceHeader => &mut attributes.aws_trace_header,
+        Field::DeadLetterQueueSourceArn => &mut attributes.dead_letter_queue_source_arn,
         Field::Body | Field::MessageAttributes | Field::Attributes | Field::Other => return None,
     })
 }

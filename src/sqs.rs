@@ -398,6 +398,7 @@ fn record_of(message: Message) -> SqsRecord<'static> {
         message_group_id: take(MessageSystemAttributeName::MessageGroupId),
         message_deduplication_id: take(MessageSystemAttributeName::MessageDeduplicationId),
         aws_trace_header: take(MessageSystemAttributeName::AwsTraceHeader),
+        dead_letter_queue_source_arn: take(MessageSystemAttributeName::DeadLetterQueueSourceArn),
     };
     let message_attributes = message
         .message_attributes
