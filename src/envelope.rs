@@ -94,9 +94,23 @@ pub struct Meta<'a> {
     /// the first failure, so that a message sent home after an outage gets the whole limit again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redriven_at: Option<Timestamp>,
+    /// The invocation of the latest failure, for finding its logs and trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_in: Option<FailedIn>,
     /// The original message attributes, when they had to be packed (see the module docs).
     #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub attributes: Option<MessageAttributes<'a>>,
+}
+
+/// Where a failure happened: the function, the invocation's request id (its logs) and its X-Ray
+/// trace id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedIn {
+    pub function: String,
+    pub request_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -268,6 +282,7 @@ mod tests {
             error_message: Text::from(message.to_owned()),
             reprocess_count: 0,
             redriven_at: None,
+            failed_in: None,
             attributes: None,
         }
     }

@@ -5,9 +5,11 @@ use std::task::{Context as TaskContext, Poll};
 
 use crate::clock::{Clock, SystemClock};
 use crate::stream::{KinesisEvent, KinesisEventResponse};
-use crate::{BatchError, Processed, Processor, QueuePort, RecordHandler, SqsEvent};
+use crate::{BatchError, Invocation, Processed, Processor, QueuePort, RecordHandler, SqsEvent};
 use lambda_runtime::tower::{Layer, Service};
-use lambda_runtime::{layers::TracingLayer, service_fn, LambdaEvent, LambdaInvocation, Runtime};
+use lambda_runtime::{
+    layers::TracingLayer, service_fn, Context, LambdaEvent, LambdaInvocation, Runtime,
+};
 use serde::Serialize;
 
 pub use aws_lambda_events::sqs::SqsBatchResponse;
@@ -94,16 +96,15 @@ pub async fn handle_sqs_or_kinesis<Q: QueuePort, H: RecordHandler>(
     let sqs = SqsEvent::from_slice_in(&payload, &mut decoded)?;
     let from_kinesis = sqs.records.first().and_then(|r| r.event_source.as_deref());
     if from_kinesis != Some("aws:kinesis") {
-        let processed = process_sqs(&sqs, context.deadline, processor, handler).await?;
+        let processed = process_sqs(&sqs, &context, processor, handler).await?;
         return Ok(Processed {
             response: BatchResponse::Sqs(processed.response),
             report: processed.report,
         });
     }
     let kinesis = KinesisEvent::from_slice(&payload)?;
-    let deadline = absolute_deadline(context.deadline, SystemClock.now_ms());
     let processed = processor
-        .process_stream(handler, &kinesis.records, deadline)
+        .process_stream(handler, &kinesis.records, invocation(&context))
         .await?;
     Ok(Processed {
         response: BatchResponse::Kinesis(processed.response),
@@ -120,22 +121,34 @@ pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
     let (payload, context) = event.into_parts();
     let mut decoded = String::new();
     let sqs = SqsEvent::from_slice_in(&payload, &mut decoded)?;
-    process_sqs(&sqs, context.deadline, processor, handler).await
+    process_sqs(&sqs, &context, processor, handler).await
 }
 
 async fn process_sqs<Q: QueuePort, H: RecordHandler>(
     sqs: &SqsEvent<'_>,
-    lambda_deadline_ms: u64,
+    context: &Context,
     processor: &Processor<Q>,
     handler: &H,
 ) -> Result<Processed, BatchError> {
     tracing::debug!(
         records = sqs.records.len(),
-        deadline_ms = lambda_deadline_ms,
+        deadline_ms = context.deadline,
         "batch received"
     );
-    let deadline = absolute_deadline(lambda_deadline_ms, SystemClock.now_ms());
-    processor.process(handler, &sqs.records, deadline).await
+    processor
+        .process(handler, &sqs.records, invocation(context))
+        .await
+}
+
+/// The invocation as the processor records it in failure metadata.
+fn invocation(context: &Context) -> Invocation<'_> {
+    Invocation {
+        deadline_ms: absolute_deadline(context.deadline, SystemClock.now_ms()),
+        function_name: Some(context.env_config.function_name.as_str())
+            .filter(|name| !name.is_empty()),
+        request_id: Some(context.request_id.as_str()).filter(|id| !id.is_empty()),
+        trace_id: context.xray_trace_id.as_deref(),
+    }
 }
 
 /// Writes the batch's figures as one EMF line on stdout (CloudWatch makes metrics of it) and

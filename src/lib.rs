@@ -68,7 +68,7 @@ pub use fate::Fate;
 pub use metrics::BatchReport;
 pub use port::QueuePort;
 pub use processor::{
-    BatchHandler, Message, Processed, Processor, ProcessorConfig, RecordHandler,
+    BatchHandler, Invocation, Message, Processed, Processor, ProcessorConfig, RecordHandler,
     DATA_ENCODING_ATTRIBUTE,
 };
 pub use sqs::SqsQueue;

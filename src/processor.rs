@@ -22,8 +22,8 @@ use crate::backoff::{RetryPolicy, MAX_DELAY_SECONDS};
 use crate::clock::{Clock, Cutoff, SystemClock};
 use crate::config::Settings;
 use crate::envelope::{
-    annotate, truncate, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES, META_ATTRIBUTE,
-    META_VERSION,
+    annotate, truncate, FailedIn, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES,
+    META_ATTRIBUTE, META_VERSION,
 };
 use crate::error::{BatchError, ErrorClass, RecordError};
 use crate::event::{MessageAttribute, MessageAttributes, SqsRecord, Text};
@@ -50,6 +50,41 @@ pub trait BatchHandler: Sync {
         messages: &[Message<'_>],
     ) -> impl Future<Output = Result<(), RecordError>> + Send;
 }
+
+/// The Lambda invocation a batch arrived in. A bare deadline converts into one, for callers that
+/// have nothing else (tests, a batch from elsewhere).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Invocation<'a> {
+    /// The Lambda deadline (`Context::deadline`, ms since the epoch).
+    pub deadline_ms: u64,
+    /// The function, the request id and the X-Ray trace id: written into the metadata of every
+    /// copy and dead letter the batch makes (`failedIn`), so an operator finds its logs and trace.
+    pub function_name: Option<&'a str>,
+    pub request_id: Option<&'a str>,
+    pub trace_id: Option<&'a str>,
+}
+
+impl From<u64> for Invocation<'_> {
+    fn from(deadline_ms: u64) -> Self {
+        Self {
+            deadline_ms,
+            ..Self::default()
+        }
+    }
+}
+
+impl Invocation<'_> {
+    pub(crate) fn failed_in(&self) -> Option<FailedIn> {
+        Some(FailedIn {
+            function: self.function_name?.to_owned(),
+            request_id: self.request_id?.to_owned(),
+            trace_id: self.trace_id.map(str::to_owned),
+        })
+    }
+}
+
+/// When a failure is recorded (ms since the epoch) and in which invocation.
+pub(crate) type Failure<'f> = (u64, &'f Option<FailedIn>);
 
 /// Attribute that marks a body as the base64 of binary data ([`Message::data`] decodes it); it
 /// stays on the DLQ copy, so whoever reads the DLQ knows too.
@@ -389,17 +424,21 @@ impl<Q: QueuePort> Processor<Q> {
     /// Handles the records with `handler`, up to [`ProcessorConfig::concurrency`] at once, and
     /// settles every record's fate. On a FIFO queue each message group is a lane: its records run
     /// one at a time in the event's order, and the lanes run side by side.
-    /// `deadline_ms` is the Lambda deadline (`Context::deadline`, ms since the epoch).
-    pub async fn process<H: RecordHandler>(
+    /// `invocation` is the Lambda invocation, or only its deadline (`Context::deadline`, ms since
+    /// the epoch).
+    pub async fn process<'i, H: RecordHandler>(
         &self,
         handler: &H,
         records: &[SqsRecord<'_>],
-        deadline_ms: u64,
+        invocation: impl Into<Invocation<'i>>,
     ) -> Result<Processed, BatchError> {
+        let invocation = invocation.into();
         let (items, fifo) = self.prepare(records)?;
-        let handled = self.handle_all(handler, &items, fifo, deadline_ms).await;
+        let handled = self
+            .handle_all(handler, &items, fifo, invocation.deadline_ms)
+            .await;
         let decided = self.decide_all(&items, handled, fifo);
-        Ok(self.settle(&items, decided).await)
+        Ok(self.settle(&items, decided, &invocation).await)
     }
 
     /// How handling each record went, in the records' order. Workers, as many as the bound lets
@@ -469,14 +508,15 @@ impl<Q: QueuePort> Processor<Q> {
     /// fault), bisects until the failing records stand alone; a transient failure or a deferral
     /// fails every record of the call alike, without halving. Then settles every record's fate as
     /// [`Processor::process`] does.
-    pub async fn process_batch<B: BatchHandler>(
+    pub async fn process_batch<'i, B: BatchHandler>(
         &self,
         handler: &B,
         records: &[SqsRecord<'_>],
-        deadline_ms: u64,
+        invocation: impl Into<Invocation<'i>>,
     ) -> Result<Processed, BatchError> {
+        let invocation = invocation.into();
         let (items, fifo) = self.prepare(records)?;
-        let cutoff = Cutoff::after(self.budget(deadline_ms));
+        let cutoff = Cutoff::after(self.budget(invocation.deadline_ms));
         let mut handled: Vec<Option<Handled>> = items
             .iter()
             .map(|item| self.precheck(item, cutoff))
@@ -522,7 +562,7 @@ impl<Q: QueuePort> Processor<Q> {
             .into_iter()
             .map(|handled| handled.unwrap_or(Handled::NotStarted));
         let decided = self.decide_all(&items, handled, fifo);
-        Ok(self.settle(&items, decided).await)
+        Ok(self.settle(&items, decided, &invocation).await)
     }
 
     /// Every record's fate, decided in the records' order (a FIFO group's first failure blocks the
@@ -637,8 +677,14 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// Carries the fates out: sends re-sent copies and dead letters (batched), changes FIFO
     /// visibility, and turns every send that was not confirmed into a batchItemFailure.
-    async fn settle<'r>(&self, items: &'r [Item<'r>], mut decided: Vec<Decided>) -> Processed {
+    async fn settle<'r>(
+        &self,
+        items: &'r [Item<'r>],
+        mut decided: Vec<Decided>,
+        invocation: &Invocation<'_>,
+    ) -> Processed {
         let now = self.clock.now_ms();
+        let failed_in = invocation.failed_in();
         let mut report = BatchReport {
             records: u32::try_from(items.len()).unwrap_or(u32::MAX),
             ..BatchReport::default()
@@ -650,15 +696,15 @@ impl<Q: QueuePort> Processor<Q> {
             let outgoing = match fate {
                 Fate::Retry { attempts, delay } => Some((
                     Destination::Source,
-                    self.copy(item, now, error, *attempts, *delay),
+                    self.copy(item, (now, &failed_in), error, *attempts, *delay),
                 )),
                 Fate::Defer { delay } => Some((
                     Destination::Source,
-                    self.copy(item, now, error, item.attempts_before, *delay),
+                    self.copy(item, (now, &failed_in), error, item.attempts_before, *delay),
                 )),
                 Fate::DeadLetter { attempts } => Some((
                     Destination::DeadLetter,
-                    self.dead_letter(item, now, error, *attempts),
+                    self.dead_letter(item, (now, &failed_in), error, *attempts),
                 )),
                 Fate::GiveBack {
                     visibility: Some(timeout),
@@ -751,7 +797,7 @@ impl<Q: QueuePort> Processor<Q> {
     fn copy<'r>(
         &self,
         item: &'r Item<'r>,
-        now: u64,
+        (now, failed_in): Failure<'_>,
         error: Option<&RecordError>,
         attempts: u32,
         delay: Duration,
@@ -759,7 +805,8 @@ impl<Q: QueuePort> Processor<Q> {
         let wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         let hop = delay_seconds_of(delay) > MAX_DELAY_SECONDS;
         let due_at = hop.then(|| Timestamp(now.saturating_add(wait_ms)));
-        let mut message = annotate(item.record, self.meta(item, now, error, attempts, due_at))?;
+        let meta = self.meta(item, (now, failed_in), error, attempts, due_at);
+        let mut message = annotate(item.record, meta)?;
         message.delay_seconds = delay_seconds_of(delay).min(MAX_DELAY_SECONDS);
         Ok(message)
     }
@@ -767,11 +814,11 @@ impl<Q: QueuePort> Processor<Q> {
     pub(crate) fn dead_letter<'r>(
         &self,
         item: &'r Item<'r>,
-        now: u64,
+        failure: Failure<'_>,
         error: Option<&RecordError>,
         attempts: u32,
     ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
-        let mut message = annotate(item.record, self.meta(item, now, error, attempts, None))?;
+        let mut message = annotate(item.record, self.meta(item, failure, error, attempts, None))?;
         if self
             .config
             .dlq_url
@@ -788,7 +835,7 @@ impl<Q: QueuePort> Processor<Q> {
     fn meta<'r>(
         &self,
         item: &Item<'r>,
-        now: u64,
+        (now, failed_in): Failure<'_>,
         error: Option<&RecordError>,
         attempts: u32,
         due_at: Option<Timestamp>,
@@ -806,6 +853,7 @@ impl<Q: QueuePort> Processor<Q> {
             error_message: Text::default(),
             reprocess_count: 0,
             redriven_at: None,
+            failed_in: None,
             attributes: None,
         });
         meta.v = META_VERSION;
@@ -813,6 +861,7 @@ impl<Q: QueuePort> Processor<Q> {
         meta.due_at = due_at;
         if let Some(error) = error {
             meta.last_failure_at = Timestamp(now);
+            meta.failed_in = failed_in.clone();
             meta.error_class = error.class();
             meta.error_kind = Text::from(error.kind().to_owned());
             meta.error_message =

@@ -128,6 +128,7 @@ mod tests {
             error_message: Text::from("boom"),
             reprocess_count,
             redriven_at: None,
+            failed_in: None,
             attributes: None,
         }
     }

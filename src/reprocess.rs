@@ -678,6 +678,7 @@ fn redriven<'r>(
                 error_message: Text::from("moved to the DLQ by SQS after maxReceiveCount receives"),
                 reprocess_count: 0,
                 redriven_at: None,
+                failed_in: None,
                 attributes: None,
             }
         }
@@ -775,6 +776,7 @@ mod tests {
                 error_message: Text::from("timed out"),
                 reprocess_count,
                 redriven_at: None,
+                failed_in: None,
                 attributes: None,
             };
             let copy = annotate(&record, meta).unwrap().into_owned();

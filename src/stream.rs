@@ -10,13 +10,15 @@ use serde::Deserialize;
 pub use aws_lambda_events::streams::KinesisEventResponse;
 
 use crate::clock::Cutoff;
+use crate::envelope::FailedIn;
 use crate::error::{BatchError, RecordError};
 use crate::event::{Body, MessageAttribute, SqsRecord, Text};
 use crate::fate::{Outcome, StreamFate};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
 use crate::processor::{
-    caught, deadline_error, Item, Processed, Processor, RecordHandler, DATA_ENCODING_ATTRIBUTE,
+    caught, deadline_error, Invocation, Item, Processed, Processor, RecordHandler,
+    DATA_ENCODING_ATTRIBUTE,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -114,14 +116,16 @@ impl KinesisRecord<'_> {
 
 impl<Q: QueuePort> Processor<Q> {
     /// Handles a Kinesis batch in order (see the module docs for the fates).
-    pub async fn process_stream<H: RecordHandler>(
+    pub async fn process_stream<'i, H: RecordHandler>(
         &self,
         handler: &H,
         records: &[KinesisRecord<'_>],
-        deadline_ms: u64,
+        invocation: impl Into<Invocation<'i>>,
     ) -> Result<Processed<KinesisEventResponse>, BatchError> {
+        let invocation = invocation.into();
+        let failed_in = invocation.failed_in();
         let judge = self.judge(false);
-        let cutoff = Cutoff::after(self.budget(deadline_ms));
+        let cutoff = Cutoff::after(self.budget(invocation.deadline_ms));
         let mut report = BatchReport {
             records: u32::try_from(records.len()).unwrap_or(u32::MAX),
             ..BatchReport::default()
@@ -162,7 +166,7 @@ impl<Q: QueuePort> Processor<Q> {
             match fate {
                 StreamFate::Done => report.done += 1,
                 StreamFate::DeadLetter => match self
-                    .dead_letter_now(&item, result.as_ref().err(), &mut report)
+                    .dead_letter_now(&item, result.as_ref().err(), &failed_in, &mut report)
                     .await
                 {
                     Ok(()) => report.dead_lettered += 1,
@@ -199,11 +203,12 @@ impl<Q: QueuePort> Processor<Q> {
         &self,
         item: &Item<'_>,
         error: Option<&RecordError>,
+        failed_in: &Option<FailedIn>,
         report: &mut BatchReport,
     ) -> Result<(), String> {
         let url = self.dlq_url().ok_or("no DLQ is configured")?;
         let message = self
-            .dead_letter(item, self.now_ms(), error, 1)
+            .dead_letter(item, (self.now_ms(), failed_in), error, 1)
             .map_err(|too_large| too_large.to_string())?;
         report.sqs_requests += 1;
         match self.queue().send_batch(url, &[message]).await {

@@ -15,6 +15,8 @@ use sqs_consumer::payments::SimulatedPayments;
 
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
 const SOURCE: &str = "https://sqs.local/123456789012/orders";
+const REQUEST_ID: &str = "8476a536-e9f4-5d5b-a3f4-0d3b6a2d4f1c";
+const TRACE_ID: &str = "Root=1-6743d1c2-5e8b3c0f1a2b3c4d5e6f7a8b;Parent=53995c3f42cd8ad8;Sampled=1";
 
 struct Outcome {
     response: serde_json::Value,
@@ -56,6 +58,12 @@ async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
     );
     let mut context = Context::default();
     context.deadline = SystemClock.now_ms() + 30_000;
+    context.request_id = REQUEST_ID.into();
+    context.xray_trace_id = Some(TRACE_ID.into());
+    context.env_config = std::sync::Arc::new(lambda_runtime::Config {
+        function_name: "redrive-orders".into(),
+        ..lambda_runtime::Config::default()
+    });
     let event = LambdaEvent::new(Bytes::from(json), context);
     let response = redrive::lambda::respond(
         redrive::lambda::handle_sqs_or_kinesis(event, &processor, &handler).await?,
@@ -97,6 +105,28 @@ fn summary(message: &OutgoingMessage<'_>) -> (String, ErrorClass, String, u32) {
         meta.error_kind.to_string(),
         meta.attempts,
     )
+}
+
+#[tokio::test]
+async fn every_copy_names_the_invocation_that_failed_it() {
+    let outcome = invoke("sqs-mixed-batch.json").await.unwrap();
+    let copies: Vec<_> = outcome
+        .queue
+        .sent_to(DLQ)
+        .into_iter()
+        .chain(outcome.queue.sent_to(SOURCE))
+        .collect();
+    assert!(!copies.is_empty());
+    for copy in &copies {
+        assert_eq!(
+            meta(copy).failed_in,
+            Some(redrive::envelope::FailedIn {
+                function: "redrive-orders".into(),
+                request_id: REQUEST_ID.into(),
+                trace_id: Some(TRACE_ID.into()),
+            })
+        );
+    }
 }
 
 fn no_failures() -> serde_json::Value {
