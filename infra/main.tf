@@ -42,27 +42,30 @@ module "consumer" {
   source   = "./modules/sqs-consumer"
   for_each = var.consumers
 
-  name                          = "${var.name_prefix}-${each.key}"
-  fifo                          = each.value.fifo
-  function_zip                  = local.zips.sqs_consumer
-  function_timeout_seconds      = each.value.function_timeout_seconds
-  function_memory_mb            = each.value.function_memory_mb
-  environment                   = local.function_environment
-  max_attempts                  = var.retry.max_attempts
-  visibility_timeout_seconds    = each.value.visibility_timeout_seconds
-  message_retention_seconds     = each.value.message_retention_seconds
-  dlq_message_retention_seconds = each.value.dlq_message_retention_seconds
-  max_receive_count             = each.value.max_receive_count
-  batch_size                    = each.value.batch_size
-  batching_window_seconds       = each.value.batching_window_seconds
-  maximum_concurrency           = each.value.maximum_concurrency
-  record_concurrency            = each.value.record_concurrency
-  log_retention_days            = var.log_retention_days
-  alarm_topic_arn               = module.alerts.topic_arn
-  alarm_period_seconds          = var.alarms.period_seconds
-  oldest_message_age_seconds    = var.alarms.oldest_message_age_seconds
-  lambda_errors_threshold       = var.alarms.lambda_errors_threshold
-  lambda_throttles_threshold    = var.alarms.lambda_throttles_threshold
+  name                           = "${var.name_prefix}-${each.key}"
+  fifo                           = each.value.fifo
+  function_zip                   = local.zips.sqs_consumer
+  function_timeout_seconds       = each.value.function_timeout_seconds
+  function_memory_mb             = each.value.function_memory_mb
+  environment                    = local.function_environment
+  max_attempts                   = var.retry.max_attempts
+  visibility_timeout_seconds     = each.value.visibility_timeout_seconds
+  message_retention_seconds      = each.value.message_retention_seconds
+  dlq_message_retention_seconds  = each.value.dlq_message_retention_seconds
+  max_receive_count              = each.value.max_receive_count
+  batch_size                     = each.value.batch_size
+  batching_window_seconds        = each.value.batching_window_seconds
+  maximum_concurrency            = each.value.maximum_concurrency
+  record_concurrency             = each.value.record_concurrency
+  log_retention_days             = var.log_retention_days
+  alarm_topic_arn                = module.alerts.topic_arn
+  alarm_period_seconds           = var.alarms.period_seconds
+  oldest_message_age_seconds     = var.alarms.oldest_message_age_seconds
+  lambda_errors_threshold        = var.alarms.lambda_errors_threshold
+  lambda_throttles_threshold     = var.alarms.lambda_throttles_threshold
+  dlq_oldest_message_age_seconds = var.alarms.dlq_oldest_message_age_seconds
+  deferred_threshold             = var.alarms.deferred_threshold
+  transient_errors_threshold     = var.alarms.transient_errors_threshold
 }
 
 module "events" {

@@ -98,6 +98,10 @@ variable "alarms" {
     oldest_message_age_seconds = number
     lambda_errors_threshold    = number
     lambda_throttles_threshold = number
+    # An outage: a DLQ message about to expire, records deferred or failing transiently.
+    dlq_oldest_message_age_seconds = number
+    deferred_threshold             = number
+    transient_errors_threshold     = number
   })
 
   validation {
@@ -111,6 +115,10 @@ variable "alarms" {
   validation {
     condition     = var.alarms.oldest_message_age_seconds >= 60 && var.alarms.lambda_errors_threshold >= 0 && var.alarms.lambda_throttles_threshold >= 0
     error_message = "alarms.oldest_message_age_seconds must be at least 60 and the Lambda thresholds at least 0."
+  }
+  validation {
+    condition     = var.alarms.dlq_oldest_message_age_seconds >= 60 && var.alarms.deferred_threshold >= 0 && var.alarms.transient_errors_threshold >= 0
+    error_message = "alarms.dlq_oldest_message_age_seconds must be at least 60 (and below each DLQ's retention), the deferred and transient error thresholds at least 0."
   }
 }
 

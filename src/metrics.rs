@@ -10,6 +10,8 @@ use crate::fate::Fate;
 pub struct BatchReport {
     pub records: u32,
     pub done: u32,
+    /// Done on a later attempt: with `retried`, the share of retries that end well.
+    pub done_after_retry: u32,
     pub retried: u32,
     pub dead_lettered: u32,
     pub deferred: u32,
@@ -25,9 +27,10 @@ pub struct BatchReport {
     pub retry_delay_sum_seconds: u64,
 }
 
-const COUNTS: [&str; 11] = [
+const COUNTS: [&str; 12] = [
     "Records",
     "Done",
+    "DoneAfterRetry",
     "Retried",
     "DeadLettered",
     "Deferred",
@@ -44,6 +47,7 @@ impl BatchReport {
     pub fn absorb(&mut self, other: &BatchReport) {
         self.records += other.records;
         self.done += other.done;
+        self.done_after_retry += other.done_after_retry;
         self.retried += other.retried;
         self.dead_lettered += other.dead_lettered;
         self.deferred += other.deferred;

@@ -780,6 +780,9 @@ impl<Q: QueuePort> Processor<Q> {
         let mut response = SqsBatchResponse::default();
         for (item, (fate, error)) in items.iter().zip(&decided) {
             report.count_fate(fate, delay_seconds(fate));
+            if *fate == Fate::Done && item.attempts_before > 0 {
+                report.done_after_retry += 1;
+            }
             if let Some(error) = error {
                 report.count_error(error.class());
             }

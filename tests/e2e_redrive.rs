@@ -239,8 +239,10 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
         SqsQueue::with_client(client.clone()),
         RecordingInvoker::default(),
         // Redriven at once: the wait after a failure is shown in functions/eventbridge-redrive.
-        EventRedriveSettings::from_lookup(["REDRIVE_REPROCESS_AFTER"], |_| Some("0s".into()))
-            .unwrap(),
+        EventRedriveSettings::from_lookup(["REDRIVE_REPROCESS_AFTER"], |name| {
+            (name == "REDRIVE_REPROCESS_AFTER").then(|| "0s".into())
+        })
+        .unwrap(),
     );
     let queue = QueuePair {
         key: "bus".into(),

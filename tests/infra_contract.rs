@@ -135,30 +135,44 @@ fn dlq_alarms(modules: &[Module]) -> Vec<String> {
     let alarms: Vec<&Block> = module
         .blocks("resource", "aws_cloudwatch_metric_alarm")
         .collect();
-    if alarms.len() != 1 {
-        violations.push(format!("dlq-alarm: {} alarms, expected 1", alarms.len()));
+    if alarms.len() != 2 {
+        violations.push(format!("dlq-alarm: {} alarms, expected 2", alarms.len()));
         return violations;
     }
-    let expected = [
-        ("metric_name", "\"ApproximateNumberOfMessagesVisible\""),
-        ("statistic", "\"Maximum\""),
-        ("period", "60"),
-        ("threshold", "0"),
-        ("comparison_operator", "\"GreaterThanThreshold\""),
-        ("treat_missing_data", "\"notBreaching\""),
-        ("dimensions", "{ QueueName = var.queue_name }"),
-    ];
-    for (name, value) in expected {
-        if attr(alarms[0], name).as_deref() != Some(value) {
-            violations.push(format!(
-                "dlq-alarm: {name} is {:?}, expected {value}",
-                attr(alarms[0], name)
-            ));
+    for (label_, metric, threshold) in [
+        ("dlq_depth", "ApproximateNumberOfMessagesVisible", "0"),
+        (
+            "oldest_message_age",
+            "ApproximateAgeOfOldestMessage",
+            "var.oldest_message_age_seconds",
+        ),
+    ] {
+        let Some(alarm) = alarms.iter().find(|a| label(a, 1) == label_) else {
+            violations.push(format!("dlq-alarm: no {label_} alarm"));
+            continue;
+        };
+        let metric = format!("\"{metric}\"");
+        let expected = [
+            ("metric_name", metric.as_str()),
+            ("statistic", "\"Maximum\""),
+            ("period", "60"),
+            ("threshold", threshold),
+            ("comparison_operator", "\"GreaterThanThreshold\""),
+            ("treat_missing_data", "\"notBreaching\""),
+            ("dimensions", "{ QueueName = var.queue_name }"),
+        ];
+        for (name, value) in expected {
+            if attr(alarm, name).as_deref() != Some(value) {
+                violations.push(format!(
+                    "dlq-alarm {label_}: {name} is {:?}, expected {value}",
+                    attr(alarm, name)
+                ));
+            }
         }
-    }
-    for actions in ["alarm_actions", "ok_actions"] {
-        if attr(alarms[0], actions).is_none_or(|a| a == "[]") {
-            violations.push(format!("dlq-alarm: no {actions}"));
+        for actions in ["alarm_actions", "ok_actions"] {
+            if attr(alarm, actions).is_none_or(|a| a == "[]") {
+                violations.push(format!("dlq-alarm {label_}: no {actions}"));
+            }
         }
     }
     violations
@@ -586,7 +600,16 @@ fn a_dlq_without_its_alarm_or_a_weakened_alarm_is_caught() {
     );
     assert_eq!(
         dlq_alarms(&raised),
-        ["dlq-alarm: threshold is Some(\"5\"), expected 0"]
+        ["dlq-alarm dlq_depth: threshold is Some(\"5\"), expected 0"]
+    );
+    let ageless = broken(
+        "modules/dlq-alarm/main.tf",
+        "  threshold           = var.oldest_message_age_seconds\n",
+        "  threshold           = 1209600\n",
+    );
+    assert_eq!(
+        dlq_alarms(&ageless),
+        ["dlq-alarm oldest_message_age: threshold is Some(\"1209600\"), expected var.oldest_message_age_seconds"]
     );
     let missing = broken(
         "modules/dlq-alarm/main.tf",
@@ -599,11 +622,11 @@ fn a_dlq_without_its_alarm_or_a_weakened_alarm_is_caught() {
         "  ok_actions          = [var.alarm_topic_arn]\n",
         "",
     );
-    assert_eq!(dlq_alarms(&silent), ["dlq-alarm: no ok_actions"]);
+    assert_eq!(dlq_alarms(&silent), ["dlq-alarm dlq_depth: no ok_actions"]);
     let none = broken(
         CONSUMER,
-        "queue_name      = aws_sqs_queue.dlq.name",
-        "queue_name      = \"other\"",
+        "queue_name                 = aws_sqs_queue.dlq.name",
+        "queue_name                 = \"other\"",
     );
     assert_eq!(
         dlq_alarms(&none),

@@ -465,6 +465,27 @@ async fn a_fair_queue_record_keeps_its_tenant_on_every_copy() {
 }
 
 #[tokio::test]
+async fn a_record_done_on_a_retry_is_counted_for_the_retry_success_rate() {
+    let processor = processor(RetryPolicy::default());
+    let handler = handler();
+    let mut retried = record("m-retried", "ok");
+    let copy = first_retry_copy(&processor, &handler).await;
+    retried["messageAttributes"]["redrive"] = serde_json::json!({
+        "stringValue": copy.attribute("redrive").unwrap(), "dataType": "String"
+    });
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![retried, record("m-first", "ok")]),
+    )
+    .await;
+    assert_eq!(
+        (processed.report.done, processed.report.done_after_retry),
+        (2, 1)
+    );
+}
+
+#[tokio::test]
 async fn a_refused_entry_or_a_failed_call_gives_the_record_back() {
     let processor = processor(RetryPolicy::default());
     processor.queue().refuse_entries_containing("permanent");

@@ -83,6 +83,23 @@ resource "aws_sns_topic_subscription" "email" {
 locals {
   region = data.aws_region.current.region
   widget = { type = "metric", width = 12, height = 6 }
+  # A widget's metrics are a list of metric arrays, one per (consumer, metric) pair; flattened into
+  # one list of strings they make a dashboard body CloudWatch refuses.
+  metric_groups = {
+    fates  = ["Done", "Retried", "DeadLettered", "Deferred", "GivenBack"]
+    errors = ["TransientErrors", "PermanentErrors", "Panics", "SendFailures"]
+  }
+  function_metrics = {
+    for group, names in local.metric_groups : group => [
+      for pair in setproduct(var.consumers[*].function_name, names) : [var.metrics_namespace, pair[1], "Function", pair[0]]
+    ]
+  }
+  # Records done on a retry per record retried, per consumer: metric math over two hidden metrics.
+  retry_success_metrics = concat([], [for i, name in var.consumers[*].function_name : [
+    [var.metrics_namespace, "DoneAfterRetry", "Function", name, { id = "done${i}", visible = false }],
+    [var.metrics_namespace, "Retried", "Function", name, { id = "retried${i}", visible = false }],
+    [{ expression = "100 * done${i} / retried${i}", label = name, id = "rate${i}" }],
+  ]]...)
   dashboard_widgets = [
     merge(local.widget, { properties = {
       title   = "DLQ depth (any message is an incident)", region = local.region, stat = "Maximum", period = 60
@@ -94,11 +111,19 @@ locals {
     } }),
     merge(local.widget, { properties = {
       title   = "Record fates", region = local.region, stat = "Sum", period = 60
-      metrics = flatten([for c in var.consumers : [for m in ["Done", "Retried", "DeadLettered", "Deferred", "GivenBack"] : [var.metrics_namespace, m, "Function", c.function_name]]])
+      metrics = local.function_metrics.fates
     } }),
     merge(local.widget, { properties = {
       title   = "Error classes", region = local.region, stat = "Sum", period = 60
-      metrics = flatten([for c in var.consumers : [for m in ["TransientErrors", "PermanentErrors", "Panics", "SendFailures"] : [var.metrics_namespace, m, "Function", c.function_name]]])
+      metrics = local.function_metrics.errors
+    } }),
+    merge(local.widget, { properties = {
+      title   = "Error types: shares over the hour", region = local.region, stat = "Sum", period = 3600, view = "pie"
+      metrics = local.function_metrics.errors
+    } }),
+    merge(local.widget, { properties = {
+      title   = "Retry success rate (%): records done on a retry per record retried, by the hour", region = local.region, stat = "Sum", period = 3600
+      metrics = local.retry_success_metrics
     } }),
     merge(local.widget, { properties = {
       title   = "Retry delays (s)", region = local.region, stat = "Maximum", period = 60
@@ -106,11 +131,11 @@ locals {
     } }),
     merge(local.widget, { properties = {
       title   = "Redrive outcomes (DLQ reprocessor, per DLQ)", region = local.region, stat = "Sum", period = 300
-      metrics = flatten([for c in var.consumers : [for m in ["Reprocessed", "Discarded", "ManualReview", "Alerted", "SendFailures"] : [var.metrics_namespace, m, "Source", c.dlq_name]]])
+      metrics = [for pair in setproduct(var.consumers[*].dlq_name, ["Reprocessed", "Discarded", "ManualReview", "Alerted", "SendFailures"]) : [var.metrics_namespace, pair[1], "Source", pair[0]]]
     } }),
     merge(local.widget, { properties = {
       title   = "Function errors and throttles", region = local.region, stat = "Sum", period = 60
-      metrics = flatten([for c in var.consumers : [["AWS/Lambda", "Errors", "FunctionName", c.function_name], ["AWS/Lambda", "Throttles", "FunctionName", c.function_name]]])
+      metrics = [for pair in setproduct(var.consumers[*].function_name, ["Errors", "Throttles"]) : ["AWS/Lambda", pair[1], "FunctionName", pair[0]]]
     } }),
   ]
 }

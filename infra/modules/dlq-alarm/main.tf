@@ -1,5 +1,6 @@
-# The one alarm every DLQ gets: any visible message is an incident. Zero threshold, one minute,
-# missing data is fine, notifications on ALARM and on OK.
+# The two alarms every DLQ gets: any visible message is an incident (zero threshold, one minute,
+# missing data is fine), and a message left too long is about to expire unseen (retention drops
+# it). Notifications on ALARM and on OK.
 
 resource "aws_cloudwatch_metric_alarm" "dlq_depth" {
   alarm_name          = "${var.name}-not-empty"
@@ -11,6 +12,22 @@ resource "aws_cloudwatch_metric_alarm" "dlq_depth" {
   period              = 60
   evaluation_periods  = 1
   threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
+}
+
+resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
+  alarm_name          = "${var.name}-oldest-message-age"
+  alarm_description   = "A message has waited in ${var.queue_name} for over ${var.oldest_message_age_seconds} s: redrive or review it before the queue's retention drops it. Runbook: README, 'DLQ message ageing'."
+  namespace           = "AWS/SQS"
+  metric_name         = "ApproximateAgeOfOldestMessage"
+  dimensions          = { QueueName = var.queue_name }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 1
+  threshold           = var.oldest_message_age_seconds
   comparison_operator = "GreaterThanThreshold"
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]

@@ -13,6 +13,18 @@ variable "queue_name" {
   type        = string
 }
 
+variable "oldest_message_age_seconds" {
+  description = "Age of the oldest message above which the DLQ's second alarm fires; keep it well under the DLQ's retention."
+  type        = number
+  default     = 3600
+  nullable    = false
+
+  validation {
+    condition     = var.oldest_message_age_seconds >= 60 && var.oldest_message_age_seconds <= 1209600
+    error_message = "oldest_message_age_seconds must be 60 to 1209600 (14 days, SQS's longest retention)."
+  }
+}
+
 variable "runbook" {
   description = "Where the runbook entry for this alarm is, for the alarm description."
   type        = string

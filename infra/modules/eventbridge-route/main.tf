@@ -3,11 +3,31 @@
 # destination for function errors) and an SQS queue. Both DLQs are read by the EventBridge redrive.
 
 locals {
-  rule_alarm_metrics = {
-    failed-invocations        = "FailedInvocations"
-    invocations-failed-to-dlq = "InvocationsFailedToBeSentToDlq"
-    invocations-sent-to-dlq   = "InvocationsSentToDlq"
-  }
+  # The rule: FailedInvocations, a target could not be reached (then the DLQ has the event);
+  # InvocationsFailedToBeSentToDlq, not even the DLQ could be reached - events are being lost.
+  # The asynchronously invoked consumer: its on-failure destination could not be written to, or
+  # Lambda dropped events (too old, or retries used up with no destination): both lose events.
+  alarms = merge(
+    { for key, metric in {
+      failed-invocations        = "FailedInvocations"
+      invocations-failed-to-dlq = "InvocationsFailedToBeSentToDlq"
+      invocations-sent-to-dlq   = "InvocationsSentToDlq"
+      } : key => {
+      namespace   = "AWS/Events"
+      metric      = metric
+      dimensions  = { EventBusName = aws_cloudwatch_event_bus.bus.name, RuleName = aws_cloudwatch_event_rule.route.name }
+      description = "${metric} of rule ${aws_cloudwatch_event_rule.route.name}. Runbook: README, 'EventBridge rule alarms'."
+    } },
+    { for key, metric in {
+      destination-delivery-failures = "DestinationDeliveryFailures"
+      async-events-dropped          = "AsyncEventsDropped"
+      } : "consumer-${key}" => {
+      namespace   = "AWS/Lambda"
+      metric      = metric
+      dimensions  = { FunctionName = module.consumer.function_name }
+      description = "${metric} of ${module.consumer.function_name}: events invoked asynchronously are being lost. Runbook: README, 'Asynchronous invocations lost'."
+    } },
+  )
 }
 
 resource "aws_cloudwatch_event_bus" "bus" {
@@ -165,16 +185,14 @@ module "consumer_failures_dlq_alarm" {
   alarm_topic_arn = var.alarm_topic_arn
 }
 
-# FailedInvocations: a target could not be reached (then the DLQ has the event).
-# InvocationsFailedToBeSentToDlq: not even the DLQ could be reached - events are being lost.
-resource "aws_cloudwatch_metric_alarm" "rule" {
-  for_each = local.rule_alarm_metrics
+resource "aws_cloudwatch_metric_alarm" "route" {
+  for_each = local.alarms
 
   alarm_name          = "${var.name}-${each.key}"
-  alarm_description   = "${each.value} of rule ${aws_cloudwatch_event_rule.route.name}. Runbook: README, 'EventBridge rule alarms'."
-  namespace           = "AWS/Events"
-  metric_name         = each.value
-  dimensions          = { EventBusName = aws_cloudwatch_event_bus.bus.name, RuleName = aws_cloudwatch_event_rule.route.name }
+  alarm_description   = each.value.description
+  namespace           = each.value.namespace
+  metric_name         = each.value.metric
+  dimensions          = each.value.dimensions
   statistic           = "Sum"
   period              = 60
   evaluation_periods  = 1

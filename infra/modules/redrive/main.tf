@@ -205,6 +205,26 @@ module "parked_dlq_alarm" {
   alarm_topic_arn = var.alarm_topic_arn
 }
 
+# The reprocessor gave up on a message (redriven REDRIVE_REPROCESS_MAX times, failed again): it stays
+# in the DLQ for a person. One alarm per drained DLQ, on the EMF figure the reprocessor writes for it.
+resource "aws_cloudwatch_metric_alarm" "alerted" {
+  for_each = var.dlqs
+
+  alarm_name          = "${var.name}-${each.key}-alerted"
+  alarm_description   = "The DLQ reprocessor gave up on a message of ${each.value.url}: redriven the allowed number of times, it failed again. Runbook: README, 'Redrive metrics'."
+  namespace           = var.metrics_namespace
+  metric_name         = "Alerted"
+  dimensions          = { Source = element(split(":", each.value.arn), 5) }
+  statistic           = "Sum"
+  period              = 300
+  evaluation_periods  = 1
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
+}
+
 module "reprocessor_failures_dlq_alarm" {
   source          = "../dlq-alarm"
   name            = "${var.name}-reprocessor-failures-dlq"

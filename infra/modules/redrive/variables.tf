@@ -132,3 +132,15 @@ variable "alarm_topic_arn" {
   description = "SNS topic for alarm and OK notifications."
   type        = string
 }
+
+variable "metrics_namespace" {
+  description = "Namespace of the reprocessor's EMF metrics (REDRIVE_METRICS_NAMESPACE); its `Alerted` figure per DLQ is alarmed on."
+  type        = string
+  default     = "redrive"
+  nullable    = false
+
+  validation {
+    condition     = length(var.metrics_namespace) >= 1 && length(var.metrics_namespace) <= 255
+    error_message = "metrics_namespace must be 1 to 255 characters."
+  }
+}

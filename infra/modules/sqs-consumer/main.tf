@@ -79,10 +79,11 @@ resource "aws_lambda_event_source_mapping" "consumer" {
 }
 
 module "dlq_alarm" {
-  source          = "../dlq-alarm"
-  name            = "${var.name}-dlq"
-  queue_name      = aws_sqs_queue.dlq.name
-  alarm_topic_arn = var.alarm_topic_arn
+  source                     = "../dlq-alarm"
+  name                       = "${var.name}-dlq"
+  queue_name                 = aws_sqs_queue.dlq.name
+  oldest_message_age_seconds = var.dlq_oldest_message_age_seconds
+  alarm_topic_arn            = var.alarm_topic_arn
 }
 
 locals {
@@ -111,6 +112,23 @@ locals {
       dimensions  = { FunctionName = module.function.function_name }
       statistic   = "Sum"
       threshold   = var.lambda_throttles_threshold
+    }
+    # An outage shows here first: re-sent copies are new messages, so the source queue's age stays low.
+    deferred = {
+      description = "${var.name} deferred records: a circuit breaker is open, a downstream is down. Runbook: README, 'Records deferred or failing transiently'."
+      namespace   = var.metrics_namespace
+      metric      = "Deferred"
+      dimensions  = { Function = module.function.function_name }
+      statistic   = "Sum"
+      threshold   = var.deferred_threshold
+    }
+    transient-errors = {
+      description = "${var.name} met transient errors: a downstream is failing and retries are under way. Runbook: README, 'Records deferred or failing transiently'."
+      namespace   = var.metrics_namespace
+      metric      = "TransientErrors"
+      dimensions  = { Function = module.function.function_name }
+      statistic   = "Sum"
+      threshold   = var.transient_errors_threshold
     }
   }
 }

@@ -193,6 +193,54 @@ variable "lambda_errors_threshold" {
   }
 }
 
+variable "dlq_oldest_message_age_seconds" {
+  description = "Alarm when the DLQ's oldest message is older than this: well under the DLQ's retention, so nothing expires unseen."
+  type        = number
+  default     = 3600
+  nullable    = false
+
+  validation {
+    condition     = var.dlq_oldest_message_age_seconds >= 60 && var.dlq_oldest_message_age_seconds < var.dlq_message_retention_seconds
+    error_message = "dlq_oldest_message_age_seconds must be at least 60 and below dlq_message_retention_seconds."
+  }
+}
+
+variable "deferred_threshold" {
+  description = "Alarm when the records deferred in a period (the EMF Deferred figure: a breaker is open) exceed this. An outage in progress: re-sent copies keep the source queue's age low."
+  type        = number
+  default     = 0
+  nullable    = false
+
+  validation {
+    condition     = var.deferred_threshold >= 0
+    error_message = "deferred_threshold must be at least 0."
+  }
+}
+
+variable "transient_errors_threshold" {
+  description = "Alarm when the transient errors in a period (the EMF TransientErrors figure) exceed this: a downstream failing, retries under way."
+  type        = number
+  default     = 10
+  nullable    = false
+
+  validation {
+    condition     = var.transient_errors_threshold >= 0
+    error_message = "transient_errors_threshold must be at least 0."
+  }
+}
+
+variable "metrics_namespace" {
+  description = "Namespace of the function's EMF metrics (REDRIVE_METRICS_NAMESPACE)."
+  type        = string
+  default     = "redrive"
+  nullable    = false
+
+  validation {
+    condition     = length(var.metrics_namespace) >= 1 && length(var.metrics_namespace) <= 255
+    error_message = "metrics_namespace must be 1 to 255 characters."
+  }
+}
+
 variable "lambda_throttles_threshold" {
   description = "Alarm when the function's Throttles sum exceeds this in a period."
   type        = number

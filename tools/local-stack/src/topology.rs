@@ -51,6 +51,9 @@ pub struct Alarms {
     pub oldest_message_age_seconds: u32,
     pub lambda_errors_threshold: u32,
     pub lambda_throttles_threshold: u32,
+    pub dlq_oldest_message_age_seconds: u32,
+    pub deferred_threshold: u32,
+    pub transient_errors_threshold: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
