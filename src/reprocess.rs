@@ -57,6 +57,9 @@ pub struct RedriveCommand {
     /// errors, backoff not passed). The reprocess cap still holds.
     #[serde(default)]
     pub force: bool,
+    /// Send copies and delete nothing: the DLQ keeps every message (a replay into a test queue).
+    #[serde(default)]
+    pub copy: bool,
 }
 
 /// Only messages with this String attribute value (original attributes, packed ones included).
@@ -80,6 +83,8 @@ pub struct Plan {
     pub filter: Filter,
     pub rate_per_second: f64,
     pub force: bool,
+    /// Delete nothing from the DLQ ([`RedriveCommand::copy`]).
+    pub copy: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -144,6 +149,7 @@ impl RedriveCommand {
             },
             rate_per_second,
             force: self.force,
+            copy: self.copy,
         })
     }
 }
@@ -247,7 +253,8 @@ impl<Q: QueuePort> Reprocessor<Q> {
             dry_run: plan.dry_run,
             ..RedriveSummary::default()
         };
-        let started = Instant::now();
+        // tokio's clock, so that the rate can be counted against a paused clock in tests.
+        let started = tokio::time::Instant::now();
         let mut seen = HashSet::new();
         let mut left: Vec<String> = Vec::new();
         let mut urls: HashMap<String, String> = HashMap::new();
@@ -449,6 +456,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
 
         let (mut done, mut stay) = (Vec::new(), Vec::new());
         for (examined, delete) in batch.iter().zip(delete) {
+            let delete = delete && !plan.copy;
             if let Some(handle) = examined.record.receipt_handle.as_deref() {
                 match delete {
                     true => done.push(handle),
@@ -931,6 +939,70 @@ mod tests {
             .iter()
             .all(|c| matches!(c, Call::Receive { .. } | Call::ChangeVisibility { .. })));
         assert_eq!(released(queue), ["rh-due", "rh-invalid"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_limit_spaces_the_sends_on_the_clock() {
+        let reprocessor = reprocessor(&settings());
+        let letters: Vec<_> = (0..25)
+            .map(|i| dead_letter(&format!("m-{i}"), Some(ErrorClass::Transient), 0))
+            .collect();
+        reprocessor.queue().stock(DLQ, letters);
+        let started = tokio::time::Instant::now();
+        let plan = plan(RedriveCommand {
+            rate_per_second: Some(10.0),
+            ..RedriveCommand::default()
+        });
+        let mut sent_at = Vec::new();
+        let summary = reprocessor
+            .run(&plan, None, |summary| {
+                sent_at.push((summary.reprocessed, started.elapsed()))
+            })
+            .await
+            .unwrap();
+        assert_eq!(summary.reprocessed, 25);
+        assert_eq!(reprocessor.queue().sent_to(ORIGIN).len(), 25);
+        // Ten a second: each batch of ten goes out only once the ones before it are a second old.
+        let secs = |s: f64| Duration::from_secs_f64(s);
+        assert_eq!(
+            sent_at,
+            [(10, secs(0.0)), (20, secs(1.0)), (25, secs(2.0))],
+            "(sent so far, paused-clock time it was sent at)"
+        );
+        assert_eq!(
+            started.elapsed(),
+            secs(2.5),
+            "and the run waits out the last"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_copy_run_sends_and_leaves_every_message_in_the_dlq() {
+        let reprocessor = reprocessor(&settings());
+        reprocessor.queue().stock(
+            DLQ,
+            [
+                dead_letter("a", Some(ErrorClass::Transient), 0),
+                dead_letter("b", Some(ErrorClass::Transient), 0),
+            ],
+        );
+        let summary = reprocessor
+            .run(
+                &plan(RedriveCommand {
+                    copy: true,
+                    ..RedriveCommand::default()
+                }),
+                None,
+                |_| {},
+            )
+            .await
+            .unwrap();
+        assert_eq!(summary.reprocessed, 2);
+        assert_eq!(reprocessor.queue().sent_to(ORIGIN).len(), 2);
+        assert!(
+            reprocessor.queue().deleted_from(DLQ).is_empty(),
+            "nothing deleted"
+        );
     }
 
     #[tokio::test]

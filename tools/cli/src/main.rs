@@ -25,6 +25,7 @@ use redrive::{ErrorClass, SqsQueue};
 ///   dlq redrive orders-dlq --dry-run
 ///   dlq redrive orders-dlq --error-kind payment_timeout --rate 20
 ///   dlq redrive orders-dlq --error-class permanent --force    # after deploying a fix
+///   dlq redrive orders-dlq --copy --destination arn:aws:sqs:eu-west-1:123456789012:orders-test
 ///   dlq move-task start orders-dlq
 ///
 /// Settings: REDRIVE_REPROCESS_MAX, REDRIVE_REPROCESS_AFTER, REDRIVE_DISCARD_KINDS and
@@ -104,6 +105,10 @@ struct RedriveArgs {
     /// backoff not passed). The redrive cap still holds.
     #[arg(long)]
     force: bool,
+    /// Send copies and delete nothing: the DLQ keeps every message (replay into a test queue
+    /// with --destination).
+    #[arg(long)]
+    copy: bool,
 }
 
 #[derive(Subcommand)]
@@ -206,6 +211,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 attribute: args.attribute,
                 rate_per_second: Some(args.rate),
                 force: args.force,
+                copy: args.copy,
             };
             let plan = command.plan(&settings)?;
             let reprocessor = Reprocessor::new(sqs, &settings);
