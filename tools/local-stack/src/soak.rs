@@ -20,7 +20,8 @@ use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
 use redrive::redrive::RedrivePolicy;
 use redrive::reprocess::{RedriveCommand, Reprocessor};
 use redrive::{
-    Message, Meta, PortError, Processor, ProcessorConfig, RecordError, RecordHandler, RetryPolicy,
+    CircuitBreaker, Message, Meta, PortError, Processor, ProcessorConfig, RecordError,
+    RecordHandler, RetryPolicy,
 };
 
 /// What a message does when handled.
@@ -96,6 +97,16 @@ pub struct SoakConfig {
     pub concurrency: NonZeroUsize,
     /// A FIFO source (and DLQ) with the messages dealt round this many message groups.
     pub fifo_groups: Option<usize>,
+    /// A long outage: every message calls a downstream, behind a circuit breaker, that is down
+    /// this long from the start (longer than the retry policy's deferral age limit).
+    pub outage: Option<Outage>,
+}
+
+/// The long-outage scenario's downstream.
+#[derive(Debug, Clone)]
+pub struct Outage {
+    pub down_for: Duration,
+    pub breaker: redrive::BreakerSettings,
 }
 
 /// The figures the soak prints; `lost` must be 0.
@@ -122,10 +133,42 @@ pub struct SoakReport {
     /// FIFO: effects that came before an earlier message of their group's (before the redrive,
     /// which brings dead letters home out of order by nature).
     pub out_of_order: u64,
+    /// Re-sends of one message in one chain (from the source until it is done or dead-lettered;
+    /// a redrive starts a new chain), as Lambda's recursive loop detection counts them.
+    pub longest_chain: u32,
+    pub chains_past_16: usize,
+    /// Dead letters whose deferral outlasted `REDRIVE_DEFER_MAX_AGE` (kind `deferred_too_long`).
+    pub deferred_too_long: usize,
+    /// Per minute of the run's clock: records deferred and transient errors (the EMF figures
+    /// the consumer's alarms watch).
+    pub minutes: Vec<(u32, u32)>,
     pub elapsed: Duration,
 }
 
+/// The consumer's default alarm thresholds (`infra/redrive.auto.tfvars.json`).
+const DEFERRED_THRESHOLD: u32 = 0;
+const TRANSIENT_ERRORS_THRESHOLD: u32 = 10;
+/// Lambda stops a chain of invocations through the same queue after about this many.
+const LAMBDA_LOOP_LIMIT: u32 = 16;
+
 impl SoakReport {
+    /// Minutes the Deferred alarm and the TransientErrors alarm were in ALARM, and whether both
+    /// were back to OK in the last minute.
+    pub fn alarms(&self) -> (usize, usize, bool) {
+        let fires = |value: u32, threshold: u32| value > threshold;
+        let deferred = |(d, _): &(u32, u32)| fires(*d, DEFERRED_THRESHOLD);
+        let transient = |(_, t): &(u32, u32)| fires(*t, TRANSIENT_ERRORS_THRESHOLD);
+        let ok_at_end = self
+            .minutes
+            .last()
+            .is_none_or(|minute| !deferred(minute) && !transient(minute));
+        (
+            self.minutes.iter().filter(|m| deferred(m)).count(),
+            self.minutes.iter().filter(|m| transient(m)).count(),
+            ok_at_end,
+        )
+    }
+
     /// The invariant: nothing lost, no effect twice, nobody redriven beyond the cap.
     pub fn holds(&self) -> bool {
         self.lost == 0
@@ -180,6 +223,23 @@ impl fmt::Display for SoakReport {
             "  effects out of group order  {:>8}  (FIFO, before the redrive)",
             self.out_of_order
         )?;
+        writeln!(
+            f,
+            "  longest re-send chain       {:>8}  (chains past Lambda's {LAMBDA_LOOP_LIMIT}: {}; the consumer's recursive_loop is Allow)",
+            self.longest_chain, self.chains_past_16
+        )?;
+        let (deferred, transient, ok_at_end) = self.alarms();
+        writeln!(
+            f,
+            "  deferred past the age limit {:>8}  (dead-lettered deferred_too_long, then redriven)",
+            self.deferred_too_long
+        )?;
+        writeln!(
+            f,
+            "  alarms over {} minutes       Deferred > {DEFERRED_THRESHOLD}: ALARM {deferred} min; TransientErrors > {TRANSIENT_ERRORS_THRESHOLD}: ALARM {transient} min; {} in the last",
+            self.minutes.len(),
+            if ok_at_end { "OK" } else { "ALARM" }
+        )?;
         write!(
             f,
             "  invariant                   {:>8}  ({:.1} s)",
@@ -214,6 +274,9 @@ pub struct Faulty<Q> {
     refused_entries: f64,
     enabled: AtomicBool,
     injected: AtomicU64,
+    /// Copies that reached `source` per message (the `id` in its body): its chain of re-sends.
+    source: String,
+    chains: Mutex<HashMap<String, u32>>,
 }
 
 impl<Q: QueuePort> Faulty<Q> {
@@ -225,7 +288,21 @@ impl<Q: QueuePort> Faulty<Q> {
             refused_entries,
             enabled: AtomicBool::new(true),
             injected: AtomicU64::new(0),
+            source: String::new(),
+            chains: Mutex::default(),
         }
+    }
+
+    /// Counts the copies sent to `source_url`, per message.
+    #[must_use]
+    pub fn counting_chains_to(mut self, source_url: &str) -> Self {
+        self.source = source_url.to_owned();
+        self
+    }
+
+    /// The chains counted so far, and a fresh start (a redrive begins new chains).
+    fn take_chains(&self) -> HashMap<String, u32> {
+        std::mem::take(&mut self.chains.lock().unwrap())
     }
 
     pub fn inner(&self) -> &Q {
@@ -278,6 +355,17 @@ impl<Q: QueuePort> QueuePort for Faulty<Q> {
         for failure in &mut failures {
             failure.index = kept_index[failure.index];
         }
+        if queue_url == self.source {
+            let arrived =
+                (0..kept.len()).filter(|i| !failures.iter().any(|f| f.index == kept_index[*i]));
+            let mut chains = self.chains.lock().unwrap();
+            for i in arrived {
+                let body: serde_json::Value =
+                    serde_json::from_str(&kept[i].body).unwrap_or_default();
+                let id = body["id"].as_str().unwrap_or_default().to_owned();
+                *chains.entry(id).or_default() += 1;
+            }
+        }
         self.injected
             .fetch_add(refused.len() as u64, Ordering::Relaxed);
         failures.extend(refused.into_iter().map(|index| EntryFailure {
@@ -324,6 +412,14 @@ pub struct PlannedHandler {
     /// The latest message number that took effect in each group, while the order is checked.
     group_order: Mutex<Option<HashMap<String, usize>>>,
     out_of_order: AtomicU64,
+    /// The long outage: a downstream behind a breaker, down until `heal_at_ms` on `clock`.
+    outage: Option<DownstreamOutage>,
+}
+
+struct DownstreamOutage {
+    breaker: CircuitBreaker,
+    heal_at_ms: u64,
+    clock: Arc<dyn Clock>,
 }
 
 #[derive(serde::Deserialize)]
@@ -341,6 +437,18 @@ impl RecordHandler for PlannedHandler {
         let plan =
             Plan::decode(body.plan).ok_or_else(|| RecordError::permanent("bad_plan", body.plan))?;
         let first = message.attempt() == 1 && message.meta().is_none_or(|m| m.reprocess_count == 0);
+        if let Some(outage) = &self.outage {
+            let down = outage.clock.now_ms() < outage.heal_at_ms;
+            outage
+                .breaker
+                .call(|| async move {
+                    match down {
+                        true => Err(RecordError::transient("unavailable", "downstream down")),
+                        false => Ok(()),
+                    }
+                })
+                .await?;
+        }
         match plan {
             Plan::Flaky(n) if message.attempt() <= n => {
                 return Err(RecordError::transient("timeout", "flaky downstream"))
@@ -386,7 +494,8 @@ pub async fn run<Q: SoakQueues>(
         config.seed,
         config.failed_calls,
         config.refused_entries,
-    );
+    )
+    .counting_chains_to(source_url);
     let processor = Processor::new(
         &queue,
         ProcessorConfig {
@@ -406,6 +515,11 @@ pub async fn run<Q: SoakQueues>(
             slow_for: config.slow_for,
             group_order: Mutex::new(config.fifo_groups.map(|_| HashMap::new())),
             out_of_order: AtomicU64::new(0),
+            outage: config.outage.as_ref().map(|outage| DownstreamOutage {
+                breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
+                heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),
+                clock: clock.clone(),
+            }),
         },
         MemoryStore::new(config.messages * 2).with_clock(clock.clone()),
         KeyFrom::BodyField("/id".into()),
@@ -416,7 +530,12 @@ pub async fn run<Q: SoakQueues>(
     let mut rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed);
     let group_of = |n: usize| config.fifo_groups.map(|groups| format!("g-{}", n % groups));
     let mut bodies = (0..config.messages).map(|n| {
-        let plan = Plan::draw(&mut rng).encode();
+        // In the outage the downstream is the fault: every message would otherwise succeed.
+        let plan = match config.outage {
+            Some(_) => Plan::Ok,
+            None => Plan::draw(&mut rng),
+        }
+        .encode();
         let body = match group_of(n) {
             Some(group) => {
                 format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n},"group":"{group}"}}"#)
@@ -436,6 +555,7 @@ pub async fn run<Q: SoakQueues>(
         arn: source_arn,
         rng: fastrand::Rng::with_seed(config.seed ^ 0xde1e7e),
         config,
+        started_ms: clock.now_ms(),
     };
 
     // Phase 1: produce and consume with faults until the source is empty.
@@ -470,6 +590,15 @@ pub async fn run<Q: SoakQueues>(
 
     // Phase 2: the downstream and SQS heal; the DLQ is redriven under the policy until nothing
     // more can go home (permanent failures stay for review).
+    let mut chains = queue.take_chains();
+    report.deferred_too_long = queue
+        .inner()
+        .read_all(dlq)
+        .await?
+        .iter()
+        .filter_map(|record| Meta::of(record).and_then(Result::ok))
+        .filter(|meta| &*meta.error_kind == "deferred_too_long")
+        .count();
     handler.inner().down.store(false, Ordering::SeqCst);
     *handler.inner().group_order.lock().unwrap() = None;
     queue.heal();
@@ -505,6 +634,12 @@ pub async fn run<Q: SoakQueues>(
     }
 
     // The invariant.
+    for (id, copies) in queue.take_chains() {
+        let longest = chains.entry(id).or_default();
+        *longest = (*longest).max(copies);
+    }
+    report.longest_chain = chains.values().copied().max().unwrap_or(0);
+    report.chains_past_16 = chains.values().filter(|n| **n > LAMBDA_LOOP_LIMIT).count();
     let effects = handler.inner().effects.lock().unwrap().clone();
     report.duplicates_absorbed = handler.duplicates();
     report.injected_send_failures = queue.injected.load(Ordering::Relaxed);
@@ -541,6 +676,7 @@ struct Driver<'a, Q> {
     arn: &'a str,
     rng: fastrand::Rng,
     config: &'a SoakConfig,
+    started_ms: u64,
 }
 
 impl<Q: SoakQueues> Driver<'_, Q> {
@@ -569,6 +705,13 @@ impl<Q: SoakQueues> Driver<'_, Q> {
             .process(handler, &records, deadline)
             .await
             .expect("records carry message ids");
+        let minute = usize::try_from(clock.now_ms().saturating_sub(self.started_ms) / 60_000)
+            .unwrap_or(usize::MAX);
+        if report.minutes.len() <= minute {
+            report.minutes.resize(minute + 1, (0, 0));
+        }
+        report.minutes[minute].0 += processed.report.deferred;
+        report.minutes[minute].1 += processed.report.transient_errors;
         let failed: Vec<&str> = processed
             .response
             .batch_item_failures
@@ -664,6 +807,28 @@ impl SoakConfig {
             reprocess_cap: 3,
             concurrency: NonZeroUsize::new(4).expect("not zero"),
             fifo_groups: None,
+            outage: None,
+        }
+    }
+
+    /// The long outage in memory: the downstream is down for 30 minutes, three times the
+    /// deferral age limit, behind a breaker that opens after 5 failures for 30 s. The messages
+    /// themselves are sound; the SQS faults (failed sends, lost deletes) stay.
+    pub fn outage(messages: usize, seed: u64) -> Self {
+        let memory = Self::memory(messages, seed);
+        Self {
+            retry: RetryPolicy {
+                defer_max_age: Duration::from_secs(600),
+                ..memory.retry.clone()
+            },
+            outage: Some(Outage {
+                down_for: Duration::from_secs(1800),
+                breaker: redrive::BreakerSettings {
+                    threshold: 5,
+                    open_for: Duration::from_secs(30),
+                },
+            }),
+            ..memory
         }
     }
 
@@ -757,4 +922,8 @@ pub async fn run_on_moto(prefix: &str, config: &SoakConfig) -> Result<SoakReport
     )
     .await
     .map_err(|e| crate::Error::Emulator(e.to_string()))
+}
+
+fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -63,6 +63,35 @@ async fn fifo_groups_keep_their_order_in_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_outage_past_the_deferral_limit_loses_nothing_and_its_alarms_clear() {
+    let report = run_in_memory(&SoakConfig::outage(2_000, 5)).await.unwrap();
+    println!("{report}");
+    assert!(report.holds(), "{report}");
+    assert!(
+        report.injected_send_failures > 0 && report.lost_deletes > 0,
+        "faults were injected: {report}"
+    );
+    assert_eq!(
+        report.processed, report.messages,
+        "every message took effect once the downstream was back: {report}"
+    );
+    assert!(report.redriven > 0, "{report}");
+    assert!(
+        report.deferred_too_long > 0,
+        "deferrals ran out into the DLQ as deferred_too_long: {report}"
+    );
+    assert!(
+        report.chains_past_16 > 0,
+        "an outage makes chains Lambda's loop detection would stop without Allow: {report}"
+    );
+    let (deferred_minutes, transient_minutes, ok_at_end) = report.alarms();
+    assert!(
+        deferred_minutes > 0 && transient_minutes > 0 && ok_at_end,
+        "the outage alarms went to ALARM and back to OK: {report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_messages_on_moto() {
     assert!(
         std::env::var("AWS_ENDPOINT_URL").is_ok(),

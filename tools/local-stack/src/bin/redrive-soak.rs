@@ -1,7 +1,8 @@
 //! `make soak`: the full fault-injection soak. 100,000 messages per seed on the in-memory SQS and
 //! 2,000 on moto, each on a standard and on a FIFO queue, with records handled concurrently; prints
 //! the invariant figures and fails if the invariant breaks on any seed (on FIFO, the invariant
-//! includes effects in each group's order).
+//! includes effects in each group's order). Then, per seed, the long outage in memory (a tenth of
+//! the messages): a downstream down for three times the deferral age limit.
 //!
 //! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3]
 use std::process::ExitCode;
@@ -95,6 +96,25 @@ async fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 }
+            }
+        }
+    }
+    for &seed in &args.seeds {
+        let messages = args.memory / 10;
+        if messages == 0 {
+            break;
+        }
+        println!("== in-memory SQS, a 30-minute outage, {messages} messages, seed {seed}");
+        match run_in_memory(&SoakConfig::outage(messages, seed)).await {
+            Ok(report) => {
+                println!("{report}\n");
+                let (deferred, _, ok_at_end) = report.alarms();
+                broken |=
+                    !report.holds() || report.processed != messages || deferred == 0 || !ok_at_end;
+            }
+            Err(error) => {
+                eprintln!("redrive-soak: {error}");
+                return ExitCode::FAILURE;
             }
         }
     }
