@@ -828,3 +828,346 @@ fn a_redrive_that_may_invoke_only_unqualified_arns_is_caught() {
         ["modules/redrive module event_redrive statement \"DeliverToFunctionTargets\": invokes var.function_target_arns unqualified only"]
     );
 }
+
+/// Every AWS call the functions' code makes, recorded through the ports while the sample events
+/// run, must be granted to that function's role: the action, on the Terraform resource that
+/// stands for the queue or function it was made on.
+mod calls_against_roles {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use redrive::config::{EventRedriveSettings, ReprocessSettings};
+    use redrive::envelope::OutgoingMessage;
+    use redrive::error::PortError;
+    use redrive::event::SqsRecord;
+    use redrive::eventbridge::{EventRedrive, InvokePort, RecordingInvoker};
+    use redrive::port::{EntryFailure, QueuePort, RecordingQueue, VisibilityChange};
+    use redrive::reprocess::{RedriveCommand, Reprocessor};
+    use redrive::{ErrorClass, Processor, ProcessorConfig, SqsEvent};
+
+    use super::{parse, sources, statements};
+
+    /// (action, what it was called on: a queue or function name, `:`-qualified when it was).
+    type Log = Arc<Mutex<Vec<(&'static str, String)>>>;
+
+    /// Records the action of every call before passing it on.
+    struct Audited<P> {
+        inner: P,
+        log: Log,
+    }
+
+    impl<P> Audited<P> {
+        fn note(&self, action: &'static str, target: &str) {
+            // A queue URL or ARN ends in the queue's name; a function ARN after `function:`.
+            let name = match target.split_once(":function:") {
+                Some((_, function)) => function,
+                None => target.rsplit(['/', ':']).next().unwrap_or_default(),
+            };
+            self.log.lock().unwrap().push((action, name.to_owned()));
+        }
+    }
+
+    impl<P: QueuePort> QueuePort for Audited<P> {
+        async fn queue_url(&self, queue_arn: &str) -> Result<String, PortError> {
+            self.note("sqs:GetQueueUrl", queue_arn);
+            self.inner.queue_url(queue_arn).await
+        }
+        async fn send_batch(
+            &self,
+            queue_url: &str,
+            messages: &[OutgoingMessage<'_>],
+        ) -> Result<Vec<EntryFailure>, PortError> {
+            self.note("sqs:SendMessage", queue_url);
+            self.inner.send_batch(queue_url, messages).await
+        }
+        async fn change_visibility_batch(
+            &self,
+            queue_url: &str,
+            changes: &[VisibilityChange<'_>],
+        ) -> Result<Vec<EntryFailure>, PortError> {
+            self.note("sqs:ChangeMessageVisibility", queue_url);
+            self.inner.change_visibility_batch(queue_url, changes).await
+        }
+        async fn receive(
+            &self,
+            queue_url: &str,
+            max: u32,
+            hold: Duration,
+            wait: Duration,
+        ) -> Result<Vec<SqsRecord<'static>>, PortError> {
+            self.note("sqs:ReceiveMessage", queue_url);
+            self.inner.receive(queue_url, max, hold, wait).await
+        }
+        async fn delete_batch(
+            &self,
+            queue_url: &str,
+            receipt_handles: &[&str],
+        ) -> Result<Vec<EntryFailure>, PortError> {
+            self.note("sqs:DeleteMessage", queue_url);
+            self.inner.delete_batch(queue_url, receipt_handles).await
+        }
+    }
+
+    impl<P: InvokePort> InvokePort for Audited<P> {
+        async fn invoke_async(&self, function_arn: &str, payload: &str) -> Result<(), PortError> {
+            self.note("lambda:InvokeFunction", function_arn);
+            self.inner.invoke_async(function_arn, payload).await
+        }
+    }
+
+    fn audited<P>(inner: P, log: &Log) -> Audited<P> {
+        Audited {
+            inner,
+            log: log.clone(),
+        }
+    }
+
+    fn sample(file: &str) -> String {
+        std::fs::read_to_string(format!("{}/events/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    }
+
+    fn processor(queue: Audited<RecordingQueue>, dlq: &str) -> Processor<Audited<RecordingQueue>> {
+        let config = ProcessorConfig {
+            dlq_url: Some(format!("https://sqs.local/123456789012/{dlq}")),
+            ..ProcessorConfig::default()
+        };
+        Processor::new(queue, config)
+    }
+
+    /// Which statement of `module`'s function `call` grants `action` on `resource` (the
+    /// Terraform expression of the queue or function), or what is missing.
+    fn granted(
+        modules: &[super::Module],
+        module: &str,
+        call: &str,
+        action: &str,
+        resource: &str,
+    ) -> Result<(), String> {
+        let prefix = format!("{module} module {call} statement");
+        // A statement's actions may be a local (`local.queue_access`): read it where it is set.
+        let local = |reference: &str| -> Option<String> {
+            let name = reference.strip_prefix("local.")?;
+            let module = modules.iter().find(|m| m.dir == module)?;
+            module
+                .bodies
+                .iter()
+                .flat_map(|body| body.blocks())
+                .filter(|block| block.identifier() == "locals")
+                .flat_map(|block| block.body().attributes())
+                .find(|attribute| attribute.key() == name)
+                .map(|attribute| super::text(attribute.expr()))
+        };
+        statements(modules)
+            .into_iter()
+            .find(|(where_, actions, resources, _)| {
+                let actions = local(actions.trim()).unwrap_or_else(|| actions.clone());
+                where_.starts_with(&prefix)
+                    && actions.contains(&format!("\"{action}\""))
+                    && resources.contains(resource)
+            })
+            .map(|_| ())
+            .ok_or_else(|| format!("{module} {call}: no statement grants {action} on {resource}"))
+    }
+
+    /// The logged calls (once each) that `modules` do not grant to `module`'s function `call`,
+    /// `resource_of` naming the Terraform resource that stands for each target.
+    fn missing(
+        modules: &[super::Module],
+        (module, call): (&str, &str),
+        calls: &[(&'static str, String)],
+        resource_of: impl Fn(&str) -> &'static str,
+    ) -> Vec<String> {
+        calls
+            .iter()
+            .filter_map(|(action, target)| {
+                let granted = |resource| granted(modules, module, call, action, resource);
+                granted(resource_of(target))
+                    // A qualified ARN needs a qualified grant (IAM matches it no other way).
+                    .and_then(|()| match target.contains(':') {
+                        true => granted("${arn}:*"),
+                        false => Ok(()),
+                    })
+                    .err()
+            })
+            .collect()
+    }
+
+    /// Every call logged, once each.
+    fn calls(log: &Log) -> Vec<(&'static str, String)> {
+        let mut calls = log.lock().unwrap().clone();
+        calls.sort();
+        calls.dedup();
+        calls
+    }
+
+    fn consumer_queue(queue: &str) -> &'static str {
+        match queue.ends_with("-dlq") {
+            true => "aws_sqs_queue.dlq.arn",
+            false => "aws_sqs_queue.source.arn",
+        }
+    }
+
+    /// The SQS consumer's calls on the standard and the FIFO sample batches.
+    async fn sqs_consumer_calls() -> Vec<(&'static str, String)> {
+        let log = Log::default();
+        let processor = processor(audited(RecordingQueue::default(), &log), "orders-dlq");
+        let handler = orders_handler();
+        for file in ["sqs-mixed-batch.json", "sqs-fifo-two-groups.json"] {
+            let json = sample(file);
+            let event = SqsEvent::parse(&json).unwrap();
+            processor
+                .process(&handler, &event.records, u64::MAX / 2)
+                .await
+                .unwrap();
+        }
+        calls(&log)
+    }
+
+    fn orders_handler(
+    ) -> sqs_consumer::orders::OrdersHandler<sqs_consumer::payments::SimulatedPayments> {
+        sqs_consumer::orders::OrdersHandler::new(
+            sqs_consumer::payments::SimulatedPayments::from_env_file(
+                &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("events/sqs-consumer.env"),
+            )
+            .unwrap(),
+            redrive::CircuitBreaker::new("payments", redrive::BreakerSettings::default()),
+        )
+    }
+
+    #[tokio::test]
+    async fn the_sqs_consumers_calls_are_granted_to_its_role_and_a_missing_grant_is_caught() {
+        let calls = sqs_consumer_calls().await;
+        for expected in [
+            "sqs:GetQueueUrl",
+            "sqs:SendMessage",
+            "sqs:ChangeMessageVisibility",
+        ] {
+            assert!(calls.iter().any(|(a, _)| *a == expected), "{calls:?}");
+        }
+        let consumer = ("modules/sqs-consumer", "function");
+        let modules = parse(&sources());
+        assert_eq!(
+            missing(&modules, consumer, &calls, consumer_queue),
+            Vec::<String>::new()
+        );
+        let broken = super::broken(super::CONSUMER, "\"sqs:ChangeMessageVisibility\", ", "");
+        assert_eq!(
+            missing(&broken, consumer, &calls, consumer_queue),
+            ["modules/sqs-consumer function: no statement grants sqs:ChangeMessageVisibility on aws_sqs_queue.source.arn"]
+        );
+    }
+
+    #[tokio::test]
+    async fn the_eventbridge_redrives_calls_are_granted_to_its_role() {
+        let log = Log::default();
+        let processor = processor(
+            audited(RecordingQueue::default(), &log),
+            "eventbridge-redrive-parked",
+        );
+        let invoker = RecordingInvoker::default();
+        // A refused invoke is retried: a copy goes back to the queue the failure came from.
+        invoker.refuse(
+            "arn:aws:lambda:us-east-1:123456789012:function:orders-events",
+            "TooManyRequestsException: Rate exceeded",
+        );
+        let handler = EventRedrive::new(
+            audited(RecordingQueue::default(), &log),
+            audited(invoker, &log),
+            EventRedriveSettings::from_lookup([], |_| None).unwrap(),
+        );
+        for file in ["eventbridge-dlq-batch.json", "lambda-on-failure-batch.json"] {
+            let json = sample(file);
+            let event = SqsEvent::parse(&json).unwrap();
+            processor
+                .process(&handler, &event.records, u64::MAX / 2)
+                .await
+                .unwrap();
+        }
+        let calls = calls(&log);
+        let unmet = missing(
+            &parse(&sources()),
+            ("modules/redrive", "event_redrive"),
+            &calls,
+            |target| match target {
+                "orders-bus-target-dlq" | "orders-events-failures" => "local.event_arns",
+                "eventbridge-redrive-parked" => "aws_sqs_queue.parked_dlq.arn",
+                "orders-audit" => "var.sqs_target_arns",
+                _ => "var.function_target_arns",
+            },
+        );
+        assert_eq!(unmet, Vec::<String>::new());
+        assert!(
+            calls
+                .iter()
+                .any(|(a, t)| *a == "lambda:InvokeFunction" && t.ends_with(":$LATEST")),
+            "the on-failure record's qualified ARN was invoked: {calls:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_dlq_reprocessors_calls_are_granted_to_its_role() {
+        let log = Log::default();
+        let dlq = "https://sqs.local/123456789012/orders-dlq";
+        let queue = RecordingQueue::default();
+        let json = sample("sqs-mixed-batch.json");
+        let event = SqsEvent::parse(&json).unwrap();
+        let mut dead: Vec<SqsRecord<'static>> = Vec::new();
+        let recorder = Processor::new(
+            RecordingQueue::default(),
+            ProcessorConfig {
+                dlq_url: Some(dlq.into()),
+                ..ProcessorConfig::default()
+            },
+        );
+        let handler = orders_handler();
+        recorder
+            .process(&handler, &event.records, u64::MAX / 2)
+            .await
+            .unwrap();
+        for (i, letter) in recorder.queue().sent_to(dlq).into_iter().enumerate() {
+            let mut record = SqsRecord {
+                message_id: Some(format!("dead-{i}").into()),
+                receipt_handle: Some(format!("rh-{i}").into()),
+                body: Some(redrive::event::Body::from(letter.body.to_string())),
+                ..SqsRecord::default()
+            };
+            for (name, value) in letter.attributes {
+                record.message_attributes.insert(name, value);
+            }
+            dead.push(record);
+        }
+        queue.stock(dlq, dead);
+        let settings = ReprocessSettings::from_lookup(["REDRIVE_ARCHIVE_QUEUE_URL"], |name| {
+            (name == "REDRIVE_ARCHIVE_QUEUE_URL")
+                .then(|| "https://sqs.local/123456789012/redrive-archive".into())
+        })
+        .unwrap();
+        let plan = RedriveCommand {
+            source: Some(dlq.into()),
+            force: true,
+            error_classes: vec![ErrorClass::Transient, ErrorClass::Permanent],
+            ..RedriveCommand::default()
+        }
+        .plan(&settings)
+        .unwrap();
+        Reprocessor::new(audited(queue, &log), &settings)
+            .run(&plan, None, |_| {})
+            .await
+            .unwrap();
+        let calls = calls(&log);
+        let unmet = missing(
+            &parse(&sources()),
+            ("modules/redrive", "reprocessor"),
+            &calls,
+            |target| match target {
+                "orders-dlq" => "local.dlq_arns",
+                "redrive-archive" => "aws_sqs_queue.archive.arn",
+                _ => "local.origin_arns",
+            },
+        );
+        assert_eq!(unmet, Vec::<String>::new());
+        for expected in ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage"] {
+            assert!(calls.iter().any(|(a, _)| *a == expected), "{calls:?}");
+        }
+    }
+}
