@@ -2,11 +2,13 @@
 # its event consumer, a Kinesis consumer, the recovery functions, alarms and a dashboard.
 
 locals {
+  # A relative lambda_dir is read from this directory, wherever terraform runs from (-chdir).
+  lambda_dir = startswith(var.lambda_dir, "/") ? var.lambda_dir : "${path.root}/${var.lambda_dir}"
   zips = {
-    sqs_consumer        = "${var.lambda_dir}/sqs-consumer/bootstrap.zip"
-    event_consumer      = "${var.lambda_dir}/event-consumer/bootstrap.zip"
-    dlq_redrive         = "${var.lambda_dir}/dlq-redrive/bootstrap.zip"
-    eventbridge_redrive = "${var.lambda_dir}/eventbridge-redrive/bootstrap.zip"
+    sqs_consumer        = "${local.lambda_dir}/sqs-consumer/bootstrap.zip"
+    event_consumer      = "${local.lambda_dir}/event-consumer/bootstrap.zip"
+    dlq_redrive         = "${local.lambda_dir}/dlq-redrive/bootstrap.zip"
+    eventbridge_redrive = "${local.lambda_dir}/eventbridge-redrive/bootstrap.zip"
   }
   event_redrive_timeout_seconds = 30
 

@@ -1,6 +1,7 @@
 # Where alarms go (an encrypted SNS topic CloudWatch can publish to) and the dashboard.
 
 data "aws_caller_identity" "current" {}
+data "aws_partition" "current" {}
 data "aws_region" "current" {}
 
 # CloudWatch cannot publish to a topic encrypted with the AWS-managed alias/aws/sns key: the topic
@@ -15,7 +16,7 @@ data "aws_iam_policy_document" "key" {
     resources = ["*"] # in a key policy, "*" is this key
     principals {
       type        = "AWS"
-      identifiers = ["arn:aws:iam::${data.aws_caller_identity.current.account_id}:root"]
+      identifiers = ["arn:${data.aws_partition.current.partition}:iam::${data.aws_caller_identity.current.account_id}:root"]
     }
   }
   statement {

@@ -26,7 +26,8 @@ variable "consumers" {
     dlq_name      = string
     function_name = string
   }))
-  default = []
+  nullable = false
+  default  = []
 }
 
 variable "metrics_namespace" {

@@ -27,17 +27,28 @@ variable "function_timeout_seconds" {
   description = "Timeout of the event consumer."
   type        = number
   default     = 30
+
+  validation {
+    condition     = var.function_timeout_seconds >= 1 && var.function_timeout_seconds <= 900
+    error_message = "function_timeout_seconds must be between 1 and 900 (Lambda's limit)."
+  }
 }
 
 variable "function_memory_mb" {
   description = "Memory of the event consumer."
   type        = number
   default     = 256
+
+  validation {
+    condition     = var.function_memory_mb >= 128 && var.function_memory_mb <= 10240
+    error_message = "function_memory_mb must be between 128 and 10240 (Lambda's limits)."
+  }
 }
 
 variable "environment" {
   description = "Environment of the event consumer (REDRIVE_BREAKER_*, PAYMENTS_*)."
   type        = map(string)
+  nullable    = false
   default     = {}
 }
 

@@ -9,12 +9,20 @@ resource "aws_cloudwatch_log_group" "function" {
   retention_in_days = var.log_retention_days
 }
 
+data "aws_caller_identity" "current" {}
+
 data "aws_iam_policy_document" "assume" {
   statement {
     actions = ["sts:AssumeRole"]
     principals {
       type        = "Service"
       identifiers = ["lambda.amazonaws.com"]
+    }
+    # Confused deputy: only Lambda acting for this account may take the role.
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
     }
   }
 }

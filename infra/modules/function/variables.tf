@@ -48,6 +48,7 @@ variable "memory_mb" {
 variable "environment" {
   description = "Environment variables of the function."
   type        = map(string)
+  nullable    = false
   default     = {}
 }
 
@@ -58,6 +59,7 @@ variable "statements" {
     actions   = list(string)
     resources = list(string)
   }))
+  nullable = false
 
   validation {
     condition     = alltrue([for s in var.statements : length(s.actions) > 0 && length(s.resources) > 0])

@@ -69,12 +69,20 @@ resource "aws_lambda_function_event_invoke_config" "reprocessor" {
   }
 }
 
+data "aws_caller_identity" "current" {}
+
 data "aws_iam_policy_document" "scheduler_assume" {
   statement {
     actions = ["sts:AssumeRole"]
     principals {
       type        = "Service"
       identifiers = ["scheduler.amazonaws.com"]
+    }
+    # Confused deputy: only schedules of this account may take the role.
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
     }
   }
 }

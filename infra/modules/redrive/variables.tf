@@ -47,6 +47,7 @@ variable "dlqs" {
     arn        = string
     origin_arn = string
   }))
+  nullable = false
 
   validation {
     condition     = alltrue([for dlq in values(var.dlqs) : startswith(dlq.arn, "arn:") && startswith(dlq.origin_arn, "arn:")])
@@ -74,6 +75,7 @@ variable "policy" {
     max_messages           = number
     rate_per_second        = number
   })
+  nullable = false
   default = {
     max_reprocess          = 3
     eligible_after_seconds = 300
@@ -95,12 +97,14 @@ variable "policy" {
 variable "event_sources" {
   description = "Queues the EventBridge redrive reads, by a static key: EventBridge target DLQs and on-failure destination queues."
   type        = map(string)
+  nullable    = false
   default     = {}
 }
 
 variable "sqs_target_arns" {
   description = "SQS queues the EventBridge redrive may deliver to (the rules' SQS targets)."
   type        = list(string)
+  nullable    = false
   default     = []
 }
 
@@ -119,6 +123,7 @@ variable "function_target_arns" {
 variable "environment" {
   description = "Retry settings of the EventBridge redrive (REDRIVE_BACKOFF_* and friends)."
   type        = map(string)
+  nullable    = false
   default     = {}
 }
 

@@ -43,6 +43,7 @@ variable "function_memory_mb" {
 variable "environment" {
   description = "REDRIVE_* (and other) environment variables of the function; REDRIVE_DLQ_URL is added."
   type        = map(string)
+  nullable    = false
   default     = {}
 }
 
@@ -166,8 +167,8 @@ variable "alarm_period_seconds" {
   default     = 60
 
   validation {
-    condition     = var.alarm_period_seconds == 10 || var.alarm_period_seconds == 30 || (var.alarm_period_seconds >= 60 && var.alarm_period_seconds % 60 == 0)
-    error_message = "alarm_period_seconds must be 10, 30 or a multiple of 60."
+    condition     = var.alarm_period_seconds >= 60 && var.alarm_period_seconds % 60 == 0
+    error_message = "alarm_period_seconds must be a multiple of 60: SQS and Lambda metrics come once a minute."
   }
 }
 

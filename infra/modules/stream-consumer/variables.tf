@@ -17,17 +17,28 @@ variable "function_timeout_seconds" {
   description = "Function timeout."
   type        = number
   default     = 60
+
+  validation {
+    condition     = var.function_timeout_seconds >= 1 && var.function_timeout_seconds <= 900
+    error_message = "function_timeout_seconds must be between 1 and 900 (Lambda's limit)."
+  }
 }
 
 variable "function_memory_mb" {
   description = "Function memory."
   type        = number
   default     = 256
+
+  validation {
+    condition     = var.function_memory_mb >= 128 && var.function_memory_mb <= 10240
+    error_message = "function_memory_mb must be between 128 and 10240 (Lambda's limits)."
+  }
 }
 
 variable "environment" {
   description = "Environment of the function; REDRIVE_DLQ_URL is added."
   type        = map(string)
+  nullable    = false
   default     = {}
 }
 

@@ -47,7 +47,6 @@ pub struct Breaker {
 #[derive(Debug, Clone, Deserialize)]
 pub struct Alarms {
     pub period_seconds: u32,
-    pub dlq_depth_threshold: u32,
     pub oldest_message_age_seconds: u32,
     pub lambda_errors_threshold: u32,
     pub lambda_throttles_threshold: u32,

@@ -394,12 +394,9 @@ async fn heal_and_redrive(
             in_dlq,
         );
         alarm(
-            &format!(
-                "{} DLQ depth > {}",
-                lane.queue.key, topology.alarms.dlq_depth_threshold
-            ),
+            &format!("{} DLQ depth > 0", lane.queue.key),
             dlq as f64,
-            f64::from(topology.alarms.dlq_depth_threshold),
+            0.0,
         );
         if lost != 0 || in_dlq != 0 {
             return Err(format!(
@@ -513,11 +510,7 @@ async fn report(
         let dlq_age = f64::from(alarms.dlq_oldest_message_age_seconds) / scale;
         // The EMF figures' alarms are per period; the run is shorter than one, so its totals.
         let rules = [
-            (
-                format!("DLQ depth > {}", alarms.dlq_depth_threshold),
-                dlq_visible as f64,
-                f64::from(alarms.dlq_depth_threshold),
-            ),
+            ("DLQ depth > 0".to_owned(), dlq_visible as f64, 0.0),
             (format!("oldest message age > {age:.0}s"), oldest, age),
             (
                 format!("DLQ oldest message age > {dlq_age:.0}s"),
