@@ -115,7 +115,9 @@ fn dlq_alarms(modules: &[Module]) -> Vec<String> {
             .blocks("resource", "aws_sqs_queue")
             .filter(|q| label(q, 1).contains("dlq"))
         {
-            let reference = format!("aws_sqs_queue.{}.name", label(dlq, 1));
+            // A queue made only under a condition (`count`) is referred to as its first instance.
+            let instance = if present(dlq, "count") { "[0]" } else { "" };
+            let reference = format!("aws_sqs_queue.{}{instance}.name", label(dlq, 1));
             let alarms = module
                 .calls("dlq-alarm")
                 .filter(|call| attr(call, "queue_name").as_deref() == Some(&reference))
@@ -492,7 +494,9 @@ fn recursion(modules: &[Module]) -> Vec<String> {
                             w.contains(&format!(" module {} statement", label(call, 0)))
                                 && actions.contains("\"sqs:SendMessage\"")
                         });
-                let invoked = target.starts_with(&format!("module.{}.", label(call, 0)));
+                let invoked = [".", "[0]."]
+                    .iter()
+                    .any(|then| target.starts_with(&format!("module.{}{then}", label(call, 0))));
                 if invoked && sends && attr(call, "recursive_loop").as_deref() != Some("\"Allow\"")
                 {
                     violations.push(format!(
@@ -634,7 +638,7 @@ fn a_dlq_without_its_alarm_or_a_weakened_alarm_is_caught() {
     );
     let parked = broken(
         "modules/redrive/main.tf",
-        "queue_name      = aws_sqs_queue.parked_dlq.name",
+        "queue_name      = aws_sqs_queue.parked_dlq[0].name",
         "queue_name      = aws_sqs_queue.archive.name",
     );
     assert_eq!(dlq_alarms(&parked).len(), 1, "{:?}", dlq_alarms(&parked));
@@ -1090,7 +1094,7 @@ mod calls_against_roles {
             &calls,
             |target| match target {
                 "orders-bus-target-dlq" | "orders-events-failures" => "local.event_arns",
-                "eventbridge-redrive-parked" => "aws_sqs_queue.parked_dlq.arn",
+                "eventbridge-redrive-parked" => "aws_sqs_queue.parked_dlq[0].arn",
                 "orders-audit" => "var.sqs_target_arns",
                 _ => "var.function_target_arns",
             },

@@ -7,6 +7,8 @@ locals {
   dlq_arns     = [for dlq in values(var.dlqs) : dlq.arn]
   origin_arns  = distinct(flatten([for dlq in values(var.dlqs) : dlq.origin_arn]))
   event_arns   = values(var.event_sources)
+  # The EventBridge redrive exists only when it has queues to read; the reprocessor stands alone.
+  event_redrive = length(var.event_sources) > 0 ? 1 : 0
 }
 
 # Copies of discarded messages (REDRIVE_DISCARD_KINDS), kept as long as SQS allows.
@@ -39,23 +41,27 @@ module "reprocessor" {
     REDRIVE_REPROCESS_MAX_MESSAGES = tostring(var.policy.max_messages)
     REDRIVE_REPROCESS_RATE         = tostring(var.policy.rate_per_second)
   }
-  statements = [
-    {
-      sid       = "DrainDeadLetterQueues"
-      actions   = local.queue_access
-      resources = local.dlq_arns
-    },
-    {
-      sid       = "SendHome"
-      actions   = ["sqs:SendMessage", "sqs:GetQueueUrl"]
-      resources = local.origin_arns
-    },
-    {
+  # A statement without resources is refused (modules/function): the scheduled DLQs' ones only
+  # when there are DLQs.
+  statements = concat(
+    length(var.dlqs) == 0 ? [] : [
+      {
+        sid       = "DrainDeadLetterQueues"
+        actions   = local.queue_access
+        resources = local.dlq_arns
+      },
+      {
+        sid       = "SendHome"
+        actions   = ["sqs:SendMessage", "sqs:GetQueueUrl"]
+        resources = local.origin_arns
+      },
+    ],
+    [{
       sid       = "ArchiveAndRecordFailures"
       actions   = ["sqs:SendMessage"]
       resources = [aws_sqs_queue.archive.arn, aws_sqs_queue.reprocessor_failures_dlq.arn]
-    },
-  ]
+    }],
+  )
 }
 
 resource "aws_lambda_function_event_invoke_config" "reprocessor" {
@@ -142,6 +148,8 @@ resource "aws_scheduler_schedule" "reprocess" {
 
 # Events the EventBridge redrive gives up on (parked), with the redrive metadata.
 resource "aws_sqs_queue" "parked_dlq" {
+  count = local.event_redrive
+
   name                      = "${var.name}-parked-dlq"
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
@@ -149,6 +157,7 @@ resource "aws_sqs_queue" "parked_dlq" {
 
 module "event_redrive" {
   source = "../function"
+  count  = local.event_redrive
 
   name               = "${var.name}-eventbridge-redrive"
   description        = "Redrives EventBridge target DLQs and on-failure records to the failed target (redrive)"
@@ -159,7 +168,7 @@ module "event_redrive" {
   # attempts and REDRIVE_REPROCESS_MAX.
   recursive_loop = "Allow"
   environment = merge(var.environment, {
-    REDRIVE_DLQ_URL         = aws_sqs_queue.parked_dlq.url
+    REDRIVE_DLQ_URL         = aws_sqs_queue.parked_dlq[0].url
     REDRIVE_REPROCESS_MAX   = tostring(var.policy.max_reprocess)
     REDRIVE_REPROCESS_AFTER = "${var.policy.eligible_after_seconds}s"
   })
@@ -173,7 +182,7 @@ module "event_redrive" {
       {
         sid       = "RetryAndPark"
         actions   = ["sqs:SendMessage"]
-        resources = concat(local.event_arns, [aws_sqs_queue.parked_dlq.arn])
+        resources = concat(local.event_arns, [aws_sqs_queue.parked_dlq[0].arn])
       },
     ],
     length(var.sqs_target_arns) == 0 ? [] : [{
@@ -195,7 +204,7 @@ resource "aws_lambda_event_source_mapping" "event_redrive" {
   for_each = var.event_sources
 
   event_source_arn                   = each.value
-  function_name                      = module.event_redrive.function_arn
+  function_name                      = module.event_redrive[0].function_arn
   batch_size                         = 10
   maximum_batching_window_in_seconds = 0
   function_response_types            = ["ReportBatchItemFailures"]
@@ -207,8 +216,9 @@ resource "aws_lambda_event_source_mapping" "event_redrive" {
 
 module "parked_dlq_alarm" {
   source          = "../dlq-alarm"
+  count           = local.event_redrive
   name            = "${var.name}-parked-dlq"
-  queue_name      = aws_sqs_queue.parked_dlq.name
+  queue_name      = aws_sqs_queue.parked_dlq[0].name
   runbook         = "Runbook: README, 'EventBridge: parking queue not empty'."
   alarm_topic_arn = var.alarm_topic_arn
 }

@@ -4,8 +4,8 @@ output "reprocessor_function_name" {
 }
 
 output "event_redrive_function_name" {
-  description = "Name of the EventBridge redrive."
-  value       = module.event_redrive.function_name
+  description = "Name of the EventBridge redrive (null without event sources)."
+  value       = one(module.event_redrive[*].function_name)
 }
 
 output "archive_queue_url" {
@@ -14,6 +14,6 @@ output "archive_queue_url" {
 }
 
 output "parked_queue_url" {
-  description = "Queue with the EventBridge events the redrive parked."
-  value       = aws_sqs_queue.parked_dlq.url
+  description = "Queue with the EventBridge events the redrive parked (null without event sources)."
+  value       = one(aws_sqs_queue.parked_dlq[*].url)
 }

@@ -14,8 +14,14 @@ variable "reprocessor_zip" {
 }
 
 variable "event_redrive_zip" {
-  description = "bootstrap.zip of functions/eventbridge-redrive."
+  description = "bootstrap.zip of functions/eventbridge-redrive; needed only with event_sources."
   type        = string
+  default     = null
+
+  validation {
+    condition     = var.event_redrive_zip != null || length(var.event_sources) == 0
+    error_message = "event_redrive_zip is needed when event_sources names queues for the EventBridge redrive."
+  }
 }
 
 variable "reprocessor_timeout_seconds" {
