@@ -5,8 +5,8 @@ variable "name_prefix" {
   type        = string
 
   validation {
-    condition     = can(regex("^[a-zA-Z0-9-]{1,32}$", var.name_prefix))
-    error_message = "name_prefix must be 1 to 32 letters, digits or hyphens."
+    condition     = can(regex("^[a-zA-Z0-9-]{1,26}$", var.name_prefix))
+    error_message = "name_prefix must be 1 to 26 letters, digits or hyphens: <name_prefix>-orders-events names the EventBridge route, which allows 40."
   }
 }
 
@@ -30,6 +30,15 @@ variable "consumers" {
   validation {
     condition     = alltrue([for k, c in var.consumers : can(regex("^[a-z0-9-]{1,24}$", k))])
     error_message = "Consumer keys must be 1 to 24 lowercase letters, digits or hyphens."
+  }
+  # With name_prefix at most 26, <name_prefix>-<key> (the consumer's function) stays within the
+  # function module's 55, and <name_prefix>-<key>-dlq.fifo within SQS's 80.
+  # Keys that would name the same queue or function as the stack's own parts.
+  validation {
+    condition = alltrue([for k, c in var.consumers : !contains(
+      ["archive", "parked-dlq", "dlq-redrive", "eventbridge-redrive", "reprocessor-failures-dlq", "scheduler", "alarms", "orders-events", "orders-stream"], k
+    ) && !endswith(k, "-dlq")])
+    error_message = "A consumer key may not be archive, parked-dlq, dlq-redrive, eventbridge-redrive, reprocessor-failures-dlq, scheduler, alarms, orders-events or orders-stream, nor end in -dlq: those names are taken by the stack's own queues and functions."
   }
   # Every other rule on a consumer is a validation of the sqs-consumer module's inputs.
 }

@@ -3,8 +3,8 @@ variable "name" {
   type        = string
 
   validation {
-    condition     = can(regex("^[a-zA-Z0-9-_]{1,56}$", var.name))
-    error_message = "name must be 1 to 56 letters, digits, hyphens or underscores (the role adds -function)."
+    condition     = can(regex("^[a-zA-Z0-9-_]{1,55}$", var.name))
+    error_message = "name must be 1 to 55 letters, digits, hyphens or underscores: the role is <name>-function, and IAM allows 64 characters."
   }
 }
 

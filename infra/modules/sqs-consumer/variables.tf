@@ -3,8 +3,8 @@ variable "name" {
   type        = string
 
   validation {
-    condition     = can(regex("^[a-zA-Z0-9-]{1,60}$", var.name))
-    error_message = "name must be 1 to 60 letters, digits or hyphens."
+    condition     = can(regex("^[a-zA-Z0-9-]{1,55}$", var.name))
+    error_message = "name must be 1 to 55 letters, digits or hyphens: it names the function, whose role adds -function (IAM allows 64)."
   }
 }
 
