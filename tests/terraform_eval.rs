@@ -32,6 +32,9 @@ fn evaluate(tfvars: &serde_json::Value, name: &str) -> Option<String> {
     (!output.status.success() || errors.contains("Error:")).then_some(errors)
 }
 
+/// Makes a copy of the tfvars break one rule.
+type Breaking = fn(&mut serde_json::Value);
+
 fn terraform_installed() -> bool {
     let found = Command::new("terraform").arg("version").output().is_ok();
     if !found {
@@ -47,7 +50,7 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
     }
     assert_eq!(evaluate(&tfvars(), "as-is"), None);
 
-    let broken: [(&str, fn(&mut serde_json::Value), &str); 5] = [
+    let broken: [(&str, Breaking, &str); 5] = [
         (
             "reserved-key",
             |v| v["consumers"]["archive"] = v["consumers"]["orders"].clone(),
