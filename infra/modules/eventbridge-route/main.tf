@@ -106,7 +106,10 @@ module "consumer" {
   timeout_seconds    = var.function_timeout_seconds
   memory_mb          = var.function_memory_mb
   log_retention_days = var.log_retention_days
-  environment        = var.environment
+  # Invoked asynchronously: no mapping caps it. Throttled events wait in Lambda's queue and are
+  # retried up to the maximum event age.
+  reserved_concurrency = var.reserved_concurrency
+  environment          = var.environment
   statements = [
     {
       # Lambda writes the on-failure record with the function's role.
@@ -183,6 +186,24 @@ module "consumer_failures_dlq_alarm" {
   queue_name      = aws_sqs_queue.consumer_failures_dlq.name
   runbook         = "Runbook: README, 'EventBridge target DLQ not empty'."
   alarm_topic_arn = var.alarm_topic_arn
+}
+
+# The SQS target has its consumer elsewhere (or none yet): if nobody reads it, its events expire
+# unseen when the retention runs out. This alarm fires well before.
+resource "aws_cloudwatch_metric_alarm" "target_queue_age" {
+  alarm_name          = "${var.name}-queue-oldest-message-age"
+  alarm_description   = "An event has waited in ${aws_sqs_queue.target.name} for over ${var.target_queue_oldest_message_age_seconds} s: its consumer is behind or missing, and retention (${var.message_retention_seconds} s) will drop it. Runbook: README, 'EventBridge rule alarms'."
+  namespace           = "AWS/SQS"
+  metric_name         = "ApproximateAgeOfOldestMessage"
+  dimensions          = { QueueName = aws_sqs_queue.target.name }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 1
+  threshold           = var.target_queue_oldest_message_age_seconds
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
 }
 
 resource "aws_cloudwatch_metric_alarm" "route" {

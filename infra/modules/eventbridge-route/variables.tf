@@ -45,6 +45,30 @@ variable "function_memory_mb" {
   }
 }
 
+variable "target_queue_oldest_message_age_seconds" {
+  description = "Alarm when the SQS target's oldest event is older than this: well under its retention, so nothing expires unseen."
+  type        = number
+  default     = 86400
+  nullable    = false
+
+  validation {
+    condition     = var.target_queue_oldest_message_age_seconds >= 60 && var.target_queue_oldest_message_age_seconds < var.message_retention_seconds
+    error_message = "target_queue_oldest_message_age_seconds must be at least 60 and below message_retention_seconds."
+  }
+}
+
+variable "reserved_concurrency" {
+  description = "Cap of the asynchronously invoked event consumer (its reserved concurrency)."
+  type        = number
+  default     = 10
+  nullable    = false
+
+  validation {
+    condition     = var.reserved_concurrency >= 1 && var.reserved_concurrency <= 1000
+    error_message = "reserved_concurrency must be 1 to 1000."
+  }
+}
+
 variable "environment" {
   description = "Environment of the event consumer (REDRIVE_BREAKER_*, PAYMENTS_*)."
   type        = map(string)

@@ -45,6 +45,17 @@ variable "memory_mb" {
   }
 }
 
+variable "reserved_concurrency" {
+  description = "Executions reserved for (and the cap of) the function; null for none. Set it on functions no event source mapping caps, such as asynchronously invoked ones."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.reserved_concurrency == null || (var.reserved_concurrency >= 0 && var.reserved_concurrency <= 1000)
+    error_message = "reserved_concurrency must be null or 0 to 1000 (the default account concurrency)."
+  }
+}
+
 variable "environment" {
   description = "Environment variables of the function."
   type        = map(string)
