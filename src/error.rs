@@ -66,6 +66,60 @@ impl RecordError {
         error
     }
 
+    /// A downstream answered with HTTP `status`: 408, 429 and 5xx are transient (the service is
+    /// busy, slow or failing), any other status permanent (the request itself is wrong).
+    pub fn from_http_status(
+        kind: impl Into<Cow<'static, str>>,
+        status: u16,
+        message: impl fmt::Display,
+    ) -> Self {
+        let class = match status {
+            408 | 429 | 500..=599 => ErrorClass::Transient,
+            _ => ErrorClass::Permanent,
+        };
+        Self::new(class, kind, format_args!("HTTP {status}: {message}"))
+    }
+
+    /// An AWS SDK call failed: timeouts, connection failures, throttling and 5xx answers are
+    /// transient; a service error the request caused (validation, not found, access denied) is
+    /// permanent.
+    pub fn from_sdk_error<E>(
+        kind: impl Into<Cow<'static, str>>,
+        error: &aws_smithy_runtime_api::client::result::SdkError<
+            E,
+            aws_smithy_runtime_api::http::Response,
+        >,
+    ) -> Self
+    where
+        E: aws_smithy_types::error::metadata::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        use aws_smithy_runtime_api::client::result::SdkError;
+        const THROTTLING: [&str; 7] = [
+            "Throttling",
+            "ThrottlingException",
+            "ThrottledException",
+            "TooManyRequestsException",
+            "RequestLimitExceeded",
+            "ProvisionedThroughputExceededException",
+            "SlowDown",
+        ];
+        let message = aws_smithy_types::error::display::DisplayErrorContext(error);
+        let transient = match error {
+            SdkError::ServiceError(context) => {
+                let status = context.raw().status();
+                let code = context.err().code().unwrap_or_default();
+                status.is_server_error() || status.as_u16() == 429 || THROTTLING.contains(&code)
+            }
+            SdkError::ConstructionFailure(_) => false,
+            // Timeouts, dispatch failures (connection, DNS) and unreadable answers.
+            _ => true,
+        };
+        match transient {
+            true => Self::transient(kind, message),
+            false => Self::permanent(kind, message),
+        }
+    }
+
     pub(crate) fn panic(message: String) -> Self {
         Self::new(ErrorClass::Panic, "panic", message)
     }
@@ -161,6 +215,58 @@ impl ConfigError {
             name: name.to_owned(),
             value: value.to_owned(),
             reason: reason.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_sqs::operation::send_message::SendMessageError;
+    use aws_smithy_runtime_api::client::result::SdkError;
+    use aws_smithy_runtime_api::http::{Response, StatusCode};
+    use aws_smithy_types::body::SdkBody;
+    use aws_smithy_types::error::ErrorMetadata;
+
+    use super::*;
+
+    #[test]
+    fn http_statuses_busy_or_failing_are_transient_and_the_rest_permanent() {
+        for (status, class) in [
+            (408, ErrorClass::Transient),
+            (429, ErrorClass::Transient),
+            (500, ErrorClass::Transient),
+            (503, ErrorClass::Transient),
+            (400, ErrorClass::Permanent),
+            (404, ErrorClass::Permanent),
+            (409, ErrorClass::Permanent),
+        ] {
+            let error = RecordError::from_http_status("payments", status, "answer");
+            assert_eq!(error.class(), class, "{status}");
+            assert_eq!(error.message(), format!("HTTP {status}: answer"));
+        }
+    }
+
+    #[test]
+    fn sdk_timeouts_throttling_and_5xx_are_transient_and_request_errors_permanent() {
+        let service = |status: u16, code: &str| {
+            let error = SendMessageError::generic(ErrorMetadata::builder().code(code).build());
+            let raw = Response::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
+            SdkError::service_error(error, raw)
+        };
+        for (error, class) in [
+            (service(400, "ThrottlingException"), ErrorClass::Transient),
+            (service(503, "ServiceUnavailable"), ErrorClass::Transient),
+            (service(429, "TooManyRequests"), ErrorClass::Transient),
+            (service(400, "InvalidParameterValue"), ErrorClass::Permanent),
+            (service(403, "AccessDenied"), ErrorClass::Permanent),
+            (SdkError::timeout_error("slow"), ErrorClass::Transient),
+            (SdkError::construction_failure("bad"), ErrorClass::Permanent),
+        ] {
+            assert_eq!(
+                RecordError::from_sdk_error("orders_table", &error).class(),
+                class,
+                "{error:?}"
+            );
         }
     }
 }

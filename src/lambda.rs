@@ -1,11 +1,15 @@
 //! Lambda glue shared by the functions (feature `lambda`): one SQS or Kinesis batch in, the
 //! partial batch response and one EMF line out.
 use std::future::Future;
+use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
 use crate::clock::{Clock, SystemClock};
 use crate::stream::{KinesisEvent, KinesisEventResponse};
-use crate::{BatchError, Invocation, Processed, Processor, QueuePort, RecordHandler, SqsEvent};
+use crate::{
+    BatchError, Invocation, Processed, Processor, ProcessorConfig, QueuePort, RecordHandler,
+    Settings, SqsEvent, SqsQueue,
+};
 use lambda_runtime::tower::{Layer, Service};
 use lambda_runtime::{
     layers::TracingLayer, service_fn, Context, LambdaEvent, LambdaInvocation, Runtime,
@@ -14,6 +18,8 @@ use serde::Serialize;
 
 pub use aws_lambda_events::sqs::SqsBatchResponse;
 pub use bytes::Bytes;
+/// What a function's `main` returns: any error, as `lambda_runtime` takes it.
+pub use lambda_runtime::Error;
 
 /// The partial batch response of either source; both serialise as `{"batchItemFailures": [...]}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -21,6 +27,65 @@ pub use bytes::Bytes;
 pub enum BatchResponse {
     Sqs(SqsBatchResponse),
     Kinesis(KinesisEventResponse),
+}
+
+/// Runs a queue consumer, everything but the record handler: JSON tracing, the settings from the
+/// environment (a wrong one stops the function with the variable named), a processor on a lazily
+/// configured SQS client, and for every SQS or Kinesis batch the partial batch response and one
+/// EMF line. `make_handler` builds the handler from the settings (a circuit breaker from
+/// `settings.breaker`, say).
+///
+/// ```no_run
+/// use redrive::{Message, RecordError, RecordHandler};
+///
+/// struct Orders;
+///
+/// impl RecordHandler for Orders {
+///     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+///         let order: serde_json::Value = message.json()?;
+///         match order["amount"].as_u64() {
+///             Some(_) => Ok(()),
+///             None => Err(RecordError::permanent("invalid_order", "no amount")),
+///         }
+///     }
+/// }
+///
+/// #[tokio::main(flavor = "current_thread")]
+/// async fn main() -> Result<(), redrive::lambda::Error> {
+///     redrive::lambda::consume(|_settings| Ok(Orders)).await
+/// }
+/// ```
+pub async fn consume<H, F>(make_handler: F) -> Result<(), lambda_runtime::Error>
+where
+    H: RecordHandler,
+    F: FnOnce(&Settings) -> Result<H, lambda_runtime::Error>,
+{
+    init_tracing();
+    // A panic fails only its record (the processor catches it); log it as JSON like the rest.
+    std::panic::set_hook(Box::new(
+        |panic| tracing::error!(%panic, "record handler panicked"),
+    ));
+    let settings = Settings::from_env()?;
+    if settings.dlq_url.is_none() {
+        tracing::warn!(
+            "REDRIVE_DLQ_URL is not set: report-only, every failure is given back to SQS"
+        );
+    }
+    let handler = make_handler(&settings)?;
+    let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings));
+    let namespace = settings.metrics_namespace.as_str();
+    let (processor, handler) = (&processor, &handler);
+    run(|event| {
+        // Boxed: the type of the whole invocation (runtime, processor, handler) nests deeply
+        // enough to need a raised recursion_limit in every crate that instantiates it.
+        let invocation: Pin<Box<dyn Future<Output = _>>> = Box::pin(async move {
+            let function = event.context.env_config.function_name.clone();
+            let processed = handle_sqs_or_kinesis(event, processor, handler).await?;
+            Ok::<_, lambda_runtime::Error>(respond(processed, namespace, &function))
+        });
+        invocation
+    })
+    .await
 }
 
 /// `lambda_runtime::run` for a handler of the event's bytes as Lambda sent them. The runtime gives

@@ -38,7 +38,9 @@ type Breaking = fn(&mut serde_json::Value);
 fn terraform_installed() -> bool {
     let found = Command::new("terraform").arg("version").output().is_ok();
     if !found {
-        eprintln!("terraform is not installed: the tfvars are not evaluated (README: prerequisites)");
+        eprintln!(
+            "terraform is not installed: the tfvars are not evaluated (README: prerequisites)"
+        );
     }
     found
 }
@@ -82,7 +84,11 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
         break_it(&mut copy);
         let error = evaluate(&copy, name).unwrap_or_else(|| panic!("{name}: accepted"));
         assert!(
-            error.split_whitespace().collect::<Vec<_>>().join(" ").contains(message),
+            error
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .contains(message),
             "{name}: {error}"
         );
     }
