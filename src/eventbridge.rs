@@ -211,7 +211,7 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
                 format!(
                     "target {target_arn} is neither an SQS queue nor a Lambda function; a \
                      PutEvents would reach every matching rule, so it is parked for an operator \
-                     (README: EventBridge targets other than SQS and Lambda)"
+                     (docs/redrive.md: EventBridge targets other than SQS and Lambda)"
                 ),
             )),
         }

@@ -90,7 +90,7 @@ where
 
 /// `lambda_runtime::run` for a handler of the event's bytes as Lambda sent them. The runtime gives
 /// a handler only a deserialised payload, and deserialising a 6 MB batch even into a `RawValue`
-/// is a full JSON parse that takes as long as all of the processor's own work (README,
+/// is a full JSON parse that takes as long as all of the processor's own work (docs/performance.md,
 /// "Performance"); so the body is handed past that step, which is left to read `null`.
 pub async fn run<F, Fut, R>(mut handler: F) -> Result<(), lambda_runtime::Error>
 where

@@ -20,7 +20,7 @@ resource "aws_cloudwatch_metric_alarm" "dlq_depth" {
 
 resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
   alarm_name          = "${var.name}-oldest-message-age"
-  alarm_description   = "A message has waited in ${var.queue_name} for over ${var.oldest_message_age_seconds} s: redrive or review it before the queue's retention drops it. Runbook: README, 'DLQ message ageing'."
+  alarm_description   = "A message has waited in ${var.queue_name} for over ${var.oldest_message_age_seconds} s: redrive or review it before the queue's retention drops it. Runbook: docs/runbook.md, 'DLQ message ageing'."
   namespace           = "AWS/SQS"
   metric_name         = "ApproximateAgeOfOldestMessage"
   dimensions          = { QueueName = var.queue_name }

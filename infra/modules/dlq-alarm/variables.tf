@@ -28,7 +28,7 @@ variable "oldest_message_age_seconds" {
 variable "runbook" {
   description = "Where the runbook entry for this alarm is, for the alarm description."
   type        = string
-  default     = "Runbook: README, 'DLQ not empty'."
+  default     = "Runbook: docs/runbook.md, 'DLQ not empty'."
 }
 
 variable "alarm_topic_arn" {

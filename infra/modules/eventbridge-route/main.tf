@@ -16,7 +16,7 @@ locals {
       namespace   = "AWS/Events"
       metric      = metric
       dimensions  = { EventBusName = aws_cloudwatch_event_bus.bus.name, RuleName = aws_cloudwatch_event_rule.route.name }
-      description = "${metric} of rule ${aws_cloudwatch_event_rule.route.name}. Runbook: README, 'EventBridge rule alarms'."
+      description = "${metric} of rule ${aws_cloudwatch_event_rule.route.name}. Runbook: docs/runbook.md, 'EventBridge rule alarms'."
     } },
     { for key, metric in {
       destination-delivery-failures = "DestinationDeliveryFailures"
@@ -25,7 +25,7 @@ locals {
       namespace   = "AWS/Lambda"
       metric      = metric
       dimensions  = { FunctionName = module.consumer.function_name }
-      description = "${metric} of ${module.consumer.function_name}: events invoked asynchronously are being lost. Runbook: README, 'Asynchronous invocations lost'."
+      description = "${metric} of ${module.consumer.function_name}: events invoked asynchronously are being lost. Runbook: docs/runbook.md, 'Asynchronous invocations lost'."
     } },
   )
 }
@@ -176,7 +176,7 @@ module "target_dlq_alarm" {
   source          = "../dlq-alarm"
   name            = "${var.name}-target-dlq"
   queue_name      = aws_sqs_queue.target_dlq.name
-  runbook         = "Runbook: README, 'EventBridge target DLQ not empty'."
+  runbook         = "Runbook: docs/runbook.md, 'EventBridge target DLQ not empty'."
   alarm_topic_arn = var.alarm_topic_arn
 }
 
@@ -184,7 +184,7 @@ module "consumer_failures_dlq_alarm" {
   source          = "../dlq-alarm"
   name            = "${var.name}-consumer-failures-dlq"
   queue_name      = aws_sqs_queue.consumer_failures_dlq.name
-  runbook         = "Runbook: README, 'EventBridge target DLQ not empty'."
+  runbook         = "Runbook: docs/runbook.md, 'EventBridge target DLQ not empty'."
   alarm_topic_arn = var.alarm_topic_arn
 }
 
@@ -192,7 +192,7 @@ module "consumer_failures_dlq_alarm" {
 # unseen when the retention runs out. This alarm fires well before.
 resource "aws_cloudwatch_metric_alarm" "target_queue_age" {
   alarm_name          = "${var.name}-queue-oldest-message-age"
-  alarm_description   = "An event has waited in ${aws_sqs_queue.target.name} for over ${var.target_queue_oldest_message_age_seconds} s: its consumer is behind or missing, and retention (${var.message_retention_seconds} s) will drop it. Runbook: README, 'EventBridge rule alarms'."
+  alarm_description   = "An event has waited in ${aws_sqs_queue.target.name} for over ${var.target_queue_oldest_message_age_seconds} s: its consumer is behind or missing, and retention (${var.message_retention_seconds} s) will drop it. Runbook: docs/runbook.md, 'EventBridge rule alarms'."
   namespace           = "AWS/SQS"
   metric_name         = "ApproximateAgeOfOldestMessage"
   dimensions          = { QueueName = aws_sqs_queue.target.name }

@@ -219,7 +219,7 @@ module "parked_dlq_alarm" {
   count           = local.event_redrive
   name            = "${var.name}-parked-dlq"
   queue_name      = aws_sqs_queue.parked_dlq[0].name
-  runbook         = "Runbook: README, 'EventBridge: parking queue not empty'."
+  runbook         = "Runbook: docs/runbook.md, 'EventBridge: parking queue not empty'."
   alarm_topic_arn = var.alarm_topic_arn
 }
 
@@ -229,7 +229,7 @@ resource "aws_cloudwatch_metric_alarm" "alerted" {
   for_each = var.dlqs
 
   alarm_name          = "${var.name}-${each.key}-alerted"
-  alarm_description   = "The DLQ reprocessor gave up on a message of ${each.value.url}: redriven the allowed number of times, it failed again. Runbook: README, 'Redrive metrics'."
+  alarm_description   = "The DLQ reprocessor gave up on a message of ${each.value.url}: redriven the allowed number of times, it failed again. Runbook: docs/runbook.md, 'Redrive metrics'."
   namespace           = var.metrics_namespace
   metric_name         = "Alerted"
   dimensions          = { Source = element(split(":", each.value.arn), 5) }
@@ -247,6 +247,6 @@ module "reprocessor_failures_dlq_alarm" {
   source          = "../dlq-alarm"
   name            = "${var.name}-reprocessor-failures-dlq"
   queue_name      = aws_sqs_queue.reprocessor_failures_dlq.name
-  runbook         = "Runbook: README, 'Redrive metrics'."
+  runbook         = "Runbook: docs/runbook.md, 'Redrive metrics'."
   alarm_topic_arn = var.alarm_topic_arn
 }

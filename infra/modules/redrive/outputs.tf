@@ -1,5 +1,5 @@
 output "reprocessor_function_name" {
-  description = "Name of the DLQ reprocessor: invoke it by hand with a command (README, 'Redrive')."
+  description = "Name of the DLQ reprocessor: invoke it by hand with a command (docs/redrive.md)."
   value       = module.reprocessor.function_name
 }
 

@@ -73,7 +73,7 @@ variable "schedule_expression" {
 }
 
 variable "policy" {
-  description = "The redrive policy (README, 'Redrive'): reprocess cap, eligibility backoff, discarded kinds, run limits."
+  description = "The redrive policy (docs/redrive.md): reprocess cap, eligibility backoff, discarded kinds, run limits."
   type = object({
     max_reprocess          = number
     eligible_after_seconds = number

@@ -115,7 +115,7 @@ locals {
     }
     # An outage shows here first: re-sent copies are new messages, so the source queue's age stays low.
     deferred = {
-      description = "${var.name} deferred records: a circuit breaker is open, a downstream is down. Runbook: README, 'Records deferred or failing transiently'."
+      description = "${var.name} deferred records: a circuit breaker is open, a downstream is down. Runbook: docs/runbook.md, 'Records deferred or failing transiently'."
       namespace   = var.metrics_namespace
       metric      = "Deferred"
       dimensions  = { Function = module.function.function_name }
@@ -123,7 +123,7 @@ locals {
       threshold   = var.deferred_threshold
     }
     transient-errors = {
-      description = "${var.name} met transient errors: a downstream is failing and retries are under way. Runbook: README, 'Records deferred or failing transiently'."
+      description = "${var.name} met transient errors: a downstream is failing and retries are under way. Runbook: docs/runbook.md, 'Records deferred or failing transiently'."
       namespace   = var.metrics_namespace
       metric      = "TransientErrors"
       dimensions  = { Function = module.function.function_name }

@@ -78,7 +78,7 @@ module "dlq_alarm" {
 # The consumer falls behind the stream: records get older than they should before they are read.
 resource "aws_cloudwatch_metric_alarm" "iterator_age" {
   alarm_name          = "${var.name}-iterator-age"
-  alarm_description   = "${var.name} reads records older than ${var.iterator_age_threshold_ms} ms: it is behind or stuck on a failing batch. Runbook: README, 'Stream consumer behind'."
+  alarm_description   = "${var.name} reads records older than ${var.iterator_age_threshold_ms} ms: it is behind or stuck on a failing batch. Runbook: docs/runbook.md, 'Stream consumer behind'."
   namespace           = "AWS/Lambda"
   metric_name         = "IteratorAge"
   dimensions          = { FunctionName = module.function.function_name }

@@ -62,7 +62,7 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         max: u32,
     },
-    /// Send eligible messages back to their origin queue (see the README's redrive policy).
+    /// Send eligible messages back to their origin queue (see docs/redrive.md, the redrive policy).
     Redrive(RedriveArgs),
     /// SQS's native StartMessageMoveTask: moves everything, no filters, up to 500 messages/s.
     #[command(subcommand)]
