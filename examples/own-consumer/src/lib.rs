@@ -26,8 +26,11 @@ impl<W: Warehouse> RecordHandler for Reserve<W> {
         if order.quantity == 0 {
             return Err(RecordError::permanent("invalid_order", "quantity 0"));
         }
-        self.0.reserve(order.sku, order.quantity).await.map_err(|status| {
-            RecordError::from_http_status("warehouse", status, format!("order {}", order.id))
-        })
+        self.0
+            .reserve(order.sku, order.quantity)
+            .await
+            .map_err(|status| {
+                RecordError::from_http_status("warehouse", status, format!("order {}", order.id))
+            })
     }
 }
