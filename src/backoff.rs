@@ -15,21 +15,27 @@ pub const DEFAULT_DEFER_MAX_AGE: Duration = Duration::from_secs(3600);
 pub const DEFER_MAX_AGE_RANGE: std::ops::RangeInclusive<Duration> =
     Duration::from_secs(60)..=Duration::from_secs(14 * 86400);
 
+/// How the wait before each retry grows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Backoff {
     /// `random(0, min(cap, base * factor^(n-1)))` before retry `n`: "full jitter", which spreads
     /// a burst of failures over the whole window instead of re-synchronising them.
     Exponential {
+        /// The first ceiling.
         base: Duration,
+        /// Growth of the ceiling per retry.
         factor: f64,
+        /// The largest ceiling.
         cap: Duration,
     },
     /// Fixed waits before retry 1, 2, ... (the last one repeats): `5m,5m,30m,30m,30m,1h`.
     Sequence(Vec<Duration>),
 }
 
+/// How many attempts a record gets and how long it waits between them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
+    /// The waits between attempts.
     pub backoff: Backoff,
     /// Deliveries a record gets in all, the first one included.
     pub max_attempts: u32,

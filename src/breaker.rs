@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ErrorClass, RecordError};
 
+/// When a breaker opens and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerSettings {
     /// Consecutive transient failures that open the breaker (0 disables it).
@@ -26,16 +27,22 @@ impl Default for BreakerSettings {
     }
 }
 
+/// Where a breaker stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
+    /// Calls go through; `failures` consecutive transient failures so far.
     Closed {
+        /// Consecutive transient failures so far.
         failures: u32,
     },
+    /// Calls are not made until `until_ms`.
     Open {
+        /// When a probe may go through (ms since the epoch).
         until_ms: u64,
     },
     /// One probe is in flight since `since_ms`; others wait for its result.
     HalfOpen {
+        /// When the probe was let through (ms since the epoch).
         since_ms: u64,
     },
 }
@@ -65,10 +72,12 @@ impl Guarded {
 }
 
 impl CircuitBreaker {
+    /// A breaker for `downstream` (named in its deferrals) on the system clock.
     pub fn new(downstream: &'static str, settings: BreakerSettings) -> Self {
         Self::with_clock(downstream, settings, Arc::new(SystemClock))
     }
 
+    /// A breaker that reads the time from `clock` (tests move it by hand).
     pub fn with_clock(
         downstream: &'static str,
         settings: BreakerSettings,
@@ -85,6 +94,7 @@ impl CircuitBreaker {
         }
     }
 
+    /// Where the breaker stands now.
     pub fn state(&self) -> BreakerState {
         self.guarded().state
     }

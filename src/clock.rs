@@ -2,11 +2,13 @@
 //! each record.
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The time, from the system or from a test.
 pub trait Clock: Send + Sync {
     /// Milliseconds since the Unix epoch (the unit of Lambda's deadline and SQS timestamps).
     fn now_ms(&self) -> u64;
 }
 
+/// The system's clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
@@ -24,9 +26,11 @@ impl Clock for SystemClock {
 pub struct ManualClock(std::sync::atomic::AtomicU64);
 
 impl ManualClock {
+    /// A clock that stands at `ms` (ms since the epoch) until moved.
     pub fn at(ms: u64) -> Self {
         Self(ms.into())
     }
+    /// Moves the clock on by `ms`.
     pub fn advance(&self, ms: u64) {
         self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
     }

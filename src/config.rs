@@ -178,20 +178,27 @@ fn read_process_env<T>(
     })
 }
 
+/// The settings of a queue consumer, read from `REDRIVE_*` variables (see [`VARIABLES`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// `None`: report-only (failures are given back to SQS, nothing is re-sent).
     pub dlq_url: Option<String>,
+    /// Where re-sent copies go; looked up from the event source ARN when unset.
     pub source_queue_url: Option<String>,
+    /// Attempts and backoff.
     pub retry: RetryPolicy,
+    /// No record starts later than this before the Lambda deadline.
     pub deadline_margin: Duration,
     /// Records handled at once ([`crate::ProcessorConfig::concurrency`]).
     pub concurrency: NonZeroUsize,
+    /// The circuit breaker of the consumer's downstream.
     pub breaker: BreakerSettings,
+    /// Namespace of the EMF metrics.
     pub metrics_namespace: String,
 }
 
 impl Settings {
+    /// Reads and checks the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         read_process_env(|names, lookup| Self::from_lookup(names, lookup))
     }
@@ -293,21 +300,29 @@ impl Settings {
 /// Defaults of the DLQ reprocessor (a command may override the per-run ones).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReprocessSettings {
+    /// The DLQ a scheduled run drains, unless its command names one.
     pub source_url: Option<String>,
     /// Where dead letters without metadata go (SQS moved them; they name no origin).
     pub destination_arn: Option<String>,
+    /// Where discarded messages are copied, when set.
     pub archive_url: Option<String>,
+    /// What happens to each dead letter.
     pub policy: RedrivePolicy,
+    /// Messages examined per run at most.
     pub max_messages: u32,
+    /// Messages re-sent per second at most.
     pub rate_per_second: f64,
+    /// Namespace of the EMF metrics.
     pub metrics_namespace: String,
 }
 
 impl ReprocessSettings {
+    /// Reads and checks the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         read_process_env(|names, lookup| Self::from_lookup(names, lookup))
     }
 
+    /// Reads and checks variables from `lookup`; `names` are all variable names present (to catch misspelt `REDRIVE_*` ones).
     pub fn from_lookup<'n>(
         names: impl IntoIterator<Item = &'n str>,
         lookup: impl Fn(&str) -> Option<String>,
@@ -356,6 +371,7 @@ pub const DEFAULT_PARKED_ERROR_CODES: &[&str] = &[
 /// Settings of the EventBridge redrive, on top of the [`Settings`] of its queue consumer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRedriveSettings {
+    /// EventBridge error codes whose events are parked, not redriven.
     pub parked_error_codes: Vec<String>,
     /// Redrives an event gets before it is parked (the loop guard).
     pub max_redrives: u32,
@@ -365,10 +381,12 @@ pub struct EventRedriveSettings {
 }
 
 impl EventRedriveSettings {
+    /// Reads and checks the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         read_process_env(|names, lookup| Self::from_lookup(names, lookup))
     }
 
+    /// Reads and checks variables from `lookup`; `names` are all variable names present.
     pub fn from_lookup<'n>(
         names: impl IntoIterator<Item = &'n str>,
         lookup: impl Fn(&str) -> Option<String>,

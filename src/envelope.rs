@@ -30,6 +30,7 @@ pub const META_VERSION: u32 = 1;
 pub struct Timestamp(pub u64);
 
 impl Timestamp {
+    /// The same instant as a `SystemTime`.
     pub fn to_system_time(self) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(self.0)
     }
@@ -76,15 +77,22 @@ pub struct Meta<'a> {
     /// Not to be handled before this time: set when the wanted wait exceeds SQS's 900 s delay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub due_at: Option<Timestamp>,
+    /// The queue the message first failed in.
     #[serde(borrow)]
     pub origin_queue_arn: Text<'a>,
+    /// The message id of the first delivery (copies get ids of their own).
     #[serde(borrow)]
     pub origin_message_id: Text<'a>,
+    /// When it first failed.
     pub first_failure_at: Timestamp,
+    /// When it last failed.
     pub last_failure_at: Timestamp,
+    /// Class of the latest failure.
     pub error_class: ErrorClass,
+    /// Kind of the latest failure (a short snake_case label).
     #[serde(borrow)]
     pub error_kind: Text<'a>,
+    /// Message of the latest failure, cut to fit the size limit.
     #[serde(borrow)]
     pub error_message: Text<'a>,
     /// Times the DLQ reprocessor has sent this message back to its origin.
@@ -107,8 +115,11 @@ pub struct Meta<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FailedIn {
+    /// The function's name.
     pub function: String,
+    /// The invocation's request id (its log lines carry it).
     pub request_id: String,
+    /// The invocation's X-Ray trace id, when tracing is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
 }
@@ -118,6 +129,7 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl<'a> Meta<'a> {
+    /// The metadata with every borrowed string copied.
     pub fn into_owned(self) -> Meta<'static> {
         Meta {
             origin_queue_arn: self.origin_queue_arn.into_owned(),
@@ -159,14 +171,20 @@ pub fn truncate(text: &str, max: usize) -> Cow<'_, str> {
 /// A message to send with SendMessageBatch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutgoingMessage<'a> {
+    /// The body, byte for byte.
     pub body: Text<'a>,
+    /// The message attributes, the `redrive` metadata among them.
     pub attributes: Vec<(Text<'a>, MessageAttribute<'a>)>,
+    /// SQS delay (0 to 900 s).
     pub delay_seconds: u32,
+    /// Message group: FIFO order, or a fair queue's tenant.
     pub group_id: Option<Text<'a>>,
+    /// FIFO deduplication id.
     pub deduplication_id: Option<Text<'a>>,
 }
 
 impl OutgoingMessage<'_> {
+    /// The message with every borrowed string copied.
     pub fn into_owned(self) -> OutgoingMessage<'static> {
         OutgoingMessage {
             body: self.body.into_owned(),
@@ -204,6 +222,7 @@ impl OutgoingMessage<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the annotated copy would be {size} bytes, over SQS's {MAX_MESSAGE_BYTES}-byte limit")]
 pub struct TooLarge {
+    /// The size the copy would have had (bytes).
     pub size: usize,
 }
 

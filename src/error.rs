@@ -18,6 +18,7 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    /// The class's name in logs and metadata.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Transient => "transient",
@@ -145,18 +146,23 @@ impl RecordError {
         self
     }
 
+    /// Transient, permanent or panic.
     pub fn class(&self) -> ErrorClass {
         self.class
     }
+    /// The short label operators filter on.
     pub fn kind(&self) -> &str {
         &self.kind
     }
+    /// What happened.
     pub fn message(&self) -> &str {
         &self.message
     }
+    /// The wait the handler asked for, if any (a `Retry-After`, or a deferral's).
     pub fn retry_after_hint(&self) -> Option<Duration> {
         self.retry_after
     }
+    /// True for a deferral: the record was not attempted.
     pub fn is_deferral(&self) -> bool {
         self.defer
     }
@@ -174,11 +180,14 @@ impl std::error::Error for RecordError {}
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{operation} failed: {message}")]
 pub struct PortError {
+    /// The SDK operation that failed.
     pub operation: &'static str,
+    /// What went wrong.
     pub message: String,
 }
 
 impl PortError {
+    /// A failure of `operation`.
     pub fn new(operation: &'static str, message: impl fmt::Display) -> Self {
         Self {
             operation,
@@ -191,25 +200,34 @@ impl PortError {
 /// that cannot be answered record by record.
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
+    /// The event is not an SQS event.
     #[error("the event is not an SQS event: {0}")]
     InvalidEvent(#[from] serde_json::Error),
     #[error(
         "record {index} has no messageId: Lambda's SQS event source always sets one, and a partial \
          batch response cannot name the record, so the whole batch is failed"
     )]
-    MissingMessageId { index: usize },
+    /// A record has no `messageId`.
+    MissingMessageId {
+        /// Its position in the batch.
+        index: usize,
+    },
 }
 
 /// Invalid configuration, reported at start with the variable that is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid configuration {name}={value:?}: {reason}")]
 pub struct ConfigError {
+    /// The variable.
     pub name: String,
+    /// Its value.
     pub value: String,
+    /// Why it is refused.
     pub reason: String,
 }
 
 impl ConfigError {
+    /// A refusal of `name`=`value`.
     pub fn new(name: &str, value: &str, reason: impl fmt::Display) -> Self {
         Self {
             name: name.to_owned(),

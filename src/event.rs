@@ -43,6 +43,7 @@ impl fmt::Debug for Text<'_> {
 }
 
 impl Text<'_> {
+    /// The text with a borrowed string copied.
     pub fn into_owned(self) -> Text<'static> {
         Text(Cow::Owned(self.0.into_owned()))
     }
@@ -176,6 +177,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Body<'a> {
     }
 }
 
+/// An SQS event as Lambda delivers it.
 #[derive(Debug, Default, PartialEq, Deserialize)]
 pub struct SqsEvent<'a> {
     /// Required: an event without it is not an SQS event, and answering it with an empty partial
@@ -227,21 +229,28 @@ impl<'a> SqsEvent<'a> {
     }
 }
 
+/// One SQS record; every field is optional, so that a bad record fails alone.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SqsRecord<'a> {
     // The fields the processor reads for every record come first, so that they share a cache
     // line or two: a large batch's records do not fit in the cache, and each line is a miss.
+    /// The message id (the partial batch response names records by it).
     #[serde(borrow, default)]
     pub message_id: Option<Text<'a>>,
+    /// The body.
     #[serde(borrow, default)]
     pub body: Option<Body<'a>>,
+    /// The queue the record came from.
     #[serde(rename = "eventSourceARN", borrow, default)]
     pub event_source_arn: Option<Text<'a>>,
+    /// The message attributes.
     #[serde(borrow, default)]
     pub message_attributes: MessageAttributes<'a>,
+    /// The system attributes SQS set.
     #[serde(borrow, default)]
     pub attributes: SystemAttributes<'a>,
+    /// The handle that deletes or hides this delivery.
     #[serde(borrow, default)]
     pub receipt_handle: Option<Text<'a>>,
     /// `aws:sqs`; a function behind both an SQS queue and a Kinesis stream tells them apart by it.
@@ -256,12 +265,16 @@ pub struct SystemAttributes<'a> {
     /// First: the processor reads it for every record (FIFO blocking).
     #[serde(borrow, default)]
     pub message_group_id: Option<Text<'a>>,
+    /// Deliveries of this message so far.
     #[serde(borrow, default)]
     pub approximate_receive_count: Option<Text<'a>>,
+    /// When the message was sent (ms since the epoch).
     #[serde(borrow, default)]
     pub sent_timestamp: Option<Text<'a>>,
+    /// FIFO deduplication id.
     #[serde(borrow, default)]
     pub message_deduplication_id: Option<Text<'a>>,
+    /// The X-Ray trace header the sender set.
     #[serde(rename = "AWSTraceHeader", borrow, default)]
     pub aws_trace_header: Option<Text<'a>>,
     /// The queue a message came from when SQS moved it to this DLQ by itself (maxReceiveCount).
@@ -269,16 +282,20 @@ pub struct SystemAttributes<'a> {
     pub dead_letter_queue_source_arn: Option<Text<'a>>,
 }
 
+/// Message attributes by name.
 pub type MessageAttributes<'a> = BTreeMap<Text<'a>, MessageAttribute<'a>>;
 
 /// A message attribute as it appears in the Lambda event. Binary values are base64 text.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MessageAttribute<'a> {
+    /// The value of a String or Number attribute.
     #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub string_value: Option<Text<'a>>,
+    /// The value of a Binary attribute, base64.
     #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub binary_value: Option<Text<'a>>,
+    /// `String`, `Number` or `Binary`, with an optional custom suffix.
     #[serde(borrow, default)]
     pub data_type: Text<'a>,
 }
@@ -294,6 +311,7 @@ impl MessageAttribute<'_> {
         name.len() + self.data_type.len() + value
     }
 
+    /// The attribute with every borrowed string copied.
     pub fn into_owned(self) -> MessageAttribute<'static> {
         MessageAttribute {
             string_value: self.string_value.map(Text::into_owned),

@@ -64,18 +64,28 @@ pub trait InvokePort: Send + Sync {
 pub enum FailedEvent<'a> {
     /// From a rule target's DLQ.
     TargetDlq {
+        /// The rule that routed the event.
         rule_arn: &'a str,
+        /// The target it could not reach.
         target_arn: &'a str,
+        /// EventBridge's error code.
         error_code: &'a str,
+        /// EventBridge's error message.
         error_message: &'a str,
+        /// The event, as the target would have had it.
         event: &'a str,
     },
     /// From a function's on-failure destination.
     InvocationRecord {
+        /// The function that failed (qualified: `:$LATEST`, a version or an alias).
         function_arn: Text<'a>,
+        /// Why Lambda gave up (`RetriesExhausted`, `EventAgeExceeded`).
         condition: Text<'a>,
+        /// The function's `errorType`, if it answered with one.
         error_type: Option<String>,
+        /// The function's `errorMessage`, if it answered with one.
         error_message: Option<String>,
+        /// The event the function was invoked with.
         event: &'a str,
     },
 }
@@ -154,6 +164,7 @@ pub struct EventRedrive<Q, L> {
 }
 
 impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
+    /// A redrive that sends to queues through `queue` and invokes functions through `lambda`.
     pub fn new(queue: Q, lambda: L, settings: EventRedriveSettings) -> Self {
         Self {
             queue,
@@ -170,10 +181,12 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
         self
     }
 
+    /// The Lambda port (tests read what it was asked).
     pub fn lambda(&self) -> &L {
         &self.lambda
     }
 
+    /// The SQS port (tests read what it was asked).
     pub fn queue(&self) -> &Q {
         &self.queue
     }
@@ -375,6 +388,7 @@ fn delivery_error(kind: &'static str, error: PortError) -> RecordError {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 /// Records every invoke and accepts it, unless told to refuse a function. For tests: moto cannot
 /// run Lambda code without Docker.
 #[derive(Default)]
@@ -383,6 +397,7 @@ pub struct RecordingInvoker {
     refused: std::sync::Mutex<Option<(String, String)>>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl RecordingInvoker {
     /// Refuse every invoke of `function_arn` with `message` (an AWS error text).
     pub fn refuse(&self, function_arn: &str, message: &str) {
@@ -395,6 +410,7 @@ impl RecordingInvoker {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl InvokePort for RecordingInvoker {
     async fn invoke_async(&self, function_arn: &str, payload: &str) -> Result<(), PortError> {
         if let Some((_, message)) = self

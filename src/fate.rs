@@ -7,7 +7,9 @@ use crate::error::{ErrorClass, RecordError};
 /// What happened when the record was (or was not) handled.
 #[derive(Debug)]
 pub enum Outcome<'e> {
+    /// The handler returned `Ok`.
     Succeeded,
+    /// The handler returned this error (or panicked).
     Failed(&'e RecordError),
     /// Not started: the Lambda deadline (minus the margin) was reached first.
     NotStarted,
@@ -31,19 +33,33 @@ pub enum Fate {
     /// Handled: Lambda deletes it.
     Done,
     /// Re-send a copy that carries `attempts` and waits `delay` (hops past 900 s).
-    Retry { attempts: u32, delay: Duration },
+    Retry {
+        /// Attempts spent so far.
+        attempts: u32,
+        /// The wait before the next.
+        delay: Duration,
+    },
     /// Send to the DLQ with the failure metadata.
-    DeadLetter { attempts: u32 },
+    DeadLetter {
+        /// Attempts spent so far.
+        attempts: u32,
+    },
     /// Re-send a copy that waits `delay`, attempt count unchanged.
-    Defer { delay: Duration },
+    Defer {
+        /// The wait.
+        delay: Duration,
+    },
     /// Report as a batchItemFailure: SQS delivers it again, and the queue's own redrive policy is
     /// the last net. `visibility` asks for a ChangeMessageVisibility first (FIFO backoff).
     GiveBack {
+        /// Why.
         reason: GiveBackReason,
+        /// The visibility to set first, if any.
         visibility: Option<Duration>,
     },
 }
 
+/// Why a record is given back to SQS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GiveBackReason {
     /// Not started before the deadline.
@@ -65,6 +81,7 @@ pub enum GiveBackReason {
 }
 
 impl GiveBackReason {
+    /// The reason's name in logs.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Deadline => "deadline",
@@ -84,6 +101,7 @@ impl GiveBackReason {
 /// retries, bisection, maximum record age and on-failure destination take over from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamFate {
+    /// Handled: done.
     Done,
     /// Send to the DLQ with the failure metadata, and go on with the next record.
     DeadLetter,
@@ -119,6 +137,7 @@ pub struct Judge<'p> {
 }
 
 impl<'p> Judge<'p> {
+    /// A judge for one batch under `policy`; `fifo` for a FIFO source.
     pub fn new(policy: &'p RetryPolicy, fifo: bool) -> Self {
         Self {
             policy,

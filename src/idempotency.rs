@@ -57,6 +57,7 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// A store that keeps up to `capacity` keys.
     pub fn new(capacity: usize) -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
@@ -65,6 +66,7 @@ impl MemoryStore {
         }
     }
 
+    /// Reads the time from `clock` (tests move it by hand).
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -148,6 +150,7 @@ pub struct Idempotent<H, S> {
 }
 
 impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
+    /// Wraps `inner`: its effect happens once per key read from each message by `key`, as `store` remembers.
     pub fn new(inner: H, store: S, key: KeyFrom) -> Self {
         Self {
             inner,
@@ -159,6 +162,7 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
         }
     }
 
+    /// The wrapped handler.
     pub fn inner(&self) -> &H {
         &self.inner
     }

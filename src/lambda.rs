@@ -25,7 +25,9 @@ pub use lambda_runtime::Error;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum BatchResponse {
+    /// An SQS batch's response.
     Sqs(SqsBatchResponse),
+    /// A Kinesis batch's response.
     Kinesis(KinesisEventResponse),
 }
 

@@ -26,6 +26,8 @@
 //! println!("{}", serde_json::to_string(&processed.response).unwrap());
 //! # Ok(()) }
 //! ```
+#![warn(missing_docs)]
+
 pub mod backoff;
 pub mod breaker;
 pub mod clock;
@@ -40,6 +42,7 @@ pub mod idempotency;
 pub mod lambda;
 pub mod metrics;
 #[doc(hidden)]
+#[cfg(feature = "test-util")]
 pub mod oracles;
 pub mod port;
 pub mod processor;

@@ -5,25 +5,37 @@ use serde::Serialize;
 use crate::error::ErrorClass;
 use crate::fate::Fate;
 
+/// One batch's figures (the EMF line's metrics).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct BatchReport {
+    /// Records in the batch.
     pub records: u32,
+    /// Records done.
     pub done: u32,
     /// Done on a later attempt: with `retried`, the share of retries that end well.
     pub done_after_retry: u32,
+    /// Records re-sent for a retry.
     pub retried: u32,
+    /// Records dead-lettered.
     pub dead_lettered: u32,
+    /// Records deferred.
     pub deferred: u32,
+    /// Records given back to SQS.
     pub given_back: u32,
+    /// Transient failures.
     pub transient_errors: u32,
+    /// Permanent failures.
     pub permanent_errors: u32,
+    /// Panics.
     pub panics: u32,
     /// Sends (re-sends and DLQ sends) that SQS refused or that failed as a call.
     pub send_failures: u32,
     /// SQS requests this batch made.
     pub sqs_requests: u32,
+    /// The longest retry delay of the batch.
     pub retry_delay_max_seconds: u32,
+    /// The retry delays of the batch added up.
     pub retry_delay_sum_seconds: u64,
 }
 

@@ -1,5 +1,6 @@
 //! The one narrow port every SQS call goes through, and an in-memory implementation for unit tests.
 use std::future::Future;
+#[cfg(any(test, feature = "test-util"))]
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -12,16 +13,22 @@ use crate::event::SqsRecord;
 pub struct EntryFailure {
     /// Position of the entry in the slice passed to the call.
     pub index: usize,
+    /// SQS's error code.
     pub code: String,
+    /// SQS's error message.
     pub message: String,
 }
 
+/// A new visibility timeout for one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VisibilityChange<'a> {
+    /// The delivery.
     pub receipt_handle: &'a str,
+    /// How long it stays hidden from now on.
     pub timeout: Duration,
 }
 
+/// The one port every SQS call goes through.
 pub trait QueuePort: Send + Sync {
     /// The URL of the queue named by `queue_arn`.
     fn queue_url(&self, queue_arn: &str) -> impl Future<Output = Result<String, PortError>> + Send;
@@ -157,6 +164,7 @@ impl<Q: QueuePort> QueuePort for &Q {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 /// Records every call; can be told to refuse entries or whole calls. For unit tests.
 #[derive(Default)]
 pub struct RecordingQueue {
@@ -167,26 +175,41 @@ pub struct RecordingQueue {
     fail_calls_to: Mutex<Option<String>>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
+/// A call the in-memory queue recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Call {
+    /// A SendMessageBatch.
     Send {
+        /// The queue.
         queue_url: String,
+        /// What was sent.
         messages: Vec<OutgoingMessage<'static>>,
     },
+    /// A ChangeMessageVisibilityBatch.
     ChangeVisibility {
+        /// The queue.
         queue_url: String,
+        /// Receipt handles and their new timeouts.
         changes: Vec<(String, Duration)>,
     },
+    /// A ReceiveMessage.
     Receive {
+        /// The queue.
         queue_url: String,
+        /// Messages handed out.
         received: usize,
     },
+    /// A DeleteMessageBatch.
     Delete {
+        /// The queue.
         queue_url: String,
+        /// The receipt handles.
         receipt_handles: Vec<String>,
     },
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl RecordingQueue {
     /// Puts messages on `queue_url` for `receive` to hand out (once each: there is no visibility).
     pub fn stock(&self, queue_url: &str, records: impl IntoIterator<Item = SqsRecord<'static>>) {
@@ -219,6 +242,7 @@ impl RecordingQueue {
         *self.fail_calls_to.lock().unwrap() = Some(queue_url.to_owned());
     }
 
+    /// Every call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.calls.lock().unwrap().clone()
     }
@@ -246,6 +270,7 @@ impl RecordingQueue {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl QueuePort for RecordingQueue {
     async fn queue_url(&self, queue_arn: &str) -> Result<String, PortError> {
         let name = queue_arn.rsplit(':').next().unwrap_or_default();

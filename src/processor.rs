@@ -37,6 +37,7 @@ use crate::port::{Outbox, QueuePort, VisibilityChange};
 /// batch are handled at once ([`ProcessorConfig::concurrency`]), all through `&self`: state shared
 /// between them needs a lock or an atomic.
 pub trait RecordHandler: Sync {
+    /// Handles `message`; the error says whether it is worth retrying.
     fn handle(&self, message: &Message<'_>)
         -> impl Future<Output = Result<(), RecordError>> + Send;
 }
@@ -45,6 +46,7 @@ pub trait RecordHandler: Sync {
 /// halves and calls it again on each half until the failing records stand alone; so records of a
 /// failed call may be handed over again, and the handler must be idempotent.
 pub trait BatchHandler: Sync {
+    /// Handles `messages` together; an error fails the call.
     fn handle_batch(
         &self,
         messages: &[Message<'_>],
@@ -60,7 +62,9 @@ pub struct Invocation<'a> {
     /// The function, the request id and the X-Ray trace id: written into the metadata of every
     /// copy and dead letter the batch makes (`failedIn`), so an operator finds its logs and trace.
     pub function_name: Option<&'a str>,
+    /// The invocation's request id.
     pub request_id: Option<&'a str>,
+    /// The invocation's X-Ray trace id.
     pub trace_id: Option<&'a str>,
 }
 
@@ -100,10 +104,12 @@ pub struct Message<'r> {
 }
 
 impl<'r> Message<'r> {
+    /// The message id.
     pub fn id(&self) -> &'r str {
         self.id
     }
 
+    /// The body (empty when there is none).
     pub fn body(&self) -> &'r str {
         self.record.body.as_deref().unwrap_or_default()
     }
@@ -165,10 +171,12 @@ impl<'r> Message<'r> {
         self.meta
     }
 
+    /// The message group (FIFO order, or a fair queue's tenant).
     pub fn group_id(&self) -> Option<&'r str> {
         self.record.attributes.message_group_id.as_deref()
     }
 
+    /// The record as Lambda delivered it.
     pub fn record(&self) -> &'r SqsRecord<'r> {
         self.record
     }
@@ -180,12 +188,14 @@ impl<'r> Message<'r> {
     }
 }
 
+/// What a processor does with failures: where they go, how often they are retried, how many records run at once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessorConfig {
     /// `None`: report-only; failures are given back to SQS and nothing is re-sent.
     pub dlq_url: Option<String>,
     /// Where re-sent copies go; looked up from the event source ARN (once per warm container) when unset.
     pub source_queue_url: Option<String>,
+    /// Attempts and backoff.
     pub retry: RetryPolicy,
     /// Records are not started later than this before the Lambda deadline, which leaves time to
     /// send retries and dead letters.
@@ -232,7 +242,9 @@ impl From<&Settings> for ProcessorConfig {
 /// (`Processed<KinesisEventResponse>` for a stream batch.)
 #[derive(Debug, Clone)]
 pub struct Processed<R = SqsBatchResponse> {
+    /// The partial batch response for Lambda.
     pub response: R,
+    /// The batch's figures (one EMF line).
     pub report: BatchReport,
 }
 
@@ -382,6 +394,7 @@ enum Destination {
 }
 
 impl<Q: QueuePort> Processor<Q> {
+    /// A processor that makes its SQS calls through `queue`.
     pub fn new(queue: Q, config: ProcessorConfig) -> Self {
         Self {
             queue,
@@ -392,6 +405,7 @@ impl<Q: QueuePort> Processor<Q> {
         }
     }
 
+    /// Reads the time from `clock` (tests move it by hand).
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -413,10 +427,12 @@ impl<Q: QueuePort> Processor<Q> {
         self.clock.now_ms()
     }
 
+    /// The port (tests read what it was asked).
     pub fn queue(&self) -> &Q {
         &self.queue
     }
 
+    /// The port, the processor done with.
     pub fn into_queue(self) -> Q {
         self.queue
     }

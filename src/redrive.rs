@@ -6,20 +6,34 @@ use std::time::Duration;
 use crate::envelope::Meta;
 use crate::error::ErrorClass;
 
+/// What the reprocessor does with one dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
     /// Send back to the origin queue with `reprocessCount` + 1.
     Reprocess,
     /// Archive (log with full metadata, and send to the archive queue when there is one), then delete.
-    Discard { reason: String },
+    Discard {
+        /// Why.
+        reason: String,
+    },
     /// Leave in the DLQ for a person: it will not succeed by being sent again as it is.
-    ManualReview { reason: String },
+    ManualReview {
+        /// Why.
+        reason: String,
+    },
     /// Leave in the DLQ and raise an alert: it was redriven the allowed number of times and failed again.
-    Alert { reason: String },
+    Alert {
+        /// Why.
+        reason: String,
+    },
     /// Leave for now: its eligibility backoff has not passed.
-    NotYet { eligible_at_ms: u64 },
+    NotYet {
+        /// When it may go (ms since the epoch).
+        eligible_at_ms: u64,
+    },
 }
 
+/// How dead letters are redriven.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedrivePolicy {
     /// Redrives a message gets before it is alerted on instead.

@@ -34,13 +34,16 @@ pub struct RedriveCommand {
     /// Queue ARN every redriven message goes to, instead of the origin its metadata names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
+    /// Messages to examine at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<u32>,
     /// Decide and count, but send, delete and archive nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// Only these error classes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub error_classes: Vec<ErrorClass>,
+    /// Only these error kinds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub error_kinds: Vec<String>,
     /// Only messages whose last failure is at least this old (`10m`, `2h`).
@@ -49,8 +52,10 @@ pub struct RedriveCommand {
     /// Only messages whose last failure is at most this old.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_age: Option<String>,
+    /// Only messages with this attribute value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribute: Option<AttributeFilter>,
+    /// Messages re-sent per second at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_per_second: Option<f64>,
     /// The operator has fixed the cause: redrive what the policy would leave for review (permanent
@@ -66,37 +71,52 @@ pub struct RedriveCommand {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttributeFilter {
+    /// The attribute.
     pub name: String,
+    /// Its value.
     pub value: String,
 }
 
 /// A checked command with every default filled in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
+    /// URL of the DLQ to drain.
     pub source_url: String,
     /// Where every message goes, whatever it names (an operator's choice).
     pub destination_arn: Option<String>,
     /// Where a message goes that names no origin (`REDRIVE_REPROCESS_DESTINATION_ARN`).
     pub fallback_destination_arn: Option<String>,
+    /// Messages to examine at most.
     pub max_messages: u32,
+    /// Decide and count, change nothing.
     pub dry_run: bool,
+    /// Which messages the run takes.
     pub filter: Filter,
+    /// Messages re-sent per second at most.
     pub rate_per_second: f64,
+    /// Redrive what the policy would leave (the cap still holds).
     pub force: bool,
     /// Delete nothing from the DLQ ([`RedriveCommand::copy`]).
     pub copy: bool,
 }
 
+/// Which dead letters a run takes; empty lists take all.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
+    /// Only these error classes.
     pub classes: Vec<ErrorClass>,
+    /// Only these error kinds.
     pub kinds: Vec<String>,
+    /// Only messages whose last failure is at least this old.
     pub min_age: Option<Duration>,
+    /// Only messages whose last failure is at most this old.
     pub max_age: Option<Duration>,
+    /// Only messages with this attribute value.
     pub attribute: Option<AttributeFilter>,
 }
 
 impl RedriveCommand {
+    /// The plan of this command, the settings filling in what it leaves out; refuses bad values with the field named.
     pub fn plan(&self, defaults: &ReprocessSettings) -> Result<Plan, ConfigError> {
         let age = |field: &str, text: &Option<String>| match text {
             None => Ok(None),
@@ -158,14 +178,23 @@ impl RedriveCommand {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RedriveSummary {
+    /// URL of the DLQ drained.
     pub source: String,
+    /// Nothing was changed.
     pub dry_run: bool,
+    /// Messages examined.
     pub examined: u32,
+    /// Messages sent home (and deleted from the DLQ, unless a copy run).
     pub reprocessed: u32,
+    /// Messages archived or dropped by policy.
     pub discarded: u32,
+    /// Messages left for a person.
     pub manual_review: u32,
+    /// Messages that used up their redrives.
     pub alerted: u32,
+    /// Messages whose backoff has not passed.
     pub not_yet: u32,
+    /// Messages the filter left out.
     pub filtered_out: u32,
     /// Re-sends or archive copies SQS did not confirm: those messages stay in the DLQ.
     pub send_failures: u32,
@@ -205,6 +234,7 @@ impl RedriveSummary {
 /// How long received messages stay hidden while a run decides about them.
 const HOLD: Duration = Duration::from_secs(120);
 
+/// Drains a DLQ under a [`RedrivePolicy`].
 pub struct Reprocessor<Q> {
     queue: Q,
     policy: RedrivePolicy,
@@ -222,6 +252,7 @@ struct Examined {
 }
 
 impl<Q: QueuePort> Reprocessor<Q> {
+    /// A reprocessor that makes its SQS calls through `queue`.
     pub fn new(queue: Q, settings: &ReprocessSettings) -> Self {
         Self {
             queue,
@@ -231,11 +262,13 @@ impl<Q: QueuePort> Reprocessor<Q> {
         }
     }
 
+    /// Reads the time from `clock` (tests move it by hand).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
+    /// The port (tests read what it was asked).
     pub fn queue(&self) -> &Q {
         &self.queue
     }
@@ -532,16 +565,22 @@ async fn make_visible<Q: QueuePort>(queue: &Q, queue_url: &str, handles: &[impl 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Inventory {
+    /// Messages read.
     pub messages: u32,
+    /// Messages per error class.
     pub by_class: BTreeMap<String, u32>,
+    /// Messages per error kind.
     pub by_kind: BTreeMap<String, u32>,
+    /// Messages per origin queue.
     pub by_origin: BTreeMap<String, u32>,
+    /// Messages per number of earlier redrives.
     pub by_reprocess_count: BTreeMap<u32, u32>,
     /// Age of the last failure: `<1h`, `1h-1d`, `1d-7d`, `>7d`.
     pub age: BTreeMap<&'static str, u32>,
 }
 
 impl Inventory {
+    /// The figures of `records`, their ages taken at `now_ms`.
     pub fn of(records: &[SqsRecord<'_>], now_ms: u64) -> Self {
         const HOUR: u64 = 3_600_000;
         let mut inventory = Self::default();

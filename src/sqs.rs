@@ -95,10 +95,12 @@ pub struct SqsQueue {
 }
 
 impl SqsQueue {
+    /// A port whose client is built from the environment on its first call.
     pub fn lazy() -> Self {
         Self::default()
     }
 
+    /// A port on `client`.
     pub fn with_client(client: Client) -> Self {
         Self {
             client: OnceCell::new_with(Some(client)),
@@ -370,9 +372,13 @@ impl QueuePort for SqsQueue {
 /// What `describe` reports about a queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueDescription {
+    /// The queue's ARN.
     pub arn: String,
+    /// Messages visible.
     pub visible: u64,
+    /// Messages in flight.
     pub in_flight: u64,
+    /// Messages delayed.
     pub delayed: u64,
 }
 
@@ -380,11 +386,17 @@ pub struct QueueDescription {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MoveTask {
+    /// The handle to cancel it with.
     pub task_handle: Option<String>,
+    /// `RUNNING`, `COMPLETED`, `CANCELLING`, `CANCELLED` or `FAILED`.
     pub status: String,
+    /// Messages moved so far.
     pub moved: i64,
+    /// Messages to move in all, when known.
     pub to_move: Option<i64>,
+    /// Where they go; their source queues when unset.
     pub destination_arn: Option<String>,
+    /// Why it failed, if it did.
     pub failure_reason: Option<String>,
 }
 

@@ -21,31 +21,40 @@ use crate::processor::{
     DATA_ENCODING_ATTRIBUTE,
 };
 
+/// A Kinesis event as Lambda delivers it.
 #[derive(Debug, Default, Deserialize)]
 pub struct KinesisEvent<'a> {
+    /// The records.
     #[serde(rename = "Records", borrow)]
     pub records: Vec<KinesisRecord<'a>>,
 }
 
 impl<'a> KinesisEvent<'a> {
+    /// Reads an event from its JSON.
     pub fn from_slice(json: &'a [u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(json)
     }
 }
 
+/// One Kinesis record.
 #[derive(Debug, Default, Clone, Deserialize)]
 pub struct KinesisRecord<'a> {
+    /// The record's data and keys.
     #[serde(borrow, default)]
     pub kinesis: KinesisData<'a>,
+    /// The stream.
     #[serde(rename = "eventSourceARN", borrow, default)]
     pub event_source_arn: Option<Text<'a>>,
 }
 
+/// A record's data and keys.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KinesisData<'a> {
+    /// The partition key.
     #[serde(borrow, default)]
     pub partition_key: Option<Text<'a>>,
+    /// The sequence number (the checkpoint names records by it).
     #[serde(borrow, default)]
     pub sequence_number: Option<Text<'a>>,
     /// The record's data, base64.
