@@ -42,6 +42,32 @@ async fn dlq_bodies(client: &aws_sdk_sqs::Client, dlq: &str) -> Vec<String> {
         .collect()
 }
 
+/// `cargo lambda invoke <function> --data-file <file>` against watch: the function's answer, or
+/// the error it reported (stdout and stderr).
+fn invoke(port: u16, function: &str, data_file: &str) -> Result<serde_json::Value, String> {
+    let output = Command::new("cargo")
+        .current_dir(root())
+        .args([
+            "lambda",
+            "invoke",
+            function,
+            "--invoke-address",
+            "127.0.0.1",
+        ])
+        .args(["--invoke-port", &port.to_string()])
+        .args(["--data-file", data_file, "--output-format", "json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    match output.status.success() {
+        true => Ok(serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null)),
+        false => Err(format!(
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )),
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -70,6 +96,8 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
     };
     let source = create("orders").await.unwrap().queue_url.unwrap();
     let dlq = create("orders-dlq").await.unwrap().queue_url.unwrap();
+    // Where the EventBridge redrive's sample events come from (a retry copy goes back there).
+    create("orders-bus-target-dlq").await.unwrap();
 
     let port = free_port();
     let state = root().join(".local");
@@ -111,32 +139,7 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
     }
 
     // The first invoke compiles the function; give it the time a cold build takes on 2 cores.
-    let output = Command::new("cargo")
-        .current_dir(root())
-        .args([
-            "lambda",
-            "invoke",
-            "sqs-consumer",
-            "--invoke-address",
-            "127.0.0.1",
-            "--invoke-port",
-            &port.to_string(),
-        ])
-        .args([
-            "--data-file",
-            "events/sqs-mixed-batch.json",
-            "--output-format",
-            "json",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "invoke failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let response: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let response = invoke(port, "sqs-consumer", "events/sqs-mixed-batch.json").unwrap();
     assert_eq!(response, serde_json::json!({ "batchItemFailures": [] }));
 
     // o-1002 (invalid) and o-1004 (panic) are in the DLQ; o-1003 (flaky) was re-sent with a delay.
@@ -214,4 +217,35 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
         [r#"{"orderId":"o-7003", not json"#],
         "the malformed order, byte for byte"
     );
+
+    // The other functions, with their sample events, through the same watch.
+    // The event consumer: o-1003's payment times out on its first attempt; the error type names
+    // the class for the on-failure record. Redriven (the EventBridge redrive adds `redrive-count`),
+    // it is the second attempt and succeeds.
+    let event = "events/eventbridge-order-event.json";
+    let failed = invoke(port, "event-consumer", event).unwrap_err();
+    assert!(
+        failed.contains("redrive.transient.payment_timeout"),
+        "{failed}"
+    );
+    let mut redriven: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join(event)).unwrap()).unwrap();
+    redriven["redrive-count"] = 1.into();
+    let redriven_file = state.join("redriven-order-event.json");
+    std::fs::write(&redriven_file, redriven.to_string()).unwrap();
+    let retried = invoke(port, "event-consumer", redriven_file.to_str().unwrap());
+    assert_eq!(retried, Ok(serde_json::Value::Null));
+    // The EventBridge redrive: its targets do not exist on moto (no `orders-audit` queue, no
+    // function), which no retry mends: every event is parked and none is given back.
+    let response = invoke(
+        port,
+        "eventbridge-redrive",
+        "events/eventbridge-dlq-batch.json",
+    )
+    .unwrap();
+    assert_eq!(response, serde_json::json!({ "batchItemFailures": [] }));
+    // The DLQ reprocessor: the sample command, a dry run on the DLQ, answers with its summary.
+    let summary = invoke(port, "dlq-redrive", "events/redrive-command.json").unwrap();
+    assert_eq!(summary["dryRun"], true, "{summary}");
+    assert_eq!(summary["sendFailures"], 0, "{summary}");
 }
