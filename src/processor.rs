@@ -78,6 +78,13 @@ impl From<u64> for Invocation<'_> {
 }
 
 impl Invocation<'_> {
+    /// Time left before the deadline, on the system clock (a handler that calls something slow
+    /// can give up early).
+    pub fn remaining(&self) -> Duration {
+        let now = crate::clock::SystemClock.now_ms();
+        Duration::from_millis(self.deadline_ms.saturating_sub(now))
+    }
+
     pub(crate) fn failed_in(&self) -> Option<FailedIn> {
         Some(FailedIn {
             function: self.function_name?.to_owned(),
@@ -101,6 +108,7 @@ pub struct Message<'r> {
     id: &'r str,
     meta: Option<&'r Meta<'r>>,
     attempt: u32,
+    invocation: &'r Invocation<'r>,
 }
 
 impl<'r> Message<'r> {
@@ -143,6 +151,12 @@ impl<'r> Message<'r> {
         }
         serde_json::from_str(self.body())
             .map_err(|error| RecordError::permanent("malformed_body", error))
+    }
+
+    /// The Lambda invocation the record arrived in: its request id, trace id and deadline
+    /// ([`Invocation::remaining`]).
+    pub fn invocation(&self) -> &'r Invocation<'r> {
+        self.invocation
     }
 
     /// 1 on the first delivery, 2 on the first retry, ...
@@ -271,12 +285,13 @@ pub(crate) struct Item<'r> {
 }
 
 impl<'r> Item<'r> {
-    pub(crate) fn message(&'r self) -> Message<'r> {
+    pub(crate) fn message(&'r self, invocation: &'r Invocation<'r>) -> Message<'r> {
         Message {
             record: self.record,
             id: self.id,
             meta: self.meta.as_deref(),
             attempt: self.attempts_before + 1,
+            invocation,
         }
     }
     fn group(&self) -> Option<&'r str> {
@@ -450,9 +465,7 @@ impl<Q: QueuePort> Processor<Q> {
     ) -> Result<Processed, BatchError> {
         let invocation = invocation.into();
         let (items, fifo) = self.prepare(records)?;
-        let handled = self
-            .handle_all(handler, &items, fifo, invocation.deadline_ms)
-            .await;
+        let handled = self.handle_all(handler, &items, fifo, &invocation).await;
         let decided = self.decide_all(&items, handled, fifo);
         Ok(self.settle(&items, decided, &invocation).await)
     }
@@ -466,9 +479,9 @@ impl<Q: QueuePort> Processor<Q> {
         handler: &H,
         items: &[Item<'_>],
         fifo: bool,
-        deadline_ms: u64,
+        invocation: &Invocation<'_>,
     ) -> Vec<Handled> {
-        let budget = self.budget(deadline_ms);
+        let budget = self.budget(invocation.deadline_ms);
         let cutoff = Cutoff::after(budget);
         let schedule = Schedule::new(items, fifo);
         let workers = self.config.concurrency.get().min(schedule.lanes());
@@ -476,7 +489,7 @@ impl<Q: QueuePort> Processor<Q> {
         let in_time = {
             let mut running: FuturesUnordered<_> = logs
                 .iter_mut()
-                .map(|log| self.work(handler, items, &schedule, cutoff, log))
+                .map(|log| self.work(handler, items, invocation, (&schedule, cutoff), log))
                 .collect();
             tokio::time::timeout(budget, async { while running.next().await.is_some() {} })
                 .await
@@ -499,8 +512,8 @@ impl<Q: QueuePort> Processor<Q> {
         &self,
         handler: &H,
         items: &[Item<'_>],
-        schedule: &Schedule,
-        cutoff: Cutoff,
+        invocation: &Invocation<'_>,
+        (schedule, cutoff): (&Schedule, Cutoff),
         log: &mut WorkerLog,
     ) {
         let mut finished = None;
@@ -510,7 +523,7 @@ impl<Q: QueuePort> Processor<Q> {
                 Some(handled) => handled,
                 None => {
                     log.running = Some(index);
-                    let result = caught(handler.handle(&item.message())).await;
+                    let result = caught(handler.handle(&item.message(invocation))).await;
                     log.running = None;
                     result.into()
                 }
@@ -538,7 +551,10 @@ impl<Q: QueuePort> Processor<Q> {
             .map(|item| self.precheck(item, cutoff))
             .collect();
         let eligible: Vec<usize> = (0..items.len()).filter(|&i| handled[i].is_none()).collect();
-        let messages: Vec<Message<'_>> = eligible.iter().map(|&i| items[i].message()).collect();
+        let messages: Vec<Message<'_>> = eligible
+            .iter()
+            .map(|&i| items[i].message(&invocation))
+            .collect();
         // Ranges of `messages` still to hand over, as a stack: the first half is taken first.
         let mut pending: Vec<Range<usize>> = Vec::with_capacity(8);
         pending.push(0..messages.len());

@@ -159,7 +159,7 @@ impl<Q: QueuePort> Processor<Q> {
                     break;
                 }
                 (None, false) => {
-                    tokio::time::timeout(left, caught(handler.handle(&item.message())))
+                    tokio::time::timeout(left, caught(handler.handle(&item.message(&invocation))))
                         .await
                         .unwrap_or_else(|_| Err(deadline_error()))
                 }

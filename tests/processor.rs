@@ -1289,3 +1289,42 @@ mod concurrency {
         assert_eq!(processor.queue().sent_to(SOURCE).len(), 6);
     }
 }
+
+/// Keeps what each record's handler saw of its invocation.
+#[derive(Default)]
+struct SeesInvocation {
+    seen: std::sync::Mutex<Vec<(Option<String>, u64)>>,
+}
+
+impl RecordHandler for SeesInvocation {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        let invocation = message.invocation();
+        self.seen.lock().unwrap().push((
+            invocation.request_id.map(str::to_owned),
+            invocation.deadline_ms,
+        ));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_handler_sees_the_invocation_its_record_arrived_in() {
+    let processor = processor(RetryPolicy::default());
+    let handler = SeesInvocation::default();
+    let json = event(vec![record("m-1", "ok"), record("m-2", "ok")]);
+    let event = SqsEvent::parse(&json).unwrap();
+    let invocation = redrive::Invocation {
+        deadline_ms: DEADLINE,
+        request_id: Some("8476a536-e9f4-5d5b-a3f4-0d3b6a2d4f1c"),
+        ..redrive::Invocation::default()
+    };
+    processor
+        .process(&handler, &event.records, invocation)
+        .await
+        .unwrap();
+    let request = Some("8476a536-e9f4-5d5b-a3f4-0d3b6a2d4f1c".to_owned());
+    assert_eq!(
+        *handler.seen.lock().unwrap(),
+        [(request.clone(), DEADLINE), (request, DEADLINE)]
+    );
+}
