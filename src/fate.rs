@@ -4,13 +4,14 @@ use std::time::Duration;
 use crate::backoff::RetryPolicy;
 use crate::error::{ErrorClass, RecordError};
 
-/// What happened when the record was (or was not) handled.
+/// What happened when the record was (or was not) handled. The error is boxed: it is rare, and a
+/// slim value is cheap to keep for each record of a large batch.
 #[derive(Debug)]
-pub enum Outcome<'e> {
+pub enum Outcome {
     /// The handler returned `Ok`.
     Succeeded,
     /// The handler returned this error (or panicked).
-    Failed(&'e RecordError),
+    Failed(Box<RecordError>),
     /// Not started: the Lambda deadline (minus the margin) was reached first.
     NotStarted,
     /// An earlier record of the same FIFO message group did not succeed in this batch.
@@ -19,6 +20,25 @@ pub enum Outcome<'e> {
     NotDue(Duration),
     /// The record has no body: there is nothing to handle or to copy.
     NoBody,
+}
+
+impl Outcome {
+    /// The error, for a failure.
+    pub fn error(&self) -> Option<&RecordError> {
+        match self {
+            Self::Failed(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<Result<(), RecordError>> for Outcome {
+    fn from(result: Result<(), RecordError>) -> Self {
+        match result {
+            Ok(()) => Self::Succeeded,
+            Err(error) => Self::Failed(Box::new(error)),
+        }
+    }
 }
 
 /// The longest wait a FIFO record can be given in place. SQS caps a delivery's visibility at 12 hours
@@ -164,12 +184,12 @@ impl<'p> Judge<'p> {
     pub fn decide(
         &mut self,
         group: Option<&str>,
-        outcome: Outcome<'_>,
+        outcome: &Outcome,
         history: History,
         jitter: impl FnOnce() -> f64,
     ) -> Fate {
         let outcome = if self.is_blocked(group) {
-            Outcome::GroupBlocked
+            &Outcome::GroupBlocked
         } else {
             outcome
         };
@@ -196,7 +216,7 @@ impl<'p> Judge<'p> {
 
     /// The fate of a stream record. A permanent failure is dead-lettered (retrying cannot help,
     /// and the shard would stall behind it); anything else that did not succeed is a checkpoint.
-    pub fn decide_stream(&self, outcome: Outcome<'_>) -> StreamFate {
+    pub fn decide_stream(&self, outcome: &Outcome) -> StreamFate {
         match outcome {
             Outcome::Succeeded => StreamFate::Done,
             Outcome::Failed(error)
@@ -208,7 +228,7 @@ impl<'p> Judge<'p> {
         }
     }
 
-    fn fate(&self, outcome: Outcome<'_>, history: History, jitter: impl FnOnce() -> f64) -> Fate {
+    fn fate(&self, outcome: &Outcome, history: History, jitter: impl FnOnce() -> f64) -> Fate {
         let give_back = |reason, visibility| Fate::GiveBack { reason, visibility };
         let in_place =
             |reason, wait: Duration| give_back(reason, Some(wait.min(MAX_IN_PLACE_WAIT)));
@@ -217,8 +237,8 @@ impl<'p> Judge<'p> {
             Outcome::NotStarted => give_back(GiveBackReason::Deadline, None),
             Outcome::NoBody => give_back(GiveBackReason::NoBody, None),
             Outcome::GroupBlocked => give_back(GiveBackReason::GroupBlocked, Some(Duration::ZERO)),
-            Outcome::NotDue(left) if self.fifo => in_place(GiveBackReason::FifoDefer, left),
-            Outcome::NotDue(left) => Fate::Defer { delay: left },
+            Outcome::NotDue(left) if self.fifo => in_place(GiveBackReason::FifoDefer, *left),
+            Outcome::NotDue(left) => Fate::Defer { delay: *left },
             // A FIFO deferral is given back in place: the queue's maxReceiveCount bounds it.
             Outcome::Failed(error)
                 if error.is_deferral()
@@ -263,26 +283,26 @@ mod tests {
         let judge = Judge::new(&policy, false);
         let permanent = RecordError::permanent("invalid", "no");
         let deferred = RecordError::defer("circuit_open", Duration::from_secs(5));
-        assert_eq!(judge.decide_stream(Outcome::Succeeded), StreamFate::Done);
+        assert_eq!(judge.decide_stream(&Outcome::Succeeded), StreamFate::Done);
         assert_eq!(
-            judge.decide_stream(Outcome::Failed(&permanent)),
+            judge.decide_stream(&Outcome::Failed(Box::new(permanent.clone()))),
             StreamFate::DeadLetter
         );
         assert_eq!(
-            judge.decide_stream(Outcome::Failed(&transient())),
+            judge.decide_stream(&Outcome::Failed(Box::new(transient()))),
             StreamFate::Checkpoint
         );
         assert_eq!(
-            judge.decide_stream(Outcome::Failed(&deferred)),
+            judge.decide_stream(&Outcome::Failed(Box::new(deferred.clone()))),
             StreamFate::Checkpoint
         );
         assert_eq!(
-            judge.decide_stream(Outcome::NotStarted),
+            judge.decide_stream(&Outcome::NotStarted),
             StreamFate::Checkpoint
         );
         let report_only = Judge::new(&policy, false).report_only(true);
         assert_eq!(
-            report_only.decide_stream(Outcome::Failed(&permanent)),
+            report_only.decide_stream(&Outcome::Failed(Box::new(permanent.clone()))),
             StreamFate::Checkpoint
         );
     }
@@ -297,21 +317,36 @@ mod tests {
         let mut judge = Judge::new(&policy, false);
         let error = transient();
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&error), History::attempts(0), || 0.5),
+            judge.decide(
+                None,
+                &Outcome::Failed(Box::new(error.clone())),
+                History::attempts(0),
+                || 0.5
+            ),
             Fate::Retry {
                 attempts: 1,
                 delay: Duration::from_secs(1)
             }
         );
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&error), History::attempts(3), || 1.0),
+            judge.decide(
+                None,
+                &Outcome::Failed(Box::new(error.clone())),
+                History::attempts(3),
+                || 1.0
+            ),
             Fate::Retry {
                 attempts: 4,
                 delay: Duration::from_secs(16)
             }
         );
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&error), History::attempts(4), || 0.5),
+            judge.decide(
+                None,
+                &Outcome::Failed(Box::new(error.clone())),
+                History::attempts(4),
+                || 0.5
+            ),
             Fate::DeadLetter { attempts: 5 }
         );
     }
@@ -325,14 +360,19 @@ mod tests {
         assert_eq!(
             judge.decide(
                 None,
-                Outcome::Failed(&permanent),
+                &Outcome::Failed(Box::new(permanent.clone())),
                 History::attempts(0),
                 || 0.5
             ),
             Fate::DeadLetter { attempts: 1 }
         );
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&panic), History::attempts(2), || 0.5),
+            judge.decide(
+                None,
+                &Outcome::Failed(Box::new(panic.clone())),
+                History::attempts(2),
+                || 0.5
+            ),
             Fate::DeadLetter { attempts: 3 }
         );
     }
@@ -343,7 +383,12 @@ mod tests {
         let mut judge = Judge::new(&policy, false);
         let hinted = transient().retry_after(Duration::from_secs(3600));
         assert_eq!(
-            judge.decide(None, Outcome::Failed(&hinted), History::attempts(0), || 0.5),
+            judge.decide(
+                None,
+                &Outcome::Failed(Box::new(hinted.clone())),
+                History::attempts(0),
+                || 0.5
+            ),
             Fate::Retry {
                 attempts: 1,
                 delay: Duration::from_secs(3600)
@@ -353,7 +398,7 @@ mod tests {
         assert_eq!(
             judge.decide(
                 None,
-                Outcome::Failed(&deferred),
+                &Outcome::Failed(Box::new(deferred.clone())),
                 History::attempts(4),
                 || 0.5
             ),
@@ -364,7 +409,7 @@ mod tests {
         assert_eq!(
             judge.decide(
                 None,
-                Outcome::NotDue(Duration::from_secs(60)),
+                &Outcome::NotDue(Duration::from_secs(60)),
                 History::attempts(1),
                 || 0.5
             ),
@@ -384,21 +429,31 @@ mod tests {
         };
         let just_under = failing_for(policy.defer_max_age - Duration::from_millis(1));
         assert_eq!(
-            Judge::new(&policy, false).decide(None, Outcome::Failed(&deferred), just_under, || 0.5),
+            Judge::new(&policy, false).decide(
+                None,
+                &Outcome::Failed(Box::new(deferred.clone())),
+                just_under,
+                || 0.5
+            ),
             Fate::Defer {
                 delay: Duration::from_secs(30)
             }
         );
         let at_limit = failing_for(policy.defer_max_age);
         assert_eq!(
-            Judge::new(&policy, false).decide(None, Outcome::Failed(&deferred), at_limit, || 0.5),
+            Judge::new(&policy, false).decide(
+                None,
+                &Outcome::Failed(Box::new(deferred.clone())),
+                at_limit,
+                || 0.5
+            ),
             Fate::DeadLetter { attempts: 2 }
         );
         // The age limit bounds deferrals only; attempts bound failures, and SQS a FIFO record.
         assert_eq!(
             Judge::new(&policy, false).decide(
                 None,
-                Outcome::Failed(&transient()),
+                &Outcome::Failed(Box::new(transient())),
                 at_limit,
                 || 0.5
             ),
@@ -410,7 +465,7 @@ mod tests {
         assert!(matches!(
             Judge::new(&policy, true).decide(
                 Some("a"),
-                Outcome::Failed(&deferred),
+                &Outcome::Failed(Box::new(deferred.clone())),
                 at_limit,
                 || 0.5
             ),
@@ -429,7 +484,7 @@ mod tests {
         assert_eq!(
             judge.decide(
                 Some("a"),
-                Outcome::Failed(&error),
+                &Outcome::Failed(Box::new(error.clone())),
                 History::attempts(0),
                 || 1.0
             ),
@@ -443,7 +498,7 @@ mod tests {
         assert_eq!(
             judge.decide(
                 Some("a"),
-                Outcome::GroupBlocked,
+                &Outcome::GroupBlocked,
                 History::attempts(0),
                 || 0.5
             ),
@@ -453,7 +508,7 @@ mod tests {
             }
         );
         assert_eq!(
-            judge.decide(Some("b"), Outcome::Succeeded, History::attempts(0), || 0.5),
+            judge.decide(Some("b"), &Outcome::Succeeded, History::attempts(0), || 0.5),
             Fate::Done
         );
         assert!(!judge.is_blocked(Some("b")));
@@ -462,7 +517,7 @@ mod tests {
     #[test]
     fn a_fifo_wait_in_place_stays_inside_the_visibility_limit_of_its_delivery() {
         let policy = RetryPolicy::default();
-        let visibility = |outcome| match Judge::new(&policy, true).decide(
+        let visibility = |outcome: &Outcome| match Judge::new(&policy, true).decide(
             Some("a"),
             outcome,
             History::default(),
@@ -474,15 +529,15 @@ mod tests {
         let hinted = transient().retry_after(Duration::from_secs(12 * 3600));
         let deferred = RecordError::defer("circuit_open", Duration::from_secs(13 * 3600));
         for outcome in [
-            Outcome::Failed(&hinted),
-            Outcome::Failed(&deferred),
+            Outcome::Failed(Box::new(hinted)),
+            Outcome::Failed(Box::new(deferred)),
             Outcome::NotDue(Duration::from_secs(12 * 3600)),
         ] {
-            assert_eq!(visibility(outcome), Some(MAX_IN_PLACE_WAIT));
+            assert_eq!(visibility(&outcome), Some(MAX_IN_PLACE_WAIT));
         }
         let short = transient().retry_after(Duration::from_secs(3600));
         assert_eq!(
-            visibility(Outcome::Failed(&short)),
+            visibility(&Outcome::Failed(Box::new(short.clone()))),
             Some(Duration::from_secs(3600))
         );
     }
@@ -498,7 +553,7 @@ mod tests {
         assert_eq!(
             judge.decide(
                 None,
-                Outcome::Failed(&transient()),
+                &Outcome::Failed(Box::new(transient())),
                 History::attempts(0),
                 || 0.5
             ),
@@ -508,14 +563,14 @@ mod tests {
         assert_eq!(
             judge.decide(
                 None,
-                Outcome::Failed(&permanent),
+                &Outcome::Failed(Box::new(permanent.clone())),
                 History::attempts(0),
                 || 0.5
             ),
             reported
         );
         assert_eq!(
-            judge.decide(None, Outcome::Succeeded, History::attempts(0), || 0.5),
+            judge.decide(None, &Outcome::Succeeded, History::attempts(0), || 0.5),
             Fate::Done
         );
     }
@@ -524,7 +579,12 @@ mod tests {
     fn standard_queues_never_block_groups() {
         let policy = RetryPolicy::default();
         let mut judge = Judge::new(&policy, false);
-        judge.decide(Some("a"), Outcome::NotStarted, History::attempts(0), || 0.5);
+        judge.decide(
+            Some("a"),
+            &Outcome::NotStarted,
+            History::attempts(0),
+            || 0.5,
+        );
         assert!(!judge.is_blocked(Some("a")));
     }
 }

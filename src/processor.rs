@@ -311,17 +311,6 @@ impl<'r> Item<'r> {
     }
 }
 
-/// How handling a record went, before its fate is decided. The error is boxed: it is rare, and a
-/// slim value is cheap to keep for each record of a large batch.
-#[derive(Debug)]
-enum Handled {
-    Succeeded,
-    Failed(Box<RecordError>),
-    NotStarted,
-    NotDue(Duration),
-    NoBody,
-}
-
 /// Which record a worker starts next.
 ///
 /// A standard queue's records are independent (a fair queue's `MessageGroupId` names a tenant, not
@@ -399,13 +388,8 @@ impl Schedule {
 /// What one worker did: how each record it took went, and the one it is still running.
 #[derive(Default)]
 struct WorkerLog {
-    handled: Vec<(usize, Handled)>,
+    handled: Vec<(usize, Outcome)>,
     running: Option<usize>,
-}
-
-enum Destination {
-    Source,
-    DeadLetter,
 }
 
 impl<Q: QueuePort> Processor<Q> {
@@ -480,7 +464,7 @@ impl<Q: QueuePort> Processor<Q> {
         items: &[Item<'_>],
         fifo: bool,
         invocation: &Invocation<'_>,
-    ) -> Vec<Handled> {
+    ) -> Vec<Outcome> {
         let budget = self.budget(invocation.deadline_ms);
         let cutoff = Cutoff::after(budget);
         let schedule = Schedule::new(items, fifo);
@@ -495,13 +479,13 @@ impl<Q: QueuePort> Processor<Q> {
                 .await
                 .is_ok()
         };
-        let mut handled: Vec<Handled> = items.iter().map(|_| Handled::NotStarted).collect();
+        let mut handled: Vec<Outcome> = items.iter().map(|_| Outcome::NotStarted).collect();
         for log in logs {
             for (index, outcome) in log.handled {
                 handled[index] = outcome;
             }
             if let (false, Some(index)) = (in_time, log.running) {
-                handled[index] = Handled::Failed(Box::new(deadline_error()));
+                handled[index] = Outcome::Failed(Box::new(deadline_error()));
             }
         }
         handled
@@ -528,7 +512,7 @@ impl<Q: QueuePort> Processor<Q> {
                     result.into()
                 }
             };
-            finished = Some((index, matches!(handled, Handled::Succeeded)));
+            finished = Some((index, matches!(handled, Outcome::Succeeded)));
             log.handled.push((index, handled));
         }
     }
@@ -546,7 +530,7 @@ impl<Q: QueuePort> Processor<Q> {
         let invocation = invocation.into();
         let (items, fifo) = self.prepare(records)?;
         let cutoff = Cutoff::after(self.budget(invocation.deadline_ms));
-        let mut handled: Vec<Option<Handled>> = items
+        let mut handled: Vec<Option<Outcome>> = items
             .iter()
             .map(|item| self.precheck(item, cutoff))
             .collect();
@@ -562,14 +546,14 @@ impl<Q: QueuePort> Processor<Q> {
             if range.is_empty() {
                 continue;
             }
-            let mut mark = |outcome: &dyn Fn() -> Handled| {
+            let mut mark = |outcome: &dyn Fn() -> Outcome| {
                 range
                     .clone()
                     .for_each(|m| handled[eligible[m]] = Some(outcome()))
             };
             let left = cutoff.left();
             if left.is_zero() {
-                mark(&|| Handled::NotStarted);
+                mark(&|| Outcome::NotStarted);
                 continue;
             }
             let call = caught(handler.handle_batch(&messages[range.clone()]));
@@ -577,11 +561,11 @@ impl<Q: QueuePort> Processor<Q> {
                 .await
                 .unwrap_or_else(|_| Err(deadline_error()))
             {
-                Ok(()) => mark(&|| Handled::Succeeded),
+                Ok(()) => mark(&|| Outcome::Succeeded),
                 // Halving looks for records at fault. A transient failure or a deferral says the
                 // downstream is (a database that is down): the range is retried as a whole.
                 Err(error) if range.len() == 1 || error.class() == ErrorClass::Transient => {
-                    mark(&|| Handled::Failed(Box::new(error.clone())))
+                    mark(&|| Outcome::Failed(Box::new(error.clone())))
                 }
                 Err(_) => {
                     let middle = range.start + range.len() / 2;
@@ -592,7 +576,7 @@ impl<Q: QueuePort> Processor<Q> {
         }
         let handled = handled
             .into_iter()
-            .map(|handled| handled.unwrap_or(Handled::NotStarted));
+            .map(|handled| handled.unwrap_or(Outcome::NotStarted));
         let decided = self.decide_all(&items, handled, fifo);
         Ok(self.settle(&items, decided, &invocation).await)
     }
@@ -602,7 +586,7 @@ impl<Q: QueuePort> Processor<Q> {
     fn decide_all(
         &self,
         items: &[Item<'_>],
-        handled: impl IntoIterator<Item = Handled>,
+        handled: impl IntoIterator<Item = Outcome>,
         fifo: bool,
     ) -> Vec<Decided> {
         let mut judge = self.judge(fifo);
@@ -679,17 +663,17 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// What is known about a record before calling any handler; `None` when it is to be handled.
-    fn precheck(&self, item: &Item<'_>, cutoff: Cutoff) -> Option<Handled> {
+    fn precheck(&self, item: &Item<'_>, cutoff: Cutoff) -> Option<Outcome> {
         if item.record.body.is_none() {
-            return Some(Handled::NoBody);
+            return Some(Outcome::NoBody);
         }
         if let Some(due) = item.meta.as_ref().and_then(|meta| meta.due_at) {
             let now = self.clock.now_ms();
             if due.0 > now {
-                return Some(Handled::NotDue(Duration::from_millis(due.0 - now)));
+                return Some(Outcome::NotDue(Duration::from_millis(due.0 - now)));
             }
         }
-        cutoff.passed().then_some(Handled::NotStarted)
+        cutoff.passed().then_some(Outcome::NotStarted)
     }
 
     /// A generator for this batch's jitter, forked from the processor's (seedable) one.
@@ -715,63 +699,98 @@ impl<Q: QueuePort> Processor<Q> {
         mut decided: Vec<Decided>,
         invocation: &Invocation<'_>,
     ) -> Processed {
-        let now = self.clock.now_ms();
-        let failed_in = invocation.failed_in();
         let mut report = BatchReport {
             records: u32::try_from(items.len()).unwrap_or(u32::MAX),
             ..BatchReport::default()
         };
-        let (mut to_source, mut to_dlq, mut visibility) =
-            (Outbox::default(), Outbox::default(), Vec::new());
-        for (index, (item, (fate, error))) in items.iter().zip(&mut decided).enumerate() {
-            let error = error.as_deref();
-            let outgoing = match fate {
-                Fate::Retry { attempts, delay } => Some((
-                    Destination::Source,
-                    self.copy(item, (now, &failed_in), error, *attempts, *delay),
-                )),
-                Fate::Defer { delay } => Some((
-                    Destination::Source,
-                    self.copy(item, (now, &failed_in), error, item.attempts_before, *delay),
-                )),
-                Fate::DeadLetter { attempts } => Some((
-                    Destination::DeadLetter,
-                    self.dead_letter(item, (now, &failed_in), error, *attempts),
-                )),
+        let failed_in = invocation.failed_in();
+        let outgoing = self.outgoing(items, &mut decided, &failed_in);
+        let failed_sends = self
+            .send(items, outgoing.to_source, outgoing.to_dlq, &mut report)
+            .await;
+        for (index, reason) in failed_sends {
+            let fate = &mut decided[index].fate;
+            tracing::error!(message_id = items[index].id, fate = fate_name(fate), error = %reason, "send not confirmed: record given back to SQS");
+            report.send_failures += 1;
+            *fate = Fate::GiveBack {
+                reason: GiveBackReason::SendFailed,
+                visibility: None,
+            };
+        }
+        if !outgoing.visibility.is_empty() {
+            self.change_visibility(items, &outgoing.visibility, &mut report)
+                .await;
+        }
+        Processed {
+            response: respond(items, &decided, &mut report),
+            report,
+        }
+    }
+
+    /// What the fates send and change: copies for the source queue and the DLQ, visibility
+    /// changes for FIFO records given back in place. A copy too large to annotate turns its
+    /// record into a give-back.
+    fn outgoing<'r>(
+        &self,
+        items: &'r [Item<'r>],
+        decided: &mut [Decided],
+        failed_in: &Option<FailedIn>,
+    ) -> Outgoing<'r> {
+        let now = self.clock.now_ms();
+        let mut outgoing = Outgoing::default();
+        for (index, (item, decided)) in items.iter().zip(decided).enumerate() {
+            let error = decided.error.as_deref();
+            let failure = (now, failed_in);
+            let (outbox, message) = match decided.fate {
+                Fate::Retry { attempts, delay } => (
+                    &mut outgoing.to_source,
+                    self.copy(item, failure, error, attempts, delay),
+                ),
+                Fate::Defer { delay } => (
+                    &mut outgoing.to_source,
+                    self.copy(item, failure, error, item.attempts_before, delay),
+                ),
+                Fate::DeadLetter { attempts } => (
+                    &mut outgoing.to_dlq,
+                    self.dead_letter(item, failure, error, attempts),
+                ),
                 Fate::GiveBack {
                     visibility: Some(timeout),
                     ..
                 } => {
                     if let Some(receipt_handle) = item.record.receipt_handle.as_deref() {
-                        visibility.push((
-                            index,
-                            VisibilityChange {
-                                receipt_handle,
-                                timeout: *timeout,
-                            },
-                        ));
+                        let change = VisibilityChange {
+                            receipt_handle,
+                            timeout,
+                        };
+                        outgoing.visibility.push((index, change));
                     }
-                    None
+                    continue;
                 }
-                Fate::Done
-                | Fate::GiveBack {
-                    visibility: None, ..
-                } => None,
+                Fate::Done | Fate::GiveBack { .. } => continue,
             };
-            match outgoing {
-                Some((Destination::Source, Ok(message))) => to_source.push(index, message),
-                Some((Destination::DeadLetter, Ok(message))) => to_dlq.push(index, message),
-                Some((_, Err(too_large))) => {
+            match message {
+                Ok(message) => outbox.push(index, message),
+                Err(too_large) => {
                     tracing::error!(message_id = item.id, size = too_large.size, "cannot annotate the message within SQS's size limit: given back for the queue's redrive policy");
-                    *fate = Fate::GiveBack {
+                    decided.fate = Fate::GiveBack {
                         reason: GiveBackReason::TooLarge,
                         visibility: None,
                     }
                 }
-                None => {}
             }
         }
+        outgoing
+    }
 
+    /// Sends the copies, batched; the records whose send was not confirmed, with the reason.
+    async fn send(
+        &self,
+        items: &[Item<'_>],
+        to_source: Outbox<'_>,
+        to_dlq: Outbox<'_>,
+        report: &mut BatchReport,
+    ) -> Vec<(usize, String)> {
         let mut failed_sends: Vec<(usize, String)> = Vec::new();
         if !to_source.is_empty() {
             match self.source_url(items).await {
@@ -795,37 +814,7 @@ impl<Q: QueuePort> Processor<Q> {
                 .iter()
                 .for_each(|&i| failed_sends.push((i, "no DLQ is configured".to_owned()))),
         }
-        for (index, reason) in failed_sends {
-            let fate = &mut decided[index].0;
-            tracing::error!(message_id = items[index].id, fate = fate_name(fate), error = %reason, "send not confirmed: record given back to SQS");
-            report.send_failures += 1;
-            *fate = Fate::GiveBack {
-                reason: GiveBackReason::SendFailed,
-                visibility: None,
-            };
-        }
-        if !visibility.is_empty() {
-            self.change_visibility(items, &visibility, &mut report)
-                .await;
-        }
-
-        let mut response = SqsBatchResponse::default();
-        for (item, (fate, error)) in items.iter().zip(&decided) {
-            report.count_fate(fate, delay_seconds(fate));
-            if *fate == Fate::Done && item.attempts_before > 0 {
-                report.done_after_retry += 1;
-            }
-            if let Some(error) = error {
-                report.count_error(error.class());
-            }
-            if let Fate::GiveBack { .. } = fate {
-                response.add_failure(item.id);
-            }
-            if *fate != Fate::Done {
-                log_fate(item, fate, error.as_deref());
-            }
-        }
-        Processed { response, report }
+        failed_sends
     }
 
     /// The re-sent copy for a retry or a deferral.
@@ -953,15 +942,6 @@ impl<Q: QueuePort> Processor<Q> {
     }
 }
 
-impl From<Result<(), RecordError>> for Handled {
-    fn from(result: Result<(), RecordError>) -> Self {
-        match result {
-            Ok(()) => Self::Succeeded,
-            Err(error) => Self::Failed(Box::new(error)),
-        }
-    }
-}
-
 /// Runs a handler future; a panic becomes a `panic` error for this record only.
 pub(crate) async fn caught(
     future: impl Future<Output = Result<(), RecordError>>,
@@ -983,38 +963,62 @@ pub(crate) fn deadline_error() -> RecordError {
     )
 }
 
+/// What a batch's fates send and change.
+#[derive(Default)]
+struct Outgoing<'r> {
+    to_source: Outbox<'r>,
+    to_dlq: Outbox<'r>,
+    visibility: Vec<(usize, VisibilityChange<'r>)>,
+}
+
+/// The partial batch response (every give-back listed), with each fate and error counted and
+/// every record that did not succeed logged.
+fn respond(items: &[Item<'_>], decided: &[Decided], report: &mut BatchReport) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    for (item, Decided { fate, error }) in items.iter().zip(decided) {
+        report.count_fate(fate, delay_seconds(fate));
+        if *fate == Fate::Done && item.attempts_before > 0 {
+            report.done_after_retry += 1;
+        }
+        if let Some(error) = error {
+            report.count_error(error.class());
+        }
+        if let Fate::GiveBack { .. } = fate {
+            response.add_failure(item.id);
+        }
+        if *fate != Fate::Done {
+            log_fate(item, fate, error.as_deref());
+        }
+    }
+    response
+}
+
 /// A record's fate and the error that led to it. The error is boxed: it is rare, and a slim
 /// decision is cheap to keep for each record of a large batch.
-type Decided = (Fate, Option<Box<RecordError>>);
+struct Decided {
+    fate: Fate,
+    error: Option<Box<RecordError>>,
+}
 
 fn decide(
     judge: &mut Judge<'_>,
     rng: &mut fastrand::Rng,
     history: History,
     item: &Item<'_>,
-    handled: Handled,
+    outcome: Outcome,
 ) -> Decided {
-    let (outcome, error) = match handled {
-        Handled::Failed(error) => {
-            let fate = judge.decide(item.group(), Outcome::Failed(&error), history, || rng.f64());
-            let error = match fate {
-                Fate::DeadLetter { .. } if error.is_deferral() => {
-                    Box::new(deferred_too_long(&error, history.failing_for))
-                }
-                _ => error,
-            };
-            return (fate, Some(error));
+    let fate = judge.decide(item.group(), &outcome, history, || rng.f64());
+    // A deferral dead-lettered is one that outlasted the age limit: it says so.
+    let error = match outcome {
+        Outcome::Failed(error)
+            if error.is_deferral() && matches!(fate, Fate::DeadLetter { .. }) =>
+        {
+            Some(Box::new(deferred_too_long(&error, history.failing_for)))
         }
-        Handled::Succeeded => (Outcome::Succeeded, None),
-        // Not started: its group was blocked (the judge knows), or the deadline came first.
-        Handled::NotStarted => (Outcome::NotStarted, None),
-        Handled::NotDue(left) => (Outcome::NotDue(left), None),
-        Handled::NoBody => (Outcome::NoBody, None),
+        Outcome::Failed(error) => Some(error),
+        _ => None,
     };
-    (
-        judge.decide(item.group(), outcome, history, || rng.f64()),
-        error,
-    )
+    Decided { fate, error }
 }
 
 /// The failure a record is dead-lettered with when its deferrals outlast the age limit: transient,

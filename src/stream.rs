@@ -164,18 +164,15 @@ impl<Q: QueuePort> Processor<Q> {
                         .unwrap_or_else(|_| Err(deadline_error()))
                 }
             };
-            let outcome = match &result {
-                Ok(()) => Outcome::Succeeded,
-                Err(error) => Outcome::Failed(error),
-            };
-            let fate = judge.decide_stream(outcome);
-            if let Err(error) = &result {
+            let outcome = Outcome::from(result);
+            let fate = judge.decide_stream(&outcome);
+            if let Some(error) = outcome.error() {
                 report.count_error(error.class());
             }
             match fate {
                 StreamFate::Done => report.done += 1,
                 StreamFate::DeadLetter => match self
-                    .dead_letter_now(&item, result.as_ref().err(), &failed_in, &mut report)
+                    .dead_letter_now(&item, outcome.error(), &failed_in, &mut report)
                     .await
                 {
                     Ok(()) => report.dead_lettered += 1,
@@ -187,7 +184,7 @@ impl<Q: QueuePort> Processor<Q> {
                     }
                 },
                 StreamFate::Checkpoint => {
-                    let error = result.as_ref().err();
+                    let error = outcome.error();
                     tracing::warn!(
                         sequence_number = sequence,
                         error_class = error.map(|e| e.class().as_str()),
