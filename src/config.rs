@@ -142,13 +142,14 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
             f64::from(default),
             f64::from(*range.start())..=f64::from(*range.end()),
         )?;
-        match n.fract() == 0.0 {
-            true => Ok(n as u32),
-            false => Err(ConfigError::new(
+        if n.fract() == 0.0 {
+            Ok(n as u32)
+        } else {
+            Err(ConfigError::new(
                 name,
                 &n.to_string(),
                 "expected a whole number",
-            )),
+            ))
         }
     }
 

@@ -115,9 +115,10 @@ impl RecordError {
             // Timeouts, dispatch failures (connection, DNS) and unreadable answers.
             _ => true,
         };
-        match transient {
-            true => Self::transient(kind, message),
-            false => Self::permanent(kind, message),
+        if transient {
+            Self::transient(kind, message)
+        } else {
+            Self::permanent(kind, message)
         }
     }
 

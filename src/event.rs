@@ -116,11 +116,11 @@ impl<'a> Body<'a> {
 impl Deref for Body<'_> {
     type Target = str;
     fn deref(&self) -> &str {
-        match self.quoted {
-            false => &self.raw,
-            true => self
-                .decoded
-                .get_or_init(|| self.raw.replace("\\\"", "\"").into_boxed_str()),
+        if self.quoted {
+            self.decoded
+                .get_or_init(|| self.raw.replace("\\\"", "\"").into_boxed_str())
+        } else {
+            &self.raw
         }
     }
 }

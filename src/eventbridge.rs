@@ -382,9 +382,10 @@ fn delivery_error(kind: &'static str, error: PortError) -> RecordError {
         "QueueDoesNotExist",
         "is not an SQS queue ARN",
     ];
-    match LASTING.iter().any(|code| error.message.contains(code)) {
-        true => RecordError::permanent(kind, error),
-        false => RecordError::transient(kind, error),
+    if LASTING.iter().any(|code| error.message.contains(code)) {
+        RecordError::permanent(kind, error)
+    } else {
+        RecordError::transient(kind, error)
     }
 }
 

@@ -251,9 +251,10 @@ impl<'p> Judge<'p> {
             }
             Outcome::Failed(error) if error.is_deferral() => {
                 let delay = error.retry_after_hint().unwrap_or_default();
-                match self.fifo {
-                    true => in_place(GiveBackReason::FifoDefer, delay),
-                    false => Fate::Defer { delay },
+                if self.fifo {
+                    in_place(GiveBackReason::FifoDefer, delay)
+                } else {
+                    Fate::Defer { delay }
                 }
             }
             Outcome::Failed(error) => {
@@ -264,9 +265,10 @@ impl<'p> Judge<'p> {
                 let delay = error
                     .retry_after_hint()
                     .unwrap_or_else(|| self.policy.delay(attempts, jitter()));
-                match self.fifo {
-                    true => in_place(GiveBackReason::FifoRetry, delay),
-                    false => Fate::Retry { attempts, delay },
+                if self.fifo {
+                    in_place(GiveBackReason::FifoRetry, delay)
+                } else {
+                    Fate::Retry { attempts, delay }
                 }
             }
         }

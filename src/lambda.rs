@@ -246,9 +246,10 @@ pub fn init_tracing() {
         .with_target(false)
         .without_time();
     let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
-    match json {
-        true => subscriber.json().init(),
-        false => subscriber.init(),
+    if json {
+        subscriber.json().init()
+    } else {
+        subscriber.init()
     }
 }
 
@@ -256,9 +257,10 @@ pub fn init_tracing() {
 /// (600000) instead. No real deadline lies before 2001, so such a value is read as relative.
 pub fn absolute_deadline(deadline_ms: u64, now_ms: u64) -> u64 {
     const YEAR_2001_MS: u64 = 978_307_200_000;
-    match deadline_ms < YEAR_2001_MS {
-        true => now_ms.saturating_add(deadline_ms),
-        false => deadline_ms,
+    if deadline_ms < YEAR_2001_MS {
+        now_ms.saturating_add(deadline_ms)
+    } else {
+        deadline_ms
     }
 }
 

@@ -627,13 +627,14 @@ impl<Q: QueuePort> Processor<Q> {
             };
             let fifo = record.is_fifo();
             any_fifo |= fifo;
-            let attempts_before = match fifo {
-                // FIFO records are retried in place, so SQS's own count is the attempt count.
-                true => record.receive_count().saturating_sub(1),
-                false => meta.as_deref_mut().map_or(0, |meta| {
+            // FIFO records are retried in place, so SQS's own count is the attempt count.
+            let attempts_before = if fifo {
+                record.receive_count().saturating_sub(1)
+            } else {
+                meta.as_deref_mut().map_or(0, |meta| {
                     self.give_fresh_attempts_if_used_up(id, meta);
                     meta.attempts
-                }),
+                })
             };
             items.push(Item {
                 record,

@@ -38,9 +38,10 @@ pub(crate) fn from_str<'de, T: Deserialize<'de>>(escaped: &'de str) -> Result<T,
     };
     let value = T::deserialize(&mut reader)?;
     reader.whitespace();
-    match reader.at == escaped.len() {
-        true => Ok(value),
-        false => Err(Refused),
+    if reader.at == escaped.len() {
+        Ok(value)
+    } else {
+        Err(Refused)
     }
 }
 
@@ -264,9 +265,10 @@ impl<'de> Deserializer<'de> for &mut Reader<'de> {
         visitor: V,
     ) -> Result<V::Value, Refused> {
         // serde_json gives names of its own (`RawValue`'s) a meaning of their own.
-        match name.starts_with('$') {
-            true => Err(Refused),
-            false => visitor.visit_newtype_struct(self),
+        if name.starts_with('$') {
+            Err(Refused)
+        } else {
+            visitor.visit_newtype_struct(self)
         }
     }
 
@@ -384,9 +386,10 @@ impl<'de> SeqAccess<'de> for Entries<'_, 'de> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, Refused> {
-        match self.next(b']')? {
-            true => seed.deserialize(&mut *self.reader).map(Some),
-            false => Ok(None),
+        if self.next(b']')? {
+            seed.deserialize(&mut *self.reader).map(Some)
+        } else {
+            Ok(None)
         }
     }
 }

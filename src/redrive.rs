@@ -89,9 +89,10 @@ impl RedrivePolicy {
             };
         }
         let eligible_at_ms = eligible_at(self.eligible_after, failed_at, reprocessed);
-        match now_ms >= eligible_at_ms {
-            true => Decision::Reprocess,
-            false => Decision::NotYet { eligible_at_ms },
+        if now_ms >= eligible_at_ms {
+            Decision::Reprocess
+        } else {
+            Decision::NotYet { eligible_at_ms }
         }
     }
 }

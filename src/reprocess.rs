@@ -491,9 +491,10 @@ impl<Q: QueuePort> Reprocessor<Q> {
         for (examined, delete) in batch.iter().zip(delete) {
             let delete = delete && !plan.copy;
             if let Some(handle) = examined.record.receipt_handle.as_deref() {
-                match delete {
-                    true => done.push(handle),
-                    false => stay.push(handle.to_owned()),
+                if delete {
+                    done.push(handle)
+                } else {
+                    stay.push(handle.to_owned())
                 }
             }
         }

@@ -1039,10 +1039,13 @@ mod tests {
             // A field the records do not keep takes any value (an escaped one is handed over).
             ("other", 1..8) => "12345678",
             ("alike" | "other", _) => plain[rng.usize(..plain.len())],
-            (_, _) => match rng.bool() {
-                true => plain[rng.usize(..plain.len())],
-                false => escaped[rng.usize(..escaped.len())],
-            },
+            (_, _) => {
+                if rng.bool() {
+                    plain[rng.usize(..plain.len())]
+                } else {
+                    escaped[rng.usize(..escaped.len())]
+                }
+            }
         };
         let mut read = 0;
         for _ in 0..3_000 {
@@ -1183,9 +1186,12 @@ mod tests {
         for _ in 0..200_000 {
             let len = rng.usize(0..40);
             let bytes: Vec<u8> = (0..len)
-                .map(|_| match rng.bool() {
-                    true => interesting[rng.usize(..interesting.len())],
-                    false => rng.u8(..),
+                .map(|_| {
+                    if rng.bool() {
+                        interesting[rng.usize(..interesting.len())]
+                    } else {
+                        rng.u8(..)
+                    }
                 })
                 .collect();
             let scan = scanner(&bytes);

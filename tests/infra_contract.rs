@@ -987,9 +987,12 @@ mod calls_against_roles {
                 let granted = |resource| granted(modules, module, call, action, resource);
                 granted(resource_of(target))
                     // A qualified ARN needs a qualified grant (IAM matches it no other way).
-                    .and_then(|()| match target.contains(':') {
-                        true => granted("${arn}:*"),
-                        false => Ok(()),
+                    .and_then(|()| {
+                        if target.contains(':') {
+                            granted("${arn}:*")
+                        } else {
+                            Ok(())
+                        }
                     })
                     .err()
             })
@@ -1005,9 +1008,10 @@ mod calls_against_roles {
     }
 
     fn consumer_queue(queue: &str) -> &'static str {
-        match queue.ends_with("-dlq") {
-            true => "aws_sqs_queue.dlq.arn",
-            false => "aws_sqs_queue.source.arn",
+        if queue.ends_with("-dlq") {
+            "aws_sqs_queue.dlq.arn"
+        } else {
+            "aws_sqs_queue.source.arn"
         }
     }
 

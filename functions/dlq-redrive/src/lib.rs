@@ -25,9 +25,10 @@ const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
 pub fn command_of(payload: &str) -> Result<RedriveCommand, serde_json::Error> {
     let value: serde_json::Value = serde_json::from_str(payload)?;
     // `detail-type` marks an EventBridge event; a command has no such field.
-    match value.get("detail-type").is_some() {
-        true => Ok(RedriveCommand::default()),
-        false => serde_json::from_value(value),
+    if value.get("detail-type").is_some() {
+        Ok(RedriveCommand::default())
+    } else {
+        serde_json::from_value(value)
     }
 }
 

@@ -163,11 +163,12 @@ fn failed_ids(response: &str, messages: &[Message]) -> Result<Vec<String>, Strin
                 .get("itemIdentifier")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            match messages.iter().any(|m| m.message_id() == Some(id)) {
-                true => Ok(id.to_owned()),
-                false => Err(format!(
+            if messages.iter().any(|m| m.message_id() == Some(id)) {
+                Ok(id.to_owned())
+            } else {
+                Err(format!(
                     "itemIdentifier {id:?} is empty or not in the batch: the whole batch fails"
-                )),
+                ))
             }
         })
         .collect()
@@ -241,9 +242,10 @@ pub async fn invoke_watch(
             .args(["--output-format", "json"])
             .output()
             .map_err(|e| format!("cargo lambda invoke: {e}"))?;
-        match output.status.success() {
-            true => Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned()),
-            false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
         }
     })
     .await

@@ -23,9 +23,10 @@ pub async fn provision(client: &Client, topology: &Topology) -> Result<Vec<Queue
         let (name, dlq_name) = topology.queue_names(key);
         let fifo =
             |builder: aws_sdk_sqs::operation::create_queue::builders::CreateQueueFluentBuilder| {
-                match consumer.fifo {
-                    true => builder.attributes(QueueAttributeName::FifoQueue, "true"),
-                    false => builder,
+                if consumer.fifo {
+                    builder.attributes(QueueAttributeName::FifoQueue, "true")
+                } else {
+                    builder
                 }
             };
         let dlq_url = fifo(client.create_queue().queue_name(&dlq_name))

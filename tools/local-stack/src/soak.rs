@@ -348,9 +348,10 @@ impl<Q: QueuePort> QueuePort for Faulty<Q> {
         let kept_index: Vec<usize> = (0..messages.len())
             .filter(|i| !refused.contains(i))
             .collect();
-        let mut failures = match kept.is_empty() {
-            true => Vec::new(),
-            false => self.inner.send_batch(queue_url, &kept).await?,
+        let mut failures = if kept.is_empty() {
+            Vec::new()
+        } else {
+            self.inner.send_batch(queue_url, &kept).await?
         };
         for failure in &mut failures {
             failure.index = kept_index[failure.index];
@@ -442,9 +443,10 @@ impl RecordHandler for PlannedHandler {
             outage
                 .breaker
                 .call(|| async move {
-                    match down {
-                        true => Err(RecordError::transient("unavailable", "downstream down")),
-                        false => Ok(()),
+                    if down {
+                        Err(RecordError::transient("unavailable", "downstream down"))
+                    } else {
+                        Ok(())
                     }
                 })
                 .await?;

@@ -59,12 +59,13 @@ fn invoke(port: u16, function: &str, data_file: &str) -> Result<serde_json::Valu
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    match output.status.success() {
-        true => Ok(serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null)),
-        false => Err(format!(
+    if output.status.success() {
+        Ok(serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null))
+    } else {
+        Err(format!(
             "{stdout}\n{}",
             String::from_utf8_lossy(&output.stderr)
-        )),
+        ))
     }
 }
 

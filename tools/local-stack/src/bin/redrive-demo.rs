@@ -237,9 +237,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             (name == "PAYMENTS_LATENCY").then(|| PAYMENT_LATENCY.to_owned())
         })?
         .recording();
-        let workload = match queue.fifo {
-            true => fifo_workload(&mut payments),
-            false => standard_workload(&mut payments, Duration::from_secs_f64(240.0 / scale)),
+        let workload = if queue.fifo {
+            fifo_workload(&mut payments)
+        } else {
+            standard_workload(&mut payments, Duration::from_secs_f64(240.0 / scale))
         };
         lanes.push(Lane {
             poller: Poller::new(

@@ -118,8 +118,9 @@ async fn main() -> ExitCode {
             }
         }
     }
-    match broken {
-        true => ExitCode::FAILURE,
-        false => ExitCode::SUCCESS,
+    if broken {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
