@@ -43,31 +43,29 @@ const REFERENCE_WARMUP: usize = 8;
 /// Invocations of the release bootstrap with the 10,000-record event.
 const BOOTSTRAP_INVOCATIONS: usize = 21;
 
+/// `make bench`: redrive against Powertools (Python, TypeScript) in one run, plus start-up,
+/// memory, SQS requests and zip sizes. The Makefile passes every path.
+#[derive(clap::Parser)]
+#[command(name = "redrive-bench")]
 struct Args {
+    /// Where the results table is written (results.md).
+    #[arg(long)]
     out: PathBuf,
+    /// The release bootstrap of the SQS consumer.
+    #[arg(long)]
     bootstrap: PathBuf,
+    /// Where `cargo lambda build` put the zips.
+    #[arg(long)]
     lambda_dir: PathBuf,
+    /// The Python with Powertools installed.
+    #[arg(long)]
     python: PathBuf,
+    /// The TypeScript peer's script.
+    #[arg(long)]
     node_peer: PathBuf,
+    /// The Python peer's script.
+    #[arg(long)]
     python_peer: PathBuf,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = std::env::args().skip(1);
-    let mut get = |flag: &str| -> Result<PathBuf, String> {
-        match (args.next(), args.next()) {
-            (Some(name), Some(value)) if name == flag => Ok(PathBuf::from(value)),
-            _ => Err(format!("usage: redrive-bench --out DIR --bootstrap PATH --lambda-dir DIR --python PATH --node-peer FILE --python-peer FILE (expected {flag})")),
-        }
-    };
-    Ok(Args {
-        out: get("--out")?,
-        bootstrap: get("--bootstrap")?,
-        lambda_dir: get("--lambda-dir")?,
-        python: get("--python")?,
-        node_peer: get("--node-peer")?,
-        python_peer: get("--python-peer")?,
-    })
 }
 
 /// An SQS event as Lambda delivers it: `records` orders, every `FAIL_EVERY`th marked to fail; from
@@ -429,7 +427,7 @@ impl PeerSamples {
 }
 
 fn main() -> Result<(), String> {
-    let args = parse_args()?;
+    let args = <Args as clap::Parser>::parse();
     std::fs::create_dir_all(&args.out).map_err(|e| e.to_string())?;
     let event = generate_event(RECORDS, None);
     let event_path = args.out.join("event-10k.json");

@@ -4,55 +4,29 @@
 //! includes effects in each group's order). Then, per seed, the long outage in memory (a tenth of
 //! the messages): a downstream down for three times the deferral age limit.
 //!
-//! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3]
+//! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3] (`--help` says more)
 use std::process::ExitCode;
 
 use redrive_local::soak::{run_in_memory, run_on_moto, SoakConfig};
 
+/// The full fault-injection soak (`make soak`).
+#[derive(clap::Parser)]
+#[command(name = "redrive-soak")]
 struct Args {
+    /// Messages per seed on the in-memory SQS (0 skips those runs).
+    #[arg(long, default_value_t = 100_000)]
     memory: usize,
+    /// Messages per seed on moto (0 skips those runs).
+    #[arg(long, default_value_t = 2_000)]
     moto: usize,
+    /// Seeds, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3])]
     seeds: Vec<u64>,
-}
-
-fn args() -> Result<Args, String> {
-    let mut args = Args {
-        memory: 100_000,
-        moto: 2_000,
-        seeds: vec![1, 2, 3],
-    };
-    let mut given = std::env::args().skip(1);
-    while let Some(flag) = given.next() {
-        let value = given.next().ok_or(format!("{flag} needs a value"))?;
-        let number = |v: &str| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
-        match flag.as_str() {
-            "--memory" => args.memory = number(&value)?,
-            "--moto" => args.moto = number(&value)?,
-            "--seeds" => {
-                args.seeds = value
-                    .split(',')
-                    .map(|s| s.trim().parse().map_err(|e| format!("--seeds {s}: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
-            _ => {
-                return Err(format!(
-                "unknown flag {flag}; usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3]"
-            ))
-            }
-        }
-    }
-    Ok(args)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let args = match args() {
-        Ok(args) => args,
-        Err(error) => {
-            eprintln!("redrive-soak: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let args = <Args as clap::Parser>::parse();
     // Panics are one of the injected faults; the processor catches them, so keep them quiet.
     std::panic::set_hook(Box::new(|_| {}));
     let mut broken = false;
