@@ -225,7 +225,11 @@ impl<H: RecordHandler, S: IdempotencyStore> RecordHandler for Idempotent<H, S> {
                 .map_err(store_error),
             Err(error) => {
                 if let Err(release) = self.store.release(&key).await {
-                    tracing::warn!(key, error = %release, "could not release the idempotency claim: a retry waits for the lease");
+                    tracing::warn!(
+                        key,
+                        error = %release,
+                        "could not release the idempotency claim: a retry waits for the lease",
+                    );
                 }
                 Err(error)
             }

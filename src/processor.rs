@@ -620,7 +620,11 @@ impl<Q: QueuePort> Processor<Q> {
             let mut meta = match Meta::of(record) {
                 Some(Ok(meta)) => Some(Box::new(meta)),
                 Some(Err(error)) => {
-                    tracing::warn!(message_id = id, %error, "unreadable redrive attribute: handled as a first attempt");
+                    tracing::warn!(
+                        message_id = id,
+                        %error,
+                        "unreadable redrive attribute: handled as a first attempt",
+                    );
                     None
                 }
                 None => None,
@@ -711,7 +715,12 @@ impl<Q: QueuePort> Processor<Q> {
             .await;
         for (index, reason) in failed_sends {
             let fate = &mut decided[index].fate;
-            tracing::error!(message_id = items[index].id, fate = fate_name(fate), error = %reason, "send not confirmed: record given back to SQS");
+            tracing::error!(
+                message_id = items[index].id,
+                fate = fate_name(fate),
+                error = %reason,
+                "send not confirmed: record given back to SQS",
+            );
             report.send_failures += 1;
             *fate = Fate::GiveBack {
                 reason: GiveBackReason::SendFailed,
@@ -773,7 +782,11 @@ impl<Q: QueuePort> Processor<Q> {
             match message {
                 Ok(message) => outbox.push(index, message),
                 Err(too_large) => {
-                    tracing::error!(message_id = item.id, size = too_large.size, "cannot annotate the message within SQS's size limit: given back for the queue's redrive policy");
+                    tracing::error!(
+                        message_id = item.id,
+                        size = too_large.size,
+                        "cannot annotate the message within SQS's size limit: given back for the queue's redrive policy",
+                    );
                     decided.fate = Fate::GiveBack {
                         reason: GiveBackReason::TooLarge,
                         visibility: None,
@@ -920,7 +933,10 @@ impl<Q: QueuePort> Processor<Q> {
         let url = match self.source_url(items).await {
             Ok(url) => url,
             Err(error) => {
-                return tracing::warn!(%error, "visibility not changed: the records reappear after the visibility timeout")
+                return tracing::warn!(
+                    %error,
+                    "visibility not changed: the records reappear after the visibility timeout",
+                )
             }
         };
         for chunk in changes.chunks(10) {
@@ -936,7 +952,10 @@ impl<Q: QueuePort> Processor<Q> {
                     )
                 }),
                 Err(error) => {
-                    tracing::warn!(%error, "visibility not changed: the records reappear after the visibility timeout")
+                    tracing::warn!(
+                        %error,
+                        "visibility not changed: the records reappear after the visibility timeout",
+                    )
                 }
             }
         }
@@ -1081,7 +1100,17 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
     match fate {
         Fate::Done => {}
         Fate::Retry { attempts, .. } => {
-            tracing::warn!(message_id = item.id, attempt, next_attempt = attempts + 1, delay_s = delay_seconds(fate), error_class, error_kind, error = %message, fate = "retry", "record failed, retry scheduled")
+            tracing::warn!(
+                message_id = item.id,
+                attempt,
+                next_attempt = attempts + 1,
+                delay_s = delay_seconds(fate),
+                error_class,
+                error_kind,
+                error = %message,
+                fate = "retry",
+                "record failed, retry scheduled",
+            )
         }
         Fate::Defer { .. } => {
             tracing::info!(
@@ -1094,11 +1123,30 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
             )
         }
         Fate::DeadLetter { attempts } => {
-            tracing::error!(message_id = item.id, attempt, attempts, error_class, error_kind, error = %message, fate = "dead_letter", "record dead-lettered")
+            tracing::error!(
+                message_id = item.id,
+                attempt,
+                attempts,
+                error_class,
+                error_kind,
+                error = %message,
+                fate = "dead_letter",
+                "record dead-lettered",
+            )
         }
         Fate::GiveBack { reason, visibility } => {
             let visibility_s = visibility.map(|v| v.as_secs());
-            tracing::warn!(message_id = item.id, attempt, reason = reason.as_str(), visibility_s, error_class, error_kind, error = %message, fate = "give_back", "record given back to SQS")
+            tracing::warn!(
+                message_id = item.id,
+                attempt,
+                reason = reason.as_str(),
+                visibility_s,
+                error_class,
+                error_kind,
+                error = %message,
+                fate = "give_back",
+                "record given back to SQS",
+            )
         }
     }
 }

@@ -419,10 +419,22 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 }
                 Some(Decision::Alert { reason }) => {
                     summary.alerted += 1;
-                    tracing::error!(message_id = id, %reason, meta = meta_text(record), "redrive cap reached: needs a person");
+                    tracing::error!(
+                        message_id = id,
+                        %reason,
+                        meta = meta_text(record),
+                        "redrive cap reached: needs a person",
+                    );
                 }
                 Some(Decision::Discard { reason }) => {
-                    tracing::warn!(message_id = id, %reason, dry_run = plan.dry_run, body = record.body.as_deref().unwrap_or_default(), meta = meta_text(record), "discarded");
+                    tracing::warn!(
+                        message_id = id,
+                        %reason,
+                        dry_run = plan.dry_run,
+                        body = record.body.as_deref().unwrap_or_default(),
+                        meta = meta_text(record),
+                        "discarded",
+                    );
                     match (plan.dry_run, &self.archive_url, as_is(record)) {
                         (true, _, _) => summary.discarded += 1,
                         (false, None, _) => {
@@ -436,7 +448,10 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 Some(Decision::Reprocess) => match (&examined.destination_arn, plan.dry_run) {
                     (None, _) => {
                         summary.manual_review += 1;
-                        tracing::info!(message_id = id, "left for manual review: SQS moved it without metadata, so it names no origin; give a destination");
+                        tracing::info!(
+                            message_id = id,
+                            "left for manual review: SQS moved it without metadata, so it names no origin; give a destination",
+                        );
                     }
                     (Some(_), true) => summary.reprocessed += 1,
                     (Some(arn), false) => match redriven(record, arn, now) {
@@ -483,7 +498,11 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 .message_id
                 .as_deref()
                 .unwrap_or_default();
-            tracing::error!(message_id = id, error = %reason, "send not confirmed: the message stays in the DLQ");
+            tracing::error!(
+                message_id = id,
+                error = %reason,
+                "send not confirmed: the message stays in the DLQ",
+            );
             summary.send_failures += 1;
         }
 
@@ -503,7 +522,10 @@ impl<Q: QueuePort> Reprocessor<Q> {
             let refused = match self.queue.delete_batch(&plan.source_url, handles).await {
                 Ok(failures) => failures.len(),
                 Err(error) => {
-                    tracing::error!(%error, "delete not confirmed: those messages will be examined again");
+                    tracing::error!(
+                        %error,
+                        "delete not confirmed: those messages will be examined again",
+                    );
                     handles.len()
                 }
             };
@@ -557,7 +579,12 @@ async fn make_visible<Q: QueuePort>(queue: &Q, queue_url: &str, handles: &[impl 
             })
             .collect();
         if let Err(error) = queue.change_visibility_batch(queue_url, &changes).await {
-            tracing::warn!(%error, queue_url, hold_seconds = HOLD.as_secs(), "could not make messages visible early");
+            tracing::warn!(
+                %error,
+                queue_url,
+                hold_seconds = HOLD.as_secs(),
+                "could not make messages visible early",
+            );
         }
     }
 }

@@ -177,7 +177,11 @@ impl<Q: QueuePort> Processor<Q> {
                 {
                     Ok(()) => report.dead_lettered += 1,
                     Err(reason) => {
-                        tracing::error!(sequence_number = sequence, error = %reason, "dead letter not confirmed: the batch stops here");
+                        tracing::error!(
+                            sequence_number = sequence,
+                            error = %reason,
+                            "dead letter not confirmed: the batch stops here",
+                        );
                         report.send_failures += 1;
                         checkpoint = Some(sequence);
                         break;
