@@ -32,6 +32,8 @@ pub mod backoff;
 pub mod breaker;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 pub mod envelope;
 pub mod error;
 pub mod event;

@@ -1,0 +1,196 @@
+//! A shared idempotency store on DynamoDB (feature `dynamodb`): the copies of one message usually
+//! reach different containers, and a store in one container's memory absorbs only the duplicates
+//! that happen to come back to it.
+//!
+//! One item per key: `pk` (the key), `status` (`IN_PROGRESS` or `DONE`), `lease_until` (ms since
+//! the epoch: when a claim that was never completed lapses) and `expires_at` (s since the epoch,
+//! the table's TTL attribute). A claim is one conditional put; DynamoDB deletes expired items
+//! within days, so the condition reads `expires_at` itself and never trusts an expired item.
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+use tokio::sync::OnceCell;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::PortError;
+use crate::idempotency::{Claim, IdempotencyStore};
+
+const HELD: &str = "IN_PROGRESS";
+const DONE: &str = "DONE";
+
+/// Idempotency keys in a DynamoDB table whose partition key is the string `pk` (TTL on
+/// `expires_at`; `infra/modules/idempotency-table` makes one).
+pub struct DynamoDbStore {
+    client: OnceCell<Client>,
+    table: String,
+    clock: Arc<dyn Clock>,
+}
+
+impl DynamoDbStore {
+    /// A store on `table` whose client is built from the environment on its first call (as
+    /// [`crate::SqsQueue::lazy`]).
+    pub fn lazy(table: impl Into<String>) -> Self {
+        Self {
+            client: OnceCell::new(),
+            table: table.into(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// A store on `table` through `client`.
+    pub fn with_client(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client: OnceCell::new_with(Some(client)),
+            ..Self::lazy(table)
+        }
+    }
+
+    /// Reads the time from `clock` (tests move it by hand to lapse a lease).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    async fn client(&self) -> &Client {
+        self.client
+            .get_or_init(|| async { Client::new(&crate::sqs::sdk_config_from_env()) })
+            .await
+    }
+
+    fn expiry(&self, after: Duration) -> AttributeValue {
+        let at_ms = self.clock.now_ms().saturating_add(duration_ms(after));
+        number(at_ms.div_ceil(1000))
+    }
+}
+
+impl IdempotencyStore for DynamoDbStore {
+    async fn claim(&self, key: &str, lease: Duration) -> Result<Claim, PortError> {
+        const OPERATION: &str = "PutItem";
+        let now = self.clock.now_ms();
+        let claimed = self
+            .client()
+            .await
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", AttributeValue::S(key.to_owned()))
+            .item("status", AttributeValue::S(HELD.to_owned()))
+            .item(
+                "lease_until",
+                number(now.saturating_add(duration_ms(lease))),
+            )
+            .item("expires_at", self.expiry(lease))
+            // Free, a claim that lapsed, or an item past its expiry (TTL deletes lazily).
+            .condition_expression(
+                "attribute_not_exists(pk) OR (#status = :held AND lease_until < :now) \
+                 OR expires_at < :now_s",
+            )
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":held", AttributeValue::S(HELD.to_owned()))
+            .expression_attribute_values(":now", number(now))
+            .expression_attribute_values(":now_s", number(now / 1000))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let refused = match claimed {
+            Ok(_) => return Ok(Claim::Claimed),
+            Err(error) => match error.as_service_error() {
+                Some(service) if service.is_conditional_check_failed_exception() => {
+                    error.into_service_error()
+                }
+                _ => return Err(PortError::new(OPERATION, error_text(&error))),
+            },
+        };
+        let holder = match refused {
+            aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(
+                failed,
+            ) => failed.item.map(|item| status(&item) == Some(DONE)),
+            _ => None,
+        };
+        match holder {
+            Some(true) => Ok(Claim::Done),
+            Some(false) => Ok(Claim::InProgress),
+            // Without the old item (an older endpoint), read it.
+            None => self.read(key).await,
+        }
+    }
+
+    async fn complete(&self, key: &str, keep: Duration) -> Result<(), PortError> {
+        self.client()
+            .await
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", AttributeValue::S(key.to_owned()))
+            .item("status", AttributeValue::S(DONE.to_owned()))
+            .item("expires_at", self.expiry(keep))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|error| PortError::new("PutItem", error_text(&error)))
+    }
+
+    async fn release(&self, key: &str) -> Result<(), PortError> {
+        // Only a claim is given up: a key another delivery completed meanwhile stays done.
+        let released = self
+            .client()
+            .await
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(key.to_owned()))
+            .condition_expression("#status = :held")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":held", AttributeValue::S(HELD.to_owned()))
+            .send()
+            .await;
+        match released {
+            Ok(_) => Ok(()),
+            Err(error)
+                if error
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(PortError::new("DeleteItem", error_text(&error))),
+        }
+    }
+}
+
+impl DynamoDbStore {
+    /// The key's state, read consistently after a refused claim.
+    async fn read(&self, key: &str) -> Result<Claim, PortError> {
+        let output = self
+            .client()
+            .await
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(key.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|error| PortError::new("GetItem", error_text(&error)))?;
+        Ok(match output.item.as_ref().and_then(|item| status(item)) {
+            Some(DONE) => Claim::Done,
+            _ => Claim::InProgress,
+        })
+    }
+}
+
+fn status(item: &HashMap<String, AttributeValue>) -> Option<&str> {
+    item.get("status")?.as_s().ok().map(String::as_str)
+}
+
+fn number(n: u64) -> AttributeValue {
+    AttributeValue::N(n.to_string())
+}
+
+fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn error_text(error: &impl std::error::Error) -> String {
+    aws_smithy_types::error::display::DisplayErrorContext(error).to_string()
+}

@@ -1,0 +1,144 @@
+//! The DynamoDB idempotency store on moto, through the real SDK: two containers (processors with
+//! memories of their own) share one table; a lease lapses; concurrent claims of one key.
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+use redrive::clock::ManualClock;
+use redrive::dynamodb::DynamoDbStore;
+use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom};
+use redrive::port::RecordingQueue;
+use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent};
+
+mod support;
+
+/// A table named after the test, as `infra/` would make it: string partition key `pk`.
+async fn table(name: &str) -> (aws_sdk_dynamodb::Client, String) {
+    support::require_emulator();
+    let client = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+    let table = format!("{name}-{}", std::process::id());
+    client
+        .create_table()
+        .table_name(&table)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    (client, table)
+}
+
+/// Counts the effects per order.
+#[derive(Default)]
+struct Charges(AtomicU32);
+
+impl RecordHandler for Charges {
+    async fn handle(&self, _message: &Message<'_>) -> Result<(), RecordError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn delivery(id: &str) -> String {
+    serde_json::json!({ "Records": [{
+        "messageId": id, "receiptHandle": format!("rh-{id}"), "body": r#"{"orderId":"o-1"}"#,
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1763789990000"},
+        "messageAttributes": {}, "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders", "awsRegion": "us-east-1"
+    }]})
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_duplicate_delivered_to_another_container_takes_effect_once() {
+    let (client, table) = table("idem-two-containers").await;
+    let container = || {
+        let handler = Idempotent::new(
+            Charges::default(),
+            DynamoDbStore::with_client(client.clone(), &table),
+            KeyFrom::BodyField("/orderId".into()),
+        );
+        let processor = Processor::new(RecordingQueue::default(), ProcessorConfig::default());
+        (handler, processor)
+    };
+    let (first, second) = (container(), container());
+    // SQS delivers the order twice (two messages, as a producer retry makes), to two containers.
+    for ((handler, processor), id) in [(&first, "m-1"), (&second, "m-2")] {
+        let json = delivery(id);
+        let event = SqsEvent::parse(&json).unwrap();
+        let processed = processor
+            .process(handler, &event.records, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert!(processed.response.batch_item_failures.is_empty());
+    }
+    let effects =
+        first.0.inner().0.load(Ordering::SeqCst) + second.0.inner().0.load(Ordering::SeqCst);
+    assert_eq!(effects, 1, "one charge for the order");
+    assert_eq!(second.0.duplicates(), 1, "the other container absorbed it");
+}
+
+#[tokio::test]
+async fn a_claim_cut_off_at_the_deadline_holds_until_its_lease_lapses() {
+    let (client, table) = table("idem-lease").await;
+    let clock = Arc::new(ManualClock::at(1_763_790_000_000));
+    let store = DynamoDbStore::with_client(client, &table).with_clock(clock.clone());
+    let lease = Duration::from_secs(60);
+    assert_eq!(store.claim("o-1", lease).await.unwrap(), Claim::Claimed);
+    // The handler was cut off: no complete, no release. Another delivery waits for the lease.
+    assert_eq!(store.claim("o-1", lease).await.unwrap(), Claim::InProgress);
+    clock.advance(61_000);
+    assert_eq!(store.claim("o-1", lease).await.unwrap(), Claim::Claimed);
+    store
+        .complete("o-1", Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(store.claim("o-1", lease).await.unwrap(), Claim::Done);
+    store.release("o-1").await.unwrap();
+    assert_eq!(
+        store.claim("o-1", lease).await.unwrap(),
+        Claim::Done,
+        "a release gives up only a claim, never a done key"
+    );
+    clock.advance(3_601_000);
+    assert_eq!(
+        store.claim("o-1", lease).await.unwrap(),
+        Claim::Claimed,
+        "expired, even before TTL deletes it"
+    );
+}
+
+#[tokio::test]
+async fn of_concurrent_claims_of_one_key_exactly_one_wins() {
+    let (client, table) = table("idem-race").await;
+    let store = Arc::new(DynamoDbStore::with_client(client, &table));
+    let claims = (0..8).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim("o-race", Duration::from_secs(60)).await })
+    });
+    let mut won = 0;
+    for claim in claims {
+        match claim.await.unwrap().unwrap() {
+            Claim::Claimed => won += 1,
+            Claim::InProgress => {}
+            Claim::Done => panic!("nobody completed it"),
+        }
+    }
+    assert_eq!(won, 1);
+}
