@@ -40,16 +40,28 @@ module "alerts" {
   }]
 }
 
+module "idempotency" {
+  source   = "./modules/idempotency-table"
+  for_each = { for key, consumer in var.consumers : key => consumer if consumer.idempotency_key != null }
+
+  name = "${var.name_prefix}-${each.key}-idempotency"
+}
+
 module "consumer" {
   source   = "./modules/sqs-consumer"
   for_each = var.consumers
 
-  name                           = "${var.name_prefix}-${each.key}"
-  fifo                           = each.value.fifo
-  function_zip                   = local.zips.sqs_consumer
-  function_timeout_seconds       = each.value.function_timeout_seconds
-  function_memory_mb             = each.value.function_memory_mb
-  environment                    = local.function_environment
+  name                     = "${var.name_prefix}-${each.key}"
+  fifo                     = each.value.fifo
+  function_zip             = local.zips.sqs_consumer
+  function_timeout_seconds = each.value.function_timeout_seconds
+  function_memory_mb       = each.value.function_memory_mb
+  environment = merge(local.function_environment, each.value.idempotency_key == null ? {} : {
+    REDRIVE_IDEMPOTENCY_TABLE = module.idempotency[each.key].table_name
+    REDRIVE_IDEMPOTENCY_KEY   = each.value.idempotency_key
+    REDRIVE_IDEMPOTENCY_LEASE = "${each.value.function_timeout_seconds + 60}s"
+  })
+  extra_statements               = each.value.idempotency_key == null ? [] : [module.idempotency[each.key].access_statement]
   max_attempts                   = var.retry.max_attempts
   visibility_timeout_seconds     = each.value.visibility_timeout_seconds
   message_retention_seconds      = each.value.message_retention_seconds

@@ -24,12 +24,18 @@ variable "consumers" {
     batching_window_seconds       = number
     maximum_concurrency           = number
     record_concurrency            = number
+    # A shared idempotency store (a DynamoDB table) keyed by messageId or a JSON pointer.
+    idempotency_key = optional(string)
   }))
   nullable = false
 
   validation {
     condition     = alltrue([for k, c in var.consumers : can(regex("^[a-z0-9-]{1,24}$", k))])
     error_message = "Consumer keys must be 1 to 24 lowercase letters, digits or hyphens."
+  }
+  validation {
+    condition     = alltrue([for k, c in var.consumers : c.idempotency_key == null || c.idempotency_key == "messageId" || startswith(coalesce(c.idempotency_key, "-"), "/")])
+    error_message = "A consumer's idempotency_key is messageId or a JSON pointer into the body (/orderId); its function must be built with redrive's dynamodb feature."
   }
   # With name_prefix at most 26, <name_prefix>-<key> (the consumer's function) stays within the
   # function module's 55, and <name_prefix>-<key>-dlq.fifo within SQS's 80.

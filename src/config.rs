@@ -5,6 +5,8 @@ use std::time::Duration;
 use crate::backoff::{parse_duration, parse_sequence, Backoff, RetryPolicy};
 use crate::breaker::BreakerSettings;
 use crate::error::ConfigError;
+use crate::idempotency::{IdempotencyStore, Idempotent, KeyFrom};
+use crate::processor::{ProcessorConfig, RecordHandler};
 use crate::redrive::RedrivePolicy;
 
 /// Every variable redrive reads, with its default; any other `REDRIVE_*` variable is a typo and
@@ -41,6 +43,16 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("REDRIVE_BREAKER_THRESHOLD", "5 (0 disables the breaker)"),
     ("REDRIVE_BREAKER_OPEN_FOR", "30s"),
     ("REDRIVE_METRICS_NAMESPACE", "redrive"),
+    (
+        "REDRIVE_IDEMPOTENCY_TABLE",
+        "(unset: none) DynamoDB table of the shared idempotency store",
+    ),
+    (
+        "REDRIVE_IDEMPOTENCY_KEY",
+        "messageId, or a JSON pointer into the body (/orderId)",
+    ),
+    ("REDRIVE_IDEMPOTENCY_LEASE", "15m: how long a claim holds (about the function timeout)"),
+    ("REDRIVE_IDEMPOTENCY_TTL", "14d: how long a done key is remembered"),
     // The DLQ reprocessor (functions/dlq-redrive and the operator CLI): see `ReprocessSettings`.
     (
         "REDRIVE_REPROCESS_SOURCE_URL",
@@ -196,6 +208,106 @@ pub struct Settings {
     pub breaker: BreakerSettings,
     /// Namespace of the EMF metrics.
     pub metrics_namespace: String,
+    /// The shared idempotency store, when `REDRIVE_IDEMPOTENCY_TABLE` names one.
+    pub idempotency: Option<IdempotencySettings>,
+}
+
+impl From<&Settings> for ProcessorConfig {
+    fn from(settings: &Settings) -> Self {
+        Self {
+            dlq_url: settings.dlq_url.clone(),
+            source_queue_url: settings.source_queue_url.clone(),
+            retry: settings.retry.clone(),
+            deadline_margin: settings.deadline_margin,
+            concurrency: settings.concurrency,
+        }
+    }
+}
+
+/// A consumer's shared idempotency store ([`crate::idempotency::Idempotent::configured`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotencySettings {
+    /// The DynamoDB table (partition key `pk`, TTL on `expires_at`).
+    pub table: String,
+    /// Where a message's key comes from.
+    pub key: KeyFrom,
+    /// How long a claim holds: about the function timeout.
+    pub lease: Duration,
+    /// How long a done key is remembered: longer than any queue keeps a copy.
+    pub keep: Duration,
+}
+
+impl IdempotencySettings {
+    /// Wraps `inner` as these settings say: key source, lease and how long a done key is kept.
+    pub fn wrap<H: RecordHandler, S: IdempotencyStore>(
+        &self,
+        inner: H,
+        store: S,
+    ) -> Idempotent<H, S> {
+        let mut idempotent = Idempotent::new(inner, store, self.key.clone());
+        idempotent.lease = self.lease;
+        idempotent.keep = self.keep;
+        idempotent
+    }
+
+    fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Option<Self>, ConfigError> {
+        let Some(table) = env.get("REDRIVE_IDEMPOTENCY_TABLE") else {
+            for name in [
+                "REDRIVE_IDEMPOTENCY_KEY",
+                "REDRIVE_IDEMPOTENCY_LEASE",
+                "REDRIVE_IDEMPOTENCY_TTL",
+            ] {
+                if let Some(value) = env.get(name) {
+                    return Err(ConfigError::new(
+                        name,
+                        &value,
+                        "set without REDRIVE_IDEMPOTENCY_TABLE, which names the store",
+                    ));
+                }
+            }
+            return Ok(None);
+        };
+        let key = match env.get("REDRIVE_IDEMPOTENCY_KEY") {
+            None => KeyFrom::MessageId,
+            Some(key) if key == "messageId" => KeyFrom::MessageId,
+            Some(pointer) if pointer.starts_with('/') => KeyFrom::BodyField(pointer),
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "REDRIVE_IDEMPOTENCY_KEY",
+                    &other,
+                    "messageId, or a JSON pointer into the body such as /orderId",
+                ))
+            }
+        };
+        let within =
+            |name: &str, value: Duration, range: std::ops::RangeInclusive<Duration>, text: &str| {
+                if range.contains(&value) {
+                    Ok(value)
+                } else {
+                    Err(ConfigError::new(name, &format!("{value:?}"), text))
+                }
+            };
+        let lease = env.duration("REDRIVE_IDEMPOTENCY_LEASE", Duration::from_secs(15 * 60))?;
+        let lease = within(
+            "REDRIVE_IDEMPOTENCY_LEASE",
+            lease,
+            Duration::from_secs(1)..=Duration::from_secs(12 * 3600),
+            "between 1s and 12h",
+        )?;
+        let keep = env.duration("REDRIVE_IDEMPOTENCY_TTL", Duration::from_secs(14 * 86400))?;
+        let keep = within(
+            "REDRIVE_IDEMPOTENCY_TTL",
+            keep,
+            Duration::from_secs(3600)..=Duration::from_secs(365 * 86400),
+            "between 1h and 365d",
+        )?;
+        Ok(Some(Self {
+            table,
+            key,
+            lease,
+            keep,
+        }))
+    }
 }
 
 impl Settings {
@@ -294,6 +406,7 @@ impl Settings {
                 open_for,
             },
             metrics_namespace: get("REDRIVE_METRICS_NAMESPACE").unwrap_or_else(|| "redrive".into()),
+            idempotency: IdempotencySettings::from_env(&env)?,
         })
     }
 }
@@ -428,6 +541,22 @@ mod tests {
         assert_eq!(s.deadline_margin, Duration::from_secs(2));
         assert_eq!(s.concurrency, crate::processor::DEFAULT_CONCURRENCY);
         assert_eq!(s.breaker, BreakerSettings::default());
+        assert_eq!(s.idempotency, None);
+        let s = settings(&[
+            ("REDRIVE_IDEMPOTENCY_TABLE", "orders-idempotency"),
+            ("REDRIVE_IDEMPOTENCY_KEY", "/orderId"),
+            ("REDRIVE_IDEMPOTENCY_LEASE", "40s"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.idempotency,
+            Some(IdempotencySettings {
+                table: "orders-idempotency".into(),
+                key: KeyFrom::BodyField("/orderId".into()),
+                lease: Duration::from_secs(40),
+                keep: Duration::from_secs(14 * 86400),
+            })
+        );
         let s = settings(&[("REDRIVE_DEFER_MAX_AGE", "6h")]).unwrap();
         assert_eq!(s.retry.defer_max_age, Duration::from_secs(6 * 3600));
         let s = settings(&[("REDRIVE_CONCURRENCY", "1")]).unwrap();
@@ -480,6 +609,24 @@ mod tests {
             (
                 &[("REDRIVE_DLQ_URL", "u"), ("REDRIVE_BREAKER_OPEN_FOR", "0s")],
                 "REDRIVE_BREAKER_OPEN_FOR",
+            ),
+            (
+                &[("REDRIVE_IDEMPOTENCY_KEY", "/orderId")],
+                "REDRIVE_IDEMPOTENCY_KEY",
+            ),
+            (
+                &[
+                    ("REDRIVE_IDEMPOTENCY_TABLE", "t"),
+                    ("REDRIVE_IDEMPOTENCY_KEY", "orderId"),
+                ],
+                "REDRIVE_IDEMPOTENCY_KEY",
+            ),
+            (
+                &[
+                    ("REDRIVE_IDEMPOTENCY_TABLE", "t"),
+                    ("REDRIVE_IDEMPOTENCY_LEASE", "13h"),
+                ],
+                "REDRIVE_IDEMPOTENCY_LEASE",
             ),
             (&[("REDRIVE_DEFER_MAX_AGE", "30s")], "REDRIVE_DEFER_MAX_AGE"),
             (&[("REDRIVE_DEFER_MAX_AGE", "15d")], "REDRIVE_DEFER_MAX_AGE"),

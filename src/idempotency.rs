@@ -129,7 +129,7 @@ impl IdempotencyStore for MemoryStore {
 }
 
 /// Where the idempotency key comes from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyFrom {
     /// The original message id: a retry copy or a redriven copy carries it in its metadata.
     MessageId,

@@ -35,7 +35,8 @@ pub enum BatchResponse {
 /// environment (a wrong one stops the function with the variable named), a processor on a lazily
 /// configured SQS client, and for every SQS or Kinesis batch the partial batch response and one
 /// EMF line. `make_handler` builds the handler from the settings (a circuit breaker from
-/// `settings.breaker`, say).
+/// `settings.breaker`, say). With `REDRIVE_IDEMPOTENCY_TABLE` set (and redrive's `dynamodb`
+/// feature on) the handler is wrapped in the shared idempotency store.
 ///
 /// ```no_run
 /// use redrive::{Message, RecordError, RecordHandler};
@@ -74,7 +75,30 @@ where
         );
     }
     let handler = make_handler(&settings)?;
-    let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings));
+    match &settings.idempotency {
+        None => serve(&settings, handler).await,
+        // Every copy of a message, whichever container it reaches, takes effect once.
+        #[cfg(feature = "dynamodb")]
+        Some(idempotency) => {
+            let store = crate::dynamodb::DynamoDbStore::lazy(&idempotency.table);
+            serve(&settings, idempotency.wrap(handler, store)).await
+        }
+        #[cfg(not(feature = "dynamodb"))]
+        Some(idempotency) => Err(format!(
+            "REDRIVE_IDEMPOTENCY_TABLE={} is set, but this function was built without redrive's \
+             dynamodb feature: add it to the redrive dependency, or unset the variable",
+            idempotency.table
+        )
+        .into()),
+    }
+}
+
+/// The runtime loop of [`consume`], with the handler it settled on.
+async fn serve<H: RecordHandler>(
+    settings: &Settings,
+    handler: H,
+) -> Result<(), lambda_runtime::Error> {
+    let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(settings));
     let namespace = settings.metrics_namespace.as_str();
     let (processor, handler) = (&processor, &handler);
     run(|event| {

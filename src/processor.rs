@@ -20,7 +20,6 @@ use serde::Deserialize;
 
 use crate::backoff::{RetryPolicy, MAX_DELAY_SECONDS};
 use crate::clock::{Clock, Cutoff, SystemClock};
-use crate::config::Settings;
 use crate::envelope::{
     annotate, truncate, FailedIn, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES,
     META_ATTRIBUTE, META_VERSION,
@@ -236,18 +235,6 @@ impl Default for ProcessorConfig {
             retry: RetryPolicy::default(),
             deadline_margin: Duration::from_secs(2),
             concurrency: DEFAULT_CONCURRENCY,
-        }
-    }
-}
-
-impl From<&Settings> for ProcessorConfig {
-    fn from(settings: &Settings) -> Self {
-        Self {
-            dlq_url: settings.dlq_url.clone(),
-            source_queue_url: settings.source_queue_url.clone(),
-            retry: settings.retry.clone(),
-            deadline_margin: settings.deadline_margin,
-            concurrency: settings.concurrency,
         }
     }
 }

@@ -52,7 +52,7 @@ module "function" {
     REDRIVE_MAX_ATTEMPTS = tostring(var.max_attempts)
     REDRIVE_CONCURRENCY  = tostring(var.record_concurrency)
   })
-  statements = [
+  statements = concat([
     {
       sid       = "Consume"
       actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl"]
@@ -63,7 +63,7 @@ module "function" {
       actions   = ["sqs:SendMessage"]
       resources = [aws_sqs_queue.source.arn, aws_sqs_queue.dlq.arn]
     },
-  ]
+  ], var.extra_statements)
 }
 
 resource "aws_lambda_event_source_mapping" "consumer" {

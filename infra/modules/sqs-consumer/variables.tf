@@ -47,6 +47,17 @@ variable "environment" {
   default     = {}
 }
 
+variable "extra_statements" {
+  description = "IAM statements the function needs beyond its queues (its downstream: a table, a bucket), each with actions and resources named."
+  type = list(object({
+    sid       = string
+    actions   = list(string)
+    resources = list(string)
+  }))
+  nullable = false
+  default  = []
+}
+
 variable "max_attempts" {
   description = "REDRIVE_MAX_ATTEMPTS: deliveries a record gets in all."
   type        = number

@@ -26,6 +26,9 @@ pub struct Consumer {
     pub batching_window_seconds: u32,
     /// Records the function handles at once (`REDRIVE_CONCURRENCY`).
     pub record_concurrency: u32,
+    /// The shared idempotency store's key (`REDRIVE_IDEMPOTENCY_KEY`), when the consumer has one.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
