@@ -43,6 +43,19 @@ pub trait IdempotencyStore: Send + Sync {
     fn release(&self, key: &str) -> impl Future<Output = Result<(), PortError>> + Send;
 }
 
+/// One store shared by several handlers (or simulated containers).
+impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
+    async fn claim(&self, key: &str, lease: Duration) -> Result<Claim, PortError> {
+        (**self).claim(key, lease).await
+    }
+    async fn complete(&self, key: &str, keep: Duration) -> Result<(), PortError> {
+        (**self).complete(key, keep).await
+    }
+    async fn release(&self, key: &str) -> Result<(), PortError> {
+        (**self).release(key).await
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Entry {
     Held { until_ms: u64 },
@@ -217,7 +230,9 @@ impl<H: RecordHandler, S: IdempotencyStore> RecordHandler for Idempotent<H, S> {
             }
             Claim::Claimed => {}
         }
-        match self.inner.handle(message).await {
+        // A panic is caught here too, so that its claim is released like any failure's (the
+        // processor would catch it too, but past the release, leaving the key held for a lease).
+        match crate::processor::caught(self.inner.handle(message)).await {
             Ok(()) => self
                 .store
                 .complete(&key, self.keep)
@@ -384,6 +399,37 @@ mod tests {
         assert_eq!(
             processed.report.dead_lettered, 1,
             "no key is a permanent error"
+        );
+    }
+
+    struct Panics;
+    impl RecordHandler for Panics {
+        async fn handle(&self, _message: &Message<'_>) -> Result<(), RecordError> {
+            panic!("bug in the handler")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_releases_its_claim_and_is_still_a_panic() {
+        let store = Arc::new(MemoryStore::new(10));
+        let handler = Idempotent::new(Panics, store.clone(), KeyFrom::MessageId);
+        let record = record("m-1", "order-1", None);
+        let invocation = crate::processor::Invocation::from(u64::MAX / 2);
+        let item = crate::processor::Item {
+            record: &record,
+            id: "m-1",
+            meta: None,
+            attempts_before: 0,
+        };
+        let error = handler
+            .handle(&item.message(&invocation))
+            .await
+            .unwrap_err();
+        assert_eq!(error.class(), crate::ErrorClass::Panic);
+        assert_eq!(
+            store.claim("m-1", Duration::from_secs(60)).await.unwrap(),
+            Claim::Claimed,
+            "released, not held for a lease"
         );
     }
 }
