@@ -41,6 +41,16 @@ pub trait RecordHandler: Sync {
         -> impl Future<Output = Result<(), RecordError>> + Send;
 }
 
+/// A handler shared by reference (several idempotency guards around one handler, say).
+impl<H: RecordHandler> RecordHandler for &H {
+    fn handle(
+        &self,
+        message: &Message<'_>,
+    ) -> impl Future<Output = Result<(), RecordError>> + Send {
+        (**self).handle(message)
+    }
+}
+
 /// Handles a whole batch at once (a bulk write). When it fails, the processor splits the batch in
 /// halves and calls it again on each half until the failing records stand alone; so records of a
 /// failed call may be handed over again, and the handler must be idempotent.

@@ -97,6 +97,8 @@ pub struct SoakConfig {
     pub concurrency: NonZeroUsize,
     /// A FIFO source (and DLQ) with the messages dealt round this many message groups.
     pub fifo_groups: Option<usize>,
+    /// Simulated Lambda containers: idempotency guards of their own over one shared store.
+    pub containers: NonZeroUsize,
     /// A long outage: every message calls a downstream, behind a circuit breaker, that is down
     /// this long from the start (longer than the retry policy's deferral age limit).
     pub outage: Option<Outage>,
@@ -510,25 +512,32 @@ pub async fn run<Q: SoakQueues>(
     )
     .with_clock(clock.clone())
     .with_seed(config.seed);
-    let mut handler = Idempotent::new(
-        PlannedHandler {
-            effects: Mutex::default(),
-            down: AtomicBool::new(true),
-            slow_for: config.slow_for,
-            group_order: Mutex::new(config.fifo_groups.map(|_| HashMap::new())),
-            out_of_order: AtomicU64::new(0),
-            outage: config.outage.as_ref().map(|outage| DownstreamOutage {
-                breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
-                heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),
-                clock: clock.clone(),
-            }),
-        },
-        MemoryStore::new(config.messages * 2).with_clock(clock.clone()),
-        KeyFrom::BodyField("/id".into()),
-    );
-    // A handler cut off at the deadline cannot release its claim: the lease is what frees it, so
-    // it is set to about the function timeout.
-    handler.lease = config.budget * 2;
+    let planned = PlannedHandler {
+        effects: Mutex::default(),
+        down: AtomicBool::new(true),
+        slow_for: config.slow_for,
+        group_order: Mutex::new(config.fifo_groups.map(|_| HashMap::new())),
+        out_of_order: AtomicU64::new(0),
+        outage: config.outage.as_ref().map(|outage| DownstreamOutage {
+            breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
+            heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),
+            clock: clock.clone(),
+        }),
+    };
+    // Containers: guards of their own around the one handler (whose effects are the invariant's
+    // ledger), sharing one store, as Lambda containers share a DynamoDB table. Each invocation
+    // goes to a container drawn at random, so the copies of a message reach different ones.
+    let store = Arc::new(MemoryStore::new(config.messages * 2).with_clock(clock.clone()));
+    let containers: Vec<_> = (0..config.containers.get())
+        .map(|_| {
+            let mut guard =
+                Idempotent::new(&planned, store.clone(), KeyFrom::BodyField("/id".into()));
+            // A handler cut off at the deadline cannot release its claim: the lease is what
+            // frees it, so it is set to about the function timeout.
+            guard.lease = config.budget * 2;
+            guard
+        })
+        .collect();
     let mut rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed);
     let group_of = |n: usize| config.fifo_groups.map(|groups| format!("g-{}", n % groups));
     let mut bodies = (0..config.messages).map(|n| {
@@ -582,7 +591,7 @@ pub async fn run<Q: SoakQueues>(
                 "the producer's own sends are not faulted"
             );
         }
-        if !drive.invoke(&processor, &handler, &mut report).await? {
+        if !drive.invoke(&processor, &containers, &mut report).await? {
             if produced == config.messages && queue.inner().depth(source_url).await? == 0 {
                 break;
             }
@@ -601,8 +610,8 @@ pub async fn run<Q: SoakQueues>(
         .filter_map(|record| Meta::of(record).and_then(Result::ok))
         .filter(|meta| &*meta.error_kind == "deferred_too_long")
         .count();
-    handler.inner().down.store(false, Ordering::SeqCst);
-    *handler.inner().group_order.lock().unwrap() = None;
+    planned.down.store(false, Ordering::SeqCst);
+    *planned.group_order.lock().unwrap() = None;
     queue.heal();
     let settings = ReprocessSettings {
         policy: RedrivePolicy {
@@ -629,7 +638,7 @@ pub async fn run<Q: SoakQueues>(
             break;
         }
         while queue.inner().depth(source_url).await? > 0 {
-            if !drive.invoke(&processor, &handler, &mut report).await? {
+            if !drive.invoke(&processor, &containers, &mut report).await? {
                 queue.inner().idle(source_url).await;
             }
         }
@@ -642,10 +651,10 @@ pub async fn run<Q: SoakQueues>(
     }
     report.longest_chain = chains.values().copied().max().unwrap_or(0);
     report.chains_past_16 = chains.values().filter(|n| **n > LAMBDA_LOOP_LIMIT).count();
-    let effects = handler.inner().effects.lock().unwrap().clone();
-    report.duplicates_absorbed = handler.duplicates();
+    let effects = planned.effects.lock().unwrap().clone();
+    report.duplicates_absorbed = containers.iter().map(Idempotent::duplicates).sum();
     report.injected_send_failures = queue.injected.load(Ordering::Relaxed);
-    report.out_of_order = handler.inner().out_of_order.load(Ordering::Relaxed);
+    report.out_of_order = planned.out_of_order.load(Ordering::Relaxed);
     report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
     report.processed = effects.len();
     let mut dead: BTreeMap<String, u32> = BTreeMap::new();
@@ -682,13 +691,15 @@ struct Driver<'a, Q> {
 }
 
 impl<Q: SoakQueues> Driver<'_, Q> {
-    /// One invocation as the event source mapping makes it; false when nothing was visible.
+    /// One invocation as the event source mapping makes it, in a container drawn at random; false
+    /// when nothing was visible.
     async fn invoke<H: RecordHandler>(
         &mut self,
         processor: &Processor<&Faulty<Q>>,
-        handler: &H,
+        containers: &[H],
         report: &mut SoakReport,
     ) -> Result<bool, PortError> {
+        let handler = &containers[self.rng.usize(..containers.len())];
         let mut records = self
             .queue
             .receive(self.url, 10, self.config.visibility, Duration::ZERO)
@@ -809,6 +820,7 @@ impl SoakConfig {
             reprocess_cap: 3,
             concurrency: NonZeroUsize::new(4).expect("not zero"),
             fifo_groups: None,
+            containers: NonZeroUsize::new(3).expect("not zero"),
             outage: None,
         }
     }
