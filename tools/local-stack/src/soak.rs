@@ -260,8 +260,15 @@ pub trait SoakQueues: QueuePort {
     ) -> impl std::future::Future<Output = Result<usize, PortError>> + Send;
     /// Nothing was visible: let time pass (sleep, or move a virtual clock on).
     fn idle(&self, url: &str) -> impl std::future::Future<Output = ()> + Send;
-    /// Every message of a queue, read without consuming it (at the end of the run).
+    /// Messages of a queue, read without consuming them. On SQS a FIFO queue shows only what is
+    /// not behind a message in flight of its group, so this is for counts that may fall short.
     fn read_all(
+        &self,
+        url: &str,
+    ) -> impl std::future::Future<Output = Result<Vec<SqsRecord<'static>>, PortError>> + Send;
+    /// Every message of a queue, taken out of it: the final tally (a FIFO queue cannot be read
+    /// whole without it).
+    fn take_all(
         &self,
         url: &str,
     ) -> impl std::future::Future<Output = Result<Vec<SqsRecord<'static>>, PortError>> + Send;
@@ -658,7 +665,7 @@ pub async fn run<Q: SoakQueues>(
     report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
     report.processed = effects.len();
     let mut dead: BTreeMap<String, u32> = BTreeMap::new();
-    for record in queue.inner().read_all(dlq).await? {
+    for record in queue.inner().take_all(dlq).await? {
         let body: serde_json::Value =
             serde_json::from_str(record.body.as_deref().unwrap_or_default()).unwrap_or_default();
         let id = body["id"].as_str().unwrap_or_default().to_owned();
@@ -761,6 +768,27 @@ impl SoakQueues for redrive::SqsQueue {
         redrive::reprocess::browse(self, url, 1_000_000).await
     }
 
+    async fn take_all(&self, url: &str) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        let mut taken = Vec::new();
+        loop {
+            let batch = self
+                .receive(url, 10, Duration::from_secs(30), Duration::from_secs(1))
+                .await?;
+            if batch.is_empty() {
+                return Ok(taken);
+            }
+            let handles: Vec<&str> = batch
+                .iter()
+                .filter_map(|record| record.receipt_handle.as_deref())
+                .collect();
+            let refused = self.delete_batch(url, &handles).await?;
+            if !refused.is_empty() {
+                return Err(PortError::new("DeleteMessageBatch", format!("{refused:?}")));
+            }
+            taken.extend(batch);
+        }
+    }
+
     fn clock(&self) -> Arc<dyn Clock> {
         Arc::new(redrive::clock::SystemClock)
     }
@@ -775,6 +803,10 @@ impl SoakQueues for crate::memory::MemorySqs {
         let now = self.clock().now_ms();
         let next = self.next_visible_ms(url).unwrap_or(now + 1000);
         self.clock().advance(next.saturating_sub(now).max(1));
+    }
+
+    async fn take_all(&self, url: &str) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        self.read_all(url).await
     }
 
     async fn read_all(&self, url: &str) -> Result<Vec<SqsRecord<'static>>, PortError> {
