@@ -62,9 +62,10 @@ infra-check: $(CHECKOV_STAMP) ## terraform fmt -check, checkov (0 failed, skips 
 	.venv-checkov/bin/checkov -d infra --framework terraform --quiet --compact --skip-download
 	tools/provider-schema
 
-lint: ## cargo fmt --check and clippy with warnings denied
+lint: ## cargo fmt --check, clippy and rustdoc with warnings denied
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings -W clippy::match_bool
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked --quiet
 
 build: $(STAMP) ## Release arm64 zips for Lambda (target/lambda/<function>/bootstrap.zip)
 	rustup target add aarch64-unknown-linux-gnu

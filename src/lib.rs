@@ -5,6 +5,10 @@
 //! **dead-letter** (sent to the DLQ with its failure context), **defer** (re-sent without spending
 //! an attempt) or **give back** (reported as a batchItemFailure so SQS delivers it again).
 //!
+//! This is the crate to depend on: it re-exports the engine (`redrive-core`), the event reader
+//! (`redrive-event`), the AWS adapters (`redrive-aws`), recovery (`redrive-recovery`) and, with the
+//! default feature `lambda`, the Lambda glue (`redrive-lambda`) under one set of paths.
+//!
 //! ```no_run
 //! use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent, SqsQueue};
 //!
@@ -28,52 +32,30 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod backoff;
-pub mod breaker;
-pub mod clock;
-pub mod config;
 #[cfg(feature = "dynamodb")]
-pub mod dynamodb;
-pub mod envelope;
-pub mod error;
-pub mod event;
-pub mod eventbridge;
-pub mod fate;
-pub mod idempotency;
-#[cfg(feature = "lambda")]
-pub mod lambda;
-pub mod metrics;
+pub use redrive_aws::dynamodb;
+pub use redrive_aws::sqs;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]
-pub mod oracles;
-pub mod port;
-pub mod processor;
-mod quoted_json;
-pub mod redrive;
-pub mod reprocess;
-mod scan;
-pub mod sqs;
-pub mod stream;
-
-/// Locks `mutex`, taking its data as it is when a panic poisoned it: every mutex here guards data
-/// that a panicking holder leaves consistent (a cache, a generator, a breaker's state).
-pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-pub use backoff::{Backoff, RetryPolicy};
-pub use breaker::{BreakerSettings, CircuitBreaker};
-pub use config::Settings;
-pub use envelope::{Meta, META_ATTRIBUTE};
-pub use error::{BatchError, ConfigError, ErrorClass, PortError, RecordError};
-pub use event::{SqsEvent, SqsRecord};
-pub use fate::Fate;
-pub use metrics::BatchReport;
-pub use port::QueuePort;
-pub use processor::{
-    BatchHandler, Invocation, Message, Processed, Processor, ProcessorConfig, RecordHandler,
-    DATA_ENCODING_ATTRIBUTE,
+pub use redrive_core::oracles;
+pub use redrive_core::{
+    backoff, breaker, clock, config, envelope, error, fate, idempotency, metrics, port, processor,
+    redrive, stream,
 };
-pub use sqs::SqsQueue;
+pub use redrive_event as event;
+#[cfg(feature = "lambda")]
+pub use redrive_lambda as lambda;
+pub use redrive_recovery::{eventbridge, reprocess};
+
+pub use redrive_aws::SqsQueue;
+pub use redrive_core::{
+    Backoff, BatchError, BatchHandler, BatchReport, BreakerSettings, CircuitBreaker, ConfigError,
+    ErrorClass, Fate, Invocation, Message, Meta, PortError, Processed, Processor, ProcessorConfig,
+    QueuePort, RecordError, RecordHandler, RetryPolicy, Settings, SqsEvent, SqsRecord,
+    DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE,
+};
+
+/// The README's examples compile (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

@@ -1031,10 +1031,9 @@ mod calls_against_roles {
         calls(&log)
     }
 
-    fn orders_handler(
-    ) -> sqs_consumer::orders::OrdersHandler<sqs_consumer::payments::SimulatedPayments> {
-        sqs_consumer::orders::OrdersHandler::new(
-            sqs_consumer::payments::SimulatedPayments::from_env_file(
+    fn orders_handler() -> orders::OrdersHandler<orders::payments::SimulatedPayments> {
+        orders::OrdersHandler::new(
+            orders::payments::SimulatedPayments::from_env_file(
                 &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("events/sqs-consumer.env"),
             )
             .unwrap(),

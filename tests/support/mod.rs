@@ -8,6 +8,8 @@ use aws_sdk_sqs::types::{
 };
 use aws_sdk_sqs::Client;
 use lambda_runtime::{Context, LambdaEvent};
+use orders::payments::SimulatedPayments;
+use orders::OrdersHandler;
 use redrive::clock::{Clock, SystemClock};
 use redrive::lambda::Bytes;
 use redrive::{
@@ -17,8 +19,6 @@ use redrive::{
 use redrive_local::poller::{Poll, Poller};
 use redrive_local::provision::{depth, provision, QueuePair};
 use redrive_local::topology::{self, Topology};
-use sqs_consumer::orders::OrdersHandler;
-use sqs_consumer::payments::SimulatedPayments;
 
 pub fn require_emulator() {
     assert!(

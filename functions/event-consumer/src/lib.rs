@@ -5,11 +5,11 @@
 use std::borrow::Cow;
 
 use lambda_runtime::Diagnostic;
+use orders::PaymentGateway;
+use orders::{Order, OrdersHandler};
 use redrive::eventbridge::error_type;
 use redrive::RecordError;
 use serde::Deserialize;
-use sqs_consumer::orders::{Order, OrdersHandler};
-use sqs_consumer::payments::PaymentGateway;
 
 /// The part of an EventBridge event this consumer reads; `detail` is the order.
 #[derive(Debug, Deserialize)]

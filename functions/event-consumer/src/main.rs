@@ -1,9 +1,9 @@
 use event_consumer::{handle_event, EventError};
 use lambda_runtime::{service_fn, LambdaEvent};
+use orders::payments::SimulatedPayments;
+use orders::OrdersHandler;
 use redrive::{CircuitBreaker, Settings};
 use serde_json::value::RawValue;
-use sqs_consumer::orders::OrdersHandler;
-use sqs_consumer::payments::SimulatedPayments;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {

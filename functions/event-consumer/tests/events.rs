@@ -3,9 +3,9 @@ use std::path::Path;
 
 use event_consumer::handle_event;
 use lambda_runtime::Diagnostic;
+use orders::payments::SimulatedPayments;
+use orders::OrdersHandler;
 use redrive::{BreakerSettings, CircuitBreaker};
-use sqs_consumer::orders::OrdersHandler;
-use sqs_consumer::payments::SimulatedPayments;
 
 fn events() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../events"))

@@ -1,6 +1,6 @@
+use orders::payments::SimulatedPayments;
+use orders::OrdersHandler;
 use redrive::CircuitBreaker;
-use sqs_consumer::orders::OrdersHandler;
-use sqs_consumer::payments::SimulatedPayments;
 
 // One invocation at a time: a single thread (and so one malloc arena) keeps a warm container's memory
 // flat between invocations.

@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use lambda_runtime::{Context, LambdaEvent};
+use orders::payments::SimulatedPayments;
+use orders::OrdersHandler;
 use redrive::clock::{Clock, SystemClock};
 use redrive::envelope::OutgoingMessage;
 use redrive::lambda::Bytes;
@@ -10,8 +12,6 @@ use redrive::port::{Call, RecordingQueue};
 use redrive::{
     BreakerSettings, CircuitBreaker, ErrorClass, Meta, Processor, ProcessorConfig, RetryPolicy,
 };
-use sqs_consumer::orders::OrdersHandler;
-use sqs_consumer::payments::SimulatedPayments;
 
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
 const SOURCE: &str = "https://sqs.local/123456789012/orders";

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use aws_sdk_sqs::Client;
 use lambda_runtime::{Context, LambdaEvent};
+use orders::payments::SimulatedPayments;
+use orders::OrdersHandler;
 use redrive::backoff::RetryPolicy;
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
@@ -20,8 +22,6 @@ use redrive_local::observe::{Observed, Sent};
 use redrive_local::poller::Poller;
 use redrive_local::provision::{depth, provision, QueuePair};
 use redrive_local::topology::{self, Topology};
-use sqs_consumer::orders::OrdersHandler;
-use sqs_consumer::payments::SimulatedPayments;
 
 /// Keep each queue under this many messages: moto slows down with depth.
 const MAX_QUEUED: u64 = 150;

@@ -1,6 +1,7 @@
 //! The payment downstream the orders consumer calls, and a simulator with fault knobs for tests and
 //! demos. A real deployment implements [`PaymentGateway`] over its payment API.
-use std::future::Future;
+//!
+//! [`PaymentGateway`]: crate::PaymentGateway
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -8,26 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redrive::backoff::parse_duration;
 use redrive::ConfigError;
 
-use crate::orders::Order;
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PaymentError {
-    #[error("the payment service did not answer in time")]
-    Timeout,
-    #[error("the payment service answered HTTP {0}")]
-    Unavailable(u16),
-    #[error("the payment was declined: {0}")]
-    Declined(String),
-}
-
-pub trait PaymentGateway: Send + Sync {
-    /// Charges the order. `attempt` is the delivery attempt (1 on the first), for idempotency keys.
-    fn charge(
-        &self,
-        order: &Order<'_>,
-        attempt: u32,
-    ) -> impl Future<Output = Result<(), PaymentError>> + Send;
-}
+use crate::{Order, PaymentError, PaymentGateway};
 
 /// Every knob, its meaning and default (listed in the README).
 pub const KNOBS: &[(&str, &str)] = &[

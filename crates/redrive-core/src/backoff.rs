@@ -113,7 +113,8 @@ impl RetryPolicy {
     }
 }
 
-/// Parses `500ms`, `30s`, `5m`, `1h`, `2d`, or a bare number of seconds.
+/// Parses `500ms`, `30s`, `5m`, `1h`, `2d`, or a bare number of seconds. Not humantime's parser:
+/// it refuses fractions (`0.5s`), which Terraform and the local stack write for fractional tfvars.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let split = text

@@ -1,11 +1,16 @@
-//! The orders domain: what a valid order is, and the record handler that charges it.
+//! The orders domain the demo deployment runs: what a valid order is, the record handler that
+//! charges it, the payment port it charges through, and ([`payments`]) a payment simulator with
+//! fault knobs. The functions and the local stack share it; a team's own consumer looks like
+//! `examples/own-consumer` instead.
 use std::borrow::Cow;
+use std::future::Future;
 
 use redrive::{CircuitBreaker, Message, RecordError, RecordHandler};
 use serde::Deserialize;
 
-use crate::payments::{PaymentError, PaymentGateway};
+pub mod payments;
 
+/// An order as the queue carries it (a JSON body).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Order<'a> {
@@ -42,6 +47,27 @@ impl Order<'_> {
         }
         Ok(())
     }
+}
+
+/// How a charge failed; the class each maps to is in `From<PaymentError> for RecordError`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PaymentError {
+    #[error("the payment service did not answer in time")]
+    Timeout,
+    #[error("the payment service answered HTTP {0}")]
+    Unavailable(u16),
+    #[error("the payment was declined: {0}")]
+    Declined(String),
+}
+
+/// The payment downstream the handler charges orders through.
+pub trait PaymentGateway: Send + Sync {
+    /// Charges the order. `attempt` is the delivery attempt (1 on the first), for idempotency keys.
+    fn charge(
+        &self,
+        order: &Order<'_>,
+        attempt: u32,
+    ) -> impl Future<Output = Result<(), PaymentError>> + Send;
 }
 
 impl From<PaymentError> for RecordError {

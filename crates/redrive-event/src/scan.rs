@@ -6,13 +6,57 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use crate::event::{Body, MessageAttribute, SqsEvent, SqsRecord, Text};
+use crate::{Body, MessageAttribute, SqsEvent, SqsRecord, Text};
 
 /// Deeper nesting than this in skipped values is refused (the serde path handles it).
 const MAX_DEPTH: usize = 64;
 
 /// The most records an SQS event source mapping puts in one batch.
 const MAX_BATCH_RECORDS: usize = 10_000;
+
+// The public entry points live beside the scanner they try first.
+impl<'a> SqsEvent<'a> {
+    /// Parses the event bytes Lambda passed to the function: a fast scanner for the SQS event
+    /// shape, and serde_json for anything it does not take (which also gives the precise error).
+    /// Strings without escapes borrow from `json`; those with escapes are owned, except a body
+    /// whose only escapes are its quotes, which borrows as it stands (see [`Body`]).
+    pub fn parse(json: &'a str) -> Result<Self, serde_json::Error> {
+        Self::read(json, None)
+    }
+
+    /// [`SqsEvent::parse`] from bytes; serde_json names the first invalid UTF-8 in them.
+    pub fn from_slice(json: &'a [u8]) -> Result<Self, serde_json::Error> {
+        Self::read_bytes(json, None)
+    }
+
+    /// [`SqsEvent::from_slice`], the records' strings with escapes decoded into `decoded`, one
+    /// after the other, and borrowed from it: one buffer for the batch instead of an allocation
+    /// each. What `decoded` held is replaced. (Message attribute values with escapes, and every
+    /// string when serde_json reads the event, stay owned.)
+    pub fn from_slice_in(
+        json: &'a [u8],
+        decoded: &'a mut String,
+    ) -> Result<Self, serde_json::Error> {
+        Self::read_bytes(json, Some(decoded))
+    }
+
+    fn read_bytes(
+        json: &'a [u8],
+        decoded: Option<&'a mut String>,
+    ) -> Result<Self, serde_json::Error> {
+        match std::str::from_utf8(json) {
+            Ok(json) => Self::read(json, decoded),
+            Err(_) => serde_json::from_slice(json),
+        }
+    }
+
+    fn read(json: &'a str, decoded: Option<&'a mut String>) -> Result<Self, serde_json::Error> {
+        match event(json, decoded) {
+            Some(event) => Ok(event),
+            None => serde_json::from_str(json),
+        }
+    }
+}
 
 /// Reads an SQS event. The records' strings with escapes (but bodies that escape only their
 /// quotes) are decoded one after the other into one buffer for the batch, not into an allocation
@@ -957,7 +1001,8 @@ mod tests {
                 "{json}"
             );
         }
-        for file in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/events")).unwrap() {
+        for file in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../events")).unwrap()
+        {
             let json = std::fs::read_to_string(file.unwrap().path()).unwrap();
             let (fast, slow) = both(&json);
             if let Ok(slow) = slow {

@@ -34,7 +34,7 @@ pub fn sqs_event(bytes: &[u8]) {
         if let Some(body) = &record.body {
             let quoted = body
                 .quoted_json()
-                .map(crate::quoted_json::from_str::<serde_json::Value>);
+                .map(redrive_event::quoted_json::from_str::<serde_json::Value>);
             if let Some(Ok(value)) = quoted {
                 let text = serde_json::from_str::<serde_json::Value>(body);
                 assert_eq!(

@@ -15,6 +15,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsBatchResponse;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 
@@ -139,7 +141,7 @@ impl<'r> Message<'r> {
             .attribute(DATA_ENCODING_ATTRIBUTE)
             .and_then(|value| value.string_value.as_deref())
             == Some("base64");
-        match encoded.then(|| aws_smithy_types::base64::decode(self.body()).ok()) {
+        match encoded.then(|| BASE64.decode(self.body()).ok()) {
             Some(Some(bytes)) => std::borrow::Cow::Owned(bytes),
             _ => std::borrow::Cow::Borrowed(self.body().as_bytes()),
         }
@@ -155,7 +157,8 @@ impl<'r> Message<'r> {
             .body
             .as_ref()
             .and_then(|body| body.quoted_json());
-        if let Some(value) = quoted.and_then(|json| crate::quoted_json::from_str(json).ok()) {
+        if let Some(value) = quoted.and_then(|json| redrive_event::quoted_json::from_str(json).ok())
+        {
             return Ok(value);
         }
         serde_json::from_str(self.body())

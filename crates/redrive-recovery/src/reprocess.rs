@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::backoff::parse_duration;
-use crate::clock::{Clock, SystemClock};
-use crate::config::ReprocessSettings;
-use crate::envelope::{annotate, Meta, Timestamp, META_VERSION};
-use crate::error::{ConfigError, ErrorClass, PortError};
-use crate::event::{SqsRecord, Text};
-use crate::port::{Outbox, QueuePort, VisibilityChange};
-use crate::redrive::{Decision, RedrivePolicy};
+use redrive_core::backoff::parse_duration;
+use redrive_core::clock::{Clock, SystemClock};
+use redrive_core::config::ReprocessSettings;
+use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
+use redrive_core::error::{ConfigError, ErrorClass, PortError};
+use redrive_core::event::{SqsRecord, Text};
+use redrive_core::port::{Outbox, QueuePort, VisibilityChange};
+use redrive_core::redrive::{Decision, RedrivePolicy};
 
 /// What to redrive, as a Lambda invocation payload or from the operator CLI. Every field is
 /// optional; absent ones take the function's defaults ([`ReprocessSettings`]).
@@ -221,7 +221,7 @@ impl RedriveSummary {
             ("DeleteFailures", self.delete_failures),
         ];
         let queue = self.source.rsplit('/').next().unwrap_or_default();
-        crate::metrics::emf_line(
+        redrive_core::metrics::emf_line(
             namespace,
             ("Source", queue),
             timestamp_ms,
@@ -661,13 +661,13 @@ impl Inventory {
 /// metadata parsed.
 pub fn export_line(record: &SqsRecord<'_>) -> String {
     let meta = Meta::of(record);
-    let attributes: BTreeMap<&str, &crate::event::MessageAttribute<'_>> = meta
+    let attributes: BTreeMap<&str, &redrive_core::event::MessageAttribute<'_>> = meta
         .as_ref()
         .and_then(|m| m.as_ref().ok())
         .and_then(|m| m.attributes.as_ref())
         .unwrap_or(&record.message_attributes)
         .iter()
-        .filter(|(name, _)| &***name != crate::envelope::META_ATTRIBUTE)
+        .filter(|(name, _)| &***name != redrive_core::envelope::META_ATTRIBUTE)
         .map(|(name, value)| (&**name, value))
         .collect();
     let meta = match &meta {
@@ -718,7 +718,7 @@ fn original_attribute<'r>(
 fn meta_text<'r>(record: &'r SqsRecord<'r>) -> &'r str {
     record
         .message_attributes
-        .get(crate::envelope::META_ATTRIBUTE)
+        .get(redrive_core::envelope::META_ATTRIBUTE)
         .and_then(|value| value.string_value.as_deref())
         .unwrap_or_default()
 }
@@ -729,7 +729,7 @@ fn redriven<'r>(
     record: &'r SqsRecord<'r>,
     destination_arn: &str,
     now: u64,
-) -> Option<crate::envelope::OutgoingMessage<'r>> {
+) -> Option<redrive_core::envelope::OutgoingMessage<'r>> {
     let id = record.message_id.as_deref().unwrap_or_default();
     let mut meta = match Meta::of(record) {
         Some(Ok(meta)) => meta,
@@ -778,10 +778,10 @@ fn redriven<'r>(
 }
 
 /// The message as it is (body, attributes, metadata) for the archive queue.
-fn as_is<'r>(record: &'r SqsRecord<'r>) -> Option<crate::envelope::OutgoingMessage<'r>> {
+fn as_is<'r>(record: &'r SqsRecord<'r>) -> Option<redrive_core::envelope::OutgoingMessage<'r>> {
     match Meta::of(record) {
         Some(Ok(meta)) => annotate(record, meta).ok(),
-        _ => Some(crate::envelope::OutgoingMessage {
+        _ => Some(redrive_core::envelope::OutgoingMessage {
             body: Text::from(record.body.as_deref().unwrap_or_default()),
             attributes: record
                 .message_attributes
@@ -798,9 +798,9 @@ fn as_is<'r>(record: &'r SqsRecord<'r>) -> Option<crate::envelope::OutgoingMessa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
-    use crate::event::MessageAttribute;
-    use crate::port::{Call, RecordingQueue};
+    use redrive_core::clock::ManualClock;
+    use redrive_core::event::MessageAttribute;
+    use redrive_core::port::{Call, RecordingQueue};
 
     const NOW: u64 = 1_763_790_000_000;
     const HOUR: u64 = 3_600_000;
@@ -825,7 +825,9 @@ mod tests {
         let mut record = SqsRecord {
             message_id: Some(Text::from(id.to_owned())),
             receipt_handle: Some(Text::from(format!("rh-{id}"))),
-            body: Some(crate::event::Body::from(format!("{{\"id\":\"{id}\"}}"))),
+            body: Some(redrive_core::event::Body::from(format!(
+                "{{\"id\":\"{id}\"}}"
+            ))),
             ..SqsRecord::default()
         };
         record.attributes.sent_timestamp = Some(Text::from((NOW - 2 * HOUR).to_string()));

@@ -1,18 +1,21 @@
-//! Lambda glue shared by the functions (feature `lambda`): one SQS or Kinesis batch in, the
-//! partial batch response and one EMF line out.
+//! The Lambda glue of redrive: the runtime loop, the settings from the environment, JSON tracing;
+//! one SQS or Kinesis batch in, the partial batch response and one EMF line out. Users reach it
+//! as `redrive::lambda` (feature `lambda`, on by default).
+#![warn(missing_docs)]
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
-use crate::clock::{Clock, SystemClock};
-use crate::stream::{KinesisEvent, KinesisEventResponse};
-use crate::{
-    BatchError, Invocation, Processed, Processor, ProcessorConfig, QueuePort, RecordHandler,
-    Settings, SqsEvent, SqsQueue,
-};
 use lambda_runtime::tower::{Layer, Service};
 use lambda_runtime::{
     layers::TracingLayer, service_fn, Context, LambdaEvent, LambdaInvocation, Runtime,
+};
+use redrive_aws::SqsQueue;
+use redrive_core::clock::{Clock, SystemClock};
+use redrive_core::stream::{KinesisEvent, KinesisEventResponse};
+use redrive_core::{
+    BatchError, Invocation, Processed, Processor, ProcessorConfig, QueuePort, RecordHandler,
+    Settings, SqsEvent,
 };
 use serde::Serialize;
 
@@ -39,7 +42,7 @@ pub enum BatchResponse {
 /// feature on) the handler is wrapped in the shared idempotency store.
 ///
 /// ```no_run
-/// use redrive::{Message, RecordError, RecordHandler};
+/// use redrive_core::{Message, RecordError, RecordHandler};
 ///
 /// struct Orders;
 ///
@@ -54,8 +57,8 @@ pub enum BatchResponse {
 /// }
 ///
 /// #[tokio::main(flavor = "current_thread")]
-/// async fn main() -> Result<(), redrive::lambda::Error> {
-///     redrive::lambda::consume(|_settings| Ok(Orders)).await
+/// async fn main() -> Result<(), redrive_lambda::Error> {
+///     redrive_lambda::consume(|_settings| Ok(Orders)).await
 /// }
 /// ```
 pub async fn consume<H, F>(make_handler: F) -> Result<(), lambda_runtime::Error>
@@ -80,7 +83,7 @@ where
         // Every copy of a message, whichever container it reaches, takes effect once.
         #[cfg(feature = "dynamodb")]
         Some(idempotency) => {
-            let store = crate::dynamodb::DynamoDbStore::lazy(&idempotency.table);
+            let store = redrive_aws::dynamodb::DynamoDbStore::lazy(&idempotency.table);
             serve(&settings, idempotency.wrap(handler, store)).await
         }
         #[cfg(not(feature = "dynamodb"))]

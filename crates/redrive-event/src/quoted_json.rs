@@ -7,7 +7,7 @@
 //! bytes, deep nesting, anything invalid); the caller then decodes the body and lets serde_json
 //! read it, which gives the same value or the precise error.
 //!
-//! [`Body`]: crate::event::Body
+//! [`Body`]: crate::Body
 use serde::de::value::BorrowedStrDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -21,7 +21,7 @@ const MAX_DEPTH: usize = 100;
 /// Not read here; the caller hands the decoded body to serde_json.
 #[derive(Debug, thiserror::Error)]
 #[error("left to serde_json")]
-pub(crate) struct Refused;
+pub struct Refused;
 
 impl de::Error for Refused {
     fn custom<T: std::fmt::Display>(_: T) -> Self {
@@ -30,7 +30,7 @@ impl de::Error for Refused {
 }
 
 /// `T` from `escaped`, the JSON with each quote written `\"` and no other backslash.
-pub(crate) fn from_str<'de, T: Deserialize<'de>>(escaped: &'de str) -> Result<T, Refused> {
+pub fn from_str<'de, T: Deserialize<'de>>(escaped: &'de str) -> Result<T, Refused> {
     let mut reader = Reader {
         text: escaped,
         at: 0,

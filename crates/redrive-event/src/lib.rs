@@ -3,14 +3,20 @@
 //!
 //! Every field is optional on purpose: one odd record must not fail the deserialisation of the whole
 //! batch (a typed `SqsEventObj<T>` would); the processor decides what a missing field means.
+#![warn(missing_docs)]
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::OnceLock;
 
+use base64::Engine as _;
+
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
+
+pub mod quoted_json;
+mod scan;
 
 /// A string that borrows from the event when it can.
 #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -84,10 +90,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
 }
 
 /// A record's body. A JSON body comes in the event as a JSON string, each `"` written `\"`; a body
-/// whose only escapes are those stays as it stands in the event: [`Message::json`] reads it without
+/// whose only escapes are those stays as it stands in the event: `Message::json` reads it without
 /// decoding it, and its text is decoded (once) only when asked for.
-///
-/// [`Message::json`]: crate::Message::json
 #[derive(Clone, Default)]
 pub struct Body<'a> {
     /// The text; with `quoted`, the text with each `"` written `\"` and no other backslash.
@@ -107,8 +111,9 @@ impl<'a> Body<'a> {
     }
 
     /// The body as the event has it between its quotes, when that is JSON whose quotes are all
-    /// written `\"` (and there is no other backslash); `None` when it is the text itself.
-    pub(crate) fn quoted_json(&self) -> Option<&str> {
+    /// written `\"` (and there is no other backslash); `None` when it is the text itself. Read it
+    /// with [`quoted_json::from_str`].
+    pub fn quoted_json(&self) -> Option<&str> {
         self.quoted.then_some(&*self.raw)
     }
 }
@@ -184,49 +189,6 @@ pub struct SqsEvent<'a> {
     /// batch response would acknowledge records that were never read.
     #[serde(rename = "Records", borrow)]
     pub records: Vec<SqsRecord<'a>>,
-}
-
-impl<'a> SqsEvent<'a> {
-    /// Parses the event bytes Lambda passed to the function: a fast scanner for the SQS event
-    /// shape, and serde_json for anything it does not take (which also gives the precise error).
-    /// Strings without escapes borrow from `json`; those with escapes are owned, except a body
-    /// whose only escapes are its quotes, which borrows as it stands (see [`Body`]).
-    pub fn parse(json: &'a str) -> Result<Self, serde_json::Error> {
-        Self::read(json, None)
-    }
-
-    /// [`SqsEvent::parse`] from bytes; serde_json names the first invalid UTF-8 in them.
-    pub fn from_slice(json: &'a [u8]) -> Result<Self, serde_json::Error> {
-        Self::read_bytes(json, None)
-    }
-
-    /// [`SqsEvent::from_slice`], the records' strings with escapes decoded into `decoded`, one
-    /// after the other, and borrowed from it: one buffer for the batch instead of an allocation
-    /// each. What `decoded` held is replaced. (Message attribute values with escapes, and every
-    /// string when serde_json reads the event, stay owned.)
-    pub fn from_slice_in(
-        json: &'a [u8],
-        decoded: &'a mut String,
-    ) -> Result<Self, serde_json::Error> {
-        Self::read_bytes(json, Some(decoded))
-    }
-
-    fn read_bytes(
-        json: &'a [u8],
-        decoded: Option<&'a mut String>,
-    ) -> Result<Self, serde_json::Error> {
-        match std::str::from_utf8(json) {
-            Ok(json) => Self::read(json, decoded),
-            Err(_) => serde_json::from_slice(json),
-        }
-    }
-
-    fn read(json: &'a str, decoded: Option<&'a mut String>) -> Result<Self, serde_json::Error> {
-        match crate::scan::event(json, decoded) {
-            Some(event) => Ok(event),
-            None => serde_json::from_str(json),
-        }
-    }
 }
 
 /// One SQS record; every field is optional, so that a bad record fails alone.
@@ -369,7 +331,9 @@ impl<'a> From<&'a aws_lambda_events::sqs::SqsMessage> for SqsRecord<'a> {
                     let value = MessageAttribute {
                         string_value: text(&attribute.string_value),
                         binary_value: attribute.binary_value.as_ref().map(|bytes| {
-                            Text::from(aws_smithy_types::base64::encode(bytes.as_slice()))
+                            Text::from(
+                                base64::engine::general_purpose::STANDARD.encode(bytes.as_slice()),
+                            )
                         }),
                         data_type: text(&attribute.data_type).unwrap_or_default(),
                     };

@@ -5,6 +5,8 @@
 //! the streams partial batch response. The event source mapping's retries, bisection, maximum
 //! record age and on-failure destination take over from there.
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use serde::Deserialize;
 
 pub use aws_lambda_events::streams::KinesisEventResponse;
@@ -75,7 +77,7 @@ impl KinesisRecord<'_> {
     /// [`crate::Message::data`]); data that is not base64 fails with a permanent `malformed_data`.
     fn as_message(&self) -> (SqsRecord<'static>, Option<RecordError>) {
         let data = self.kinesis.data.as_deref().unwrap_or_default();
-        let (body, binary, error) = match aws_smithy_types::base64::decode(data) {
+        let (body, binary, error) = match BASE64.decode(data) {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(text) => (text, false, None),
                 Err(_) => (data.to_owned(), true, None),
@@ -267,7 +269,7 @@ mod tests {
             kinesis: KinesisData {
                 partition_key: Some(Text::from("p")),
                 sequence_number: Some(Text::from(sequence.to_owned())),
-                data: Some(Text::from(aws_smithy_types::base64::encode(data))),
+                data: Some(Text::from(BASE64.encode(data))),
                 approximate_arrival_timestamp: Some(1_763_791_800.5),
             },
             event_source_arn: Some(Text::from(
@@ -379,7 +381,7 @@ mod tests {
         let gzip: &[u8] = &[0x1f, 0x8b, 0x08, 0x00, 0xff, 0xfe];
         let binary = |sequence: &str, bytes: &[u8]| {
             let mut record = record(sequence, "");
-            record.kinesis.data = Some(Text::from(aws_smithy_types::base64::encode(bytes)));
+            record.kinesis.data = Some(Text::from(BASE64.encode(bytes)));
             record
         };
         let processor = processor(Some(DLQ));
@@ -395,7 +397,7 @@ mod tests {
             [gzip.to_vec(), b"text".to_vec()]
         );
         let dead = &processor.queue().sent_to(DLQ)[0];
-        assert_eq!(&*dead.body, aws_smithy_types::base64::encode([0xc3]));
+        assert_eq!(&*dead.body, BASE64.encode([0xc3]));
         assert_eq!(dead.attribute(DATA_ENCODING_ATTRIBUTE), Some("base64"));
     }
 

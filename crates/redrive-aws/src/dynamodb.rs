@@ -14,9 +14,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use aws_sdk_dynamodb::Client;
 use tokio::sync::OnceCell;
 
-use crate::clock::{Clock, SystemClock};
-use crate::error::PortError;
-use crate::idempotency::{Claim, IdempotencyStore};
+use redrive_core::clock::{Clock, SystemClock};
+use redrive_core::error::PortError;
+use redrive_core::idempotency::{Claim, IdempotencyStore};
 
 const HELD: &str = "IN_PROGRESS";
 const DONE: &str = "DONE";
@@ -31,7 +31,7 @@ pub struct DynamoDbStore {
 
 impl DynamoDbStore {
     /// A store on `table` whose client is built from the environment on its first call (as
-    /// [`crate::SqsQueue::lazy`]).
+    /// [`crate::sqs::SqsQueue::lazy`]).
     pub fn lazy(table: impl Into<String>) -> Self {
         Self {
             client: OnceCell::new(),

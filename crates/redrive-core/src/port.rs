@@ -67,26 +67,30 @@ pub trait QueuePort: Send + Sync {
     ) -> impl Future<Output = Result<Vec<EntryFailure>, PortError>> + Send;
 }
 
-/// Messages bound for one queue, with the records they belong to.
+/// Messages bound for one queue, each with the index of the record it belongs to, sent in as few
+/// SendMessageBatch calls as SQS's limits allow.
 #[derive(Default)]
-pub(crate) struct Outbox<'r> {
-    pub(crate) indexes: Vec<usize>,
+pub struct Outbox<'r> {
+    /// The index of each message's record, in the order the messages were pushed.
+    pub indexes: Vec<usize>,
     messages: Vec<OutgoingMessage<'r>>,
 }
 
 impl<'r> Outbox<'r> {
-    pub(crate) fn push(&mut self, index: usize, message: OutgoingMessage<'r>) {
+    /// Adds `message`, which belongs to record `index`.
+    pub fn push(&mut self, index: usize, message: OutgoingMessage<'r>) {
         self.indexes.push(index);
         self.messages.push(message);
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    /// Whether nothing was pushed.
+    pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
     }
 
     /// Sends in SendMessageBatch calls of at most 10 entries and 1 MiB; records every entry that
     /// was not confirmed. Returns the number of calls made.
-    pub(crate) async fn flush<Q: QueuePort>(
+    pub async fn flush<Q: QueuePort>(
         &self,
         queue: &Q,
         url: &str,

@@ -11,7 +11,7 @@
 //! targets that already had it, so the event goes straight to the failed target: SendMessage for an
 //! SQS target, an asynchronous Invoke for a Lambda target. Any other target is parked.
 //!
-//! Fates come from the [`crate::Processor`]: delivered events are done; a delivery that fails is
+//! Fates come from the [`redrive_core::Processor`]: delivered events are done; a delivery that fails is
 //! transient (retried with backoff); parked events are permanent failures, sent to the redrive
 //! function's own DLQ (the parking queue) with the redrive metadata, to be redriven by an operator
 //! once the cause is fixed.
@@ -22,28 +22,28 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::clock::{Clock, SystemClock};
-use crate::config::EventRedriveSettings;
-use crate::envelope::OutgoingMessage;
-use crate::error::{PortError, RecordError};
-use crate::event::Text;
-use crate::port::QueuePort;
-use crate::processor::{Message, RecordHandler};
-use crate::redrive::eligible_at;
+use redrive_core::clock::{Clock, SystemClock};
+use redrive_core::config::EventRedriveSettings;
+use redrive_core::envelope::OutgoingMessage;
+use redrive_core::error::{PortError, RecordError};
+use redrive_core::event::Text;
+use redrive_core::port::QueuePort;
+use redrive_core::processor::{Message, RecordHandler};
+use redrive_core::redrive::eligible_at;
 
 /// Top-level field the redrive adds to an event it re-invokes a function with: how often the
 /// event was redriven. The loop guard reads it back from the next invocation record.
 pub const REDRIVE_COUNT_FIELD: &str = "redrive-count";
 
 /// Prefix of the Lambda `errorType` a function reports for a failure retrying cannot fix (see
-/// [`permanent_error_type`]); invocation records carrying it are parked, not redriven.
+/// [`error_type`]); invocation records carrying it are parked, not redriven.
 pub const PERMANENT_ERROR_TYPE: &str = "redrive.permanent";
 
 /// The `errorType` for a function error of `kind`: `redrive.permanent.<kind>` for permanent
 /// errors, `redrive.transient.<kind>` otherwise.
 pub fn error_type(error: &RecordError) -> String {
     match error.class() {
-        crate::ErrorClass::Transient => format!("redrive.transient.{}", error.kind()),
+        redrive_core::ErrorClass::Transient => format!("redrive.transient.{}", error.kind()),
         _ => format!("{PERMANENT_ERROR_TYPE}.{}", error.kind()),
     }
 }

@@ -21,10 +21,10 @@ use aws_types::region::Region;
 use aws_types::SdkConfig;
 use tokio::sync::OnceCell;
 
-use crate::envelope::OutgoingMessage;
-use crate::error::PortError;
-use crate::event::{Body, MessageAttribute, SqsRecord, SystemAttributes, Text};
-use crate::port::{EntryFailure, QueuePort, VisibilityChange};
+use redrive_core::envelope::OutgoingMessage;
+use redrive_core::error::PortError;
+use redrive_core::event::{Body, MessageAttribute, SqsRecord, SystemAttributes, Text};
+use redrive_core::port::{EntryFailure, QueuePort, VisibilityChange};
 
 /// An HTTPS client on rustls/ring, which keeps the binary small and needs no C toolchain for
 /// cross-compiling.

@@ -224,7 +224,7 @@ impl From<&Settings> for ProcessorConfig {
     }
 }
 
-/// A consumer's shared idempotency store ([`crate::idempotency::Idempotent::configured`]).
+/// A consumer's shared idempotency store ([`IdempotencySettings::wrap`] applies it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct IdempotencySettings {
     /// The DynamoDB table (partition key `pk`, TTL on `expires_at`).
