@@ -5,9 +5,11 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use aws_lambda_events::encodings::Base64Data;
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use aws_sdk_sqs::Client;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use crate::provision::QueuePair;
 use crate::Error;
@@ -174,46 +176,42 @@ fn failed_ids(response: &str, messages: &[Message]) -> Result<Vec<String>, Strin
         .collect()
 }
 
-/// The SQS event as Lambda builds it (field names and casing as in AWS's sample events).
+/// The SQS event as Lambda builds it, in `aws_lambda_events`' types (their field names and casing
+/// are those of AWS's sample events).
 pub fn lambda_event(messages: &[Message], queue_arn: &str, region: &str) -> String {
-    let records: Vec<Value> = messages
+    let records = messages
         .iter()
         .map(|message| {
-            let attributes: Map<String, Value> = message
-                .attributes()
-                .into_iter()
-                .flatten()
-                .map(|(name, value)| (name.as_str().to_owned(), Value::String(value.clone())))
+            let mut record = SqsMessage::default();
+            record.message_id = message.message_id().map(str::to_owned);
+            record.receipt_handle = message.receipt_handle().map(str::to_owned);
+            record.body = message.body().map(str::to_owned);
+            record.md5_of_body = message.md5_of_body().map(str::to_owned);
+            record.attributes = (message.attributes().into_iter().flatten())
+                .map(|(name, value)| (name.as_str().to_owned(), value.clone()))
                 .collect();
-            let message_attributes: Map<String, Value> = message
-                .message_attributes()
-                .into_iter()
-                .flatten()
+            record.message_attributes = (message.message_attributes().into_iter().flatten())
                 .map(|(name, value)| {
-                    let mut attribute = json!({ "stringListValues": [], "binaryListValues": [], "dataType": value.data_type() });
-                    if let Some(text) = value.string_value() {
-                        attribute["stringValue"] = text.into();
-                    }
-                    if let Some(blob) = value.binary_value() {
-                        attribute["binaryValue"] = aws_smithy_types::base64::encode(blob.as_ref()).into();
-                    }
+                    let mut attribute = SqsMessageAttribute::default();
+                    attribute.string_value = value.string_value().map(str::to_owned);
+                    attribute.binary_value = value.binary_value().map(|blob| {
+                        let mut data = Base64Data::default();
+                        data.extend_from_slice(blob.as_ref());
+                        data
+                    });
+                    attribute.data_type = Some(value.data_type().to_owned());
                     (name.clone(), attribute)
                 })
                 .collect();
-            json!({
-                "messageId": message.message_id(),
-                "receiptHandle": message.receipt_handle(),
-                "body": message.body(),
-                "attributes": attributes,
-                "messageAttributes": message_attributes,
-                "md5OfBody": message.md5_of_body(),
-                "eventSource": "aws:sqs",
-                "eventSourceARN": queue_arn,
-                "awsRegion": region,
-            })
+            record.event_source = Some("aws:sqs".to_owned());
+            record.event_source_arn = Some(queue_arn.to_owned());
+            record.aws_region = Some(region.to_owned());
+            record
         })
         .collect();
-    json!({ "Records": records }).to_string()
+    let mut event = SqsEvent::default();
+    event.records = records;
+    serde_json::to_string(&event).expect("an SQS event serialises")
 }
 
 /// Invokes `function` on a running `cargo lambda watch` (its HTTP invoke endpoint on `port`) with
