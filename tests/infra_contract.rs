@@ -526,6 +526,89 @@ fn qualified_invokes(modules: &[Module]) -> Vec<String> {
         .collect()
 }
 
+/// Every call of a local module passes only variables the module declares, and every variable the
+/// module declares without a default: what `terraform plan` reports as an unsupported or a missing
+/// argument.
+fn module_calls(modules: &[Module]) -> Vec<String> {
+    const META: [&str; 6] = [
+        "source",
+        "for_each",
+        "count",
+        "depends_on",
+        "providers",
+        "version",
+    ];
+    let mut violations = Vec::new();
+    for module in modules {
+        for call in module.bodies.iter().flat_map(|body| body.blocks()) {
+            if call.identifier() != "module" {
+                continue;
+            }
+            let source = attr(call, "source").unwrap_or_default();
+            let source = source.trim_matches('"');
+            let target = Path::new(&module.dir).join(source);
+            let target = normalize(&target);
+            let Some(callee) = modules.iter().find(|m| Path::new(&m.dir) == target) else {
+                violations.push(format!(
+                    "{}: module {}: no module at {source}",
+                    module.dir,
+                    label(call, 0)
+                ));
+                continue;
+            };
+            let variables: BTreeMap<&str, bool> = callee
+                .bodies
+                .iter()
+                .flat_map(|body| body.blocks())
+                .filter(|b| b.identifier() == "variable")
+                .map(|b| {
+                    (
+                        label(b, 0),
+                        b.body().attributes().any(|a| a.key() == "default"),
+                    )
+                })
+                .collect();
+            let passed: Vec<&str> = call.body().attributes().map(|a| a.key()).collect();
+            for name in passed.iter().filter(|name| !META.contains(name)) {
+                if !variables.contains_key(name) {
+                    violations.push(format!(
+                        "{}: module {}: {} declares no variable {name}",
+                        module.dir,
+                        label(call, 0),
+                        callee.dir
+                    ));
+                }
+            }
+            for (name, _) in variables.iter().filter(|(_, has_default)| !**has_default) {
+                if !passed.contains(name) {
+                    violations.push(format!(
+                        "{}: module {}: the required variable {name} of {} is not passed",
+                        module.dir,
+                        label(call, 0),
+                        callee.dir
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
+/// `path` with its `..` and `.` steps resolved (the paths are relative to `infra/`).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 #[test]
 fn the_configuration_keeps_every_rule() {
     let modules = parse(&sources());
@@ -538,6 +621,7 @@ fn the_configuration_keeps_every_rule() {
         ("event targets", event_targets(&modules)),
         ("async failures", async_failures(&modules)),
         ("recursion", recursion(&modules)),
+        ("module calls", module_calls(&modules)),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
     }
@@ -560,8 +644,9 @@ fn the_configuration_keeps_every_rule() {
 
 #[test]
 fn every_module_has_the_standard_files_and_its_readme_lists_every_input_and_output() {
-    let modules = infra().join("modules");
-    for module in std::fs::read_dir(modules).unwrap() {
+    let modules = std::fs::read_dir(infra().join("modules")).unwrap();
+    let examples = std::fs::read_dir(infra().join("examples")).unwrap();
+    for module in modules.chain(examples) {
         let module = module.unwrap().path();
         for file in [
             "main.tf",
@@ -1177,4 +1262,26 @@ mod calls_against_roles {
             assert!(calls.iter().any(|(a, _)| *a == expected), "{calls:?}");
         }
     }
+}
+
+#[test]
+fn a_module_call_with_an_unknown_or_a_missing_argument_is_caught() {
+    let unknown = broken(
+        "examples/own-consumer/main.tf",
+        "record_concurrency ",
+        "records_concurrency ",
+    );
+    assert_eq!(
+        module_calls(&unknown),
+        ["examples/own-consumer: module reserve: modules/sqs-consumer declares no variable records_concurrency"]
+    );
+    let missing = broken(
+        "examples/redrive-only/main.tf",
+        "  alarm_topic_arn = var.alarm_topic_arn\n}\n\nmodule",
+        "}\n\nmodule",
+    );
+    assert_eq!(
+        module_calls(&missing),
+        ["examples/redrive-only: module redrive: the required variable alarm_topic_arn of modules/redrive is not passed"]
+    );
 }

@@ -16,6 +16,7 @@ resource "aws_cloudwatch_metric_alarm" "dlq_depth" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
 }
 
 resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
@@ -32,4 +33,5 @@ resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
 }

@@ -40,3 +40,10 @@ variable "alarm_topic_arn" {
     error_message = "alarm_topic_arn must be an SNS topic ARN."
   }
 }
+
+variable "tags" {
+  description = "Tags of the alarms."
+  type        = map(string)
+  nullable    = false
+  default     = {}
+}

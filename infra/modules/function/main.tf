@@ -7,6 +7,7 @@ resource "aws_cloudwatch_log_group" "function" {
   #checkov:skip=CKV_AWS_338:Retention is a validated input (log_retention_days); one year is not required for operational logs.
   name              = "/aws/lambda/${var.name}"
   retention_in_days = var.log_retention_days
+  tags              = var.tags
 }
 
 data "aws_caller_identity" "current" {}
@@ -30,6 +31,7 @@ data "aws_iam_policy_document" "assume" {
 resource "aws_iam_role" "function" {
   name               = "${var.name}-function"
   assume_role_policy = data.aws_iam_policy_document.assume.json
+  tags               = var.tags
 }
 
 # Least privilege: the caller names every queue, stream and function (no AWS managed policy).
@@ -79,6 +81,7 @@ resource "aws_lambda_function" "function" {
   memory_size      = var.memory_mb
   # null leaves the function on the account's unreserved pool.
   reserved_concurrent_executions = var.reserved_concurrency
+  tags                           = var.tags
 
   environment {
     variables = var.environment

@@ -17,3 +17,8 @@ output "log_group_name" {
   description = "Log group of the function."
   value       = aws_cloudwatch_log_group.function.name
 }
+
+output "role_arn" {
+  description = "ARN of the function's role."
+  value       = aws_iam_role.function.arn
+}

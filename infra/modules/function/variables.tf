@@ -99,3 +99,10 @@ variable "log_retention_days" {
     error_message = "log_retention_days must be a retention CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, 60, 90, ...)."
   }
 }
+
+variable "tags" {
+  description = "Tags of the function, its role and its log group."
+  type        = map(string)
+  nullable    = false
+  default     = {}
+}

@@ -12,6 +12,7 @@ resource "aws_sqs_queue" "dlq" {
   message_retention_seconds   = var.dlq_message_retention_seconds
   sqs_managed_sse_enabled     = true
   content_based_deduplication = false
+  tags                        = var.tags
 }
 
 resource "aws_sqs_queue" "source" {
@@ -20,6 +21,7 @@ resource "aws_sqs_queue" "source" {
   visibility_timeout_seconds = var.visibility_timeout_seconds
   message_retention_seconds  = var.message_retention_seconds
   sqs_managed_sse_enabled    = true
+  tags                       = var.tags
   redrive_policy = jsonencode({
     deadLetterTargetArn = aws_sqs_queue.dlq.arn
     maxReceiveCount     = var.max_receive_count
@@ -44,6 +46,7 @@ module "function" {
   timeout_seconds    = var.function_timeout_seconds
   memory_mb          = var.function_memory_mb
   log_retention_days = var.log_retention_days
+  tags               = var.tags
   # Retries, hops and deferrals are re-sent to the source queue: a chain Lambda would stop after 16
   # invocations. The code bounds each chain (REDRIVE_MAX_ATTEMPTS, the retry sequence's hops).
   recursive_loop = "Allow"
@@ -72,6 +75,7 @@ resource "aws_lambda_event_source_mapping" "consumer" {
   batch_size                         = var.batch_size
   maximum_batching_window_in_seconds = var.fifo ? null : var.batching_window_seconds # FIFO mappings take no window
   function_response_types            = ["ReportBatchItemFailures"]
+  tags                               = var.tags
 
   scaling_config {
     maximum_concurrency = var.maximum_concurrency
@@ -84,6 +88,7 @@ module "dlq_alarm" {
   queue_name                 = aws_sqs_queue.dlq.name
   oldest_message_age_seconds = var.dlq_oldest_message_age_seconds
   alarm_topic_arn            = var.alarm_topic_arn
+  tags                       = var.tags
 }
 
 locals {
@@ -134,7 +139,7 @@ locals {
 }
 
 resource "aws_cloudwatch_metric_alarm" "health" {
-  for_each = local.health_alarms
+  for_each = var.health_alarms ? local.health_alarms : {}
 
   alarm_name          = "${var.name}-${each.key}"
   alarm_description   = each.value.description
@@ -149,4 +154,5 @@ resource "aws_cloudwatch_metric_alarm" "health" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
 }

@@ -32,3 +32,18 @@ output "function_name" {
   description = "Name of the consumer function."
   value       = module.function.function_name
 }
+
+output "function_arn" {
+  description = "ARN of the consumer function."
+  value       = module.function.function_arn
+}
+
+output "role_name" {
+  description = "Name of the function's role (attach more policies to it)."
+  value       = module.function.role_name
+}
+
+output "role_arn" {
+  description = "ARN of the function's role."
+  value       = module.function.role_arn
+}

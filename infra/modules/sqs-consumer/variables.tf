@@ -263,3 +263,17 @@ variable "lambda_throttles_threshold" {
     error_message = "lambda_throttles_threshold must be at least 0."
   }
 }
+
+variable "tags" {
+  description = "Tags of every resource the module creates."
+  type        = map(string)
+  nullable    = false
+  default     = {}
+}
+
+variable "health_alarms" {
+  description = "The consumer's health alarms (source queue age, function errors and throttles, Deferred, TransientErrors). The DLQ's alarms are always on: a dead letter must not go unseen."
+  type        = bool
+  nullable    = false
+  default     = true
+}
