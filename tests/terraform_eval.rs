@@ -2,7 +2,8 @@
 //! (no resources, so no provider to download), where `terraform console` runs every `validation`
 //! block as `plan` would. The root stack's tfvars pass; each example's inputs pass, and so do the
 //! arguments its module calls evaluate to, against the called module's rules; broken copies fail
-//! with the rule's own message.
+//! with the rule's own message. The dashboard body is rendered the same way and checked against
+//! CloudWatch's rules for one.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -194,5 +195,220 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
             .expect_err(&format!("{name}: {to} accepted"));
         let error = error.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(error.contains(message), "{name}, {to}: {error}");
+    }
+}
+
+/// Each `locals { ... }` block of a Terraform file, as it is written.
+fn locals_blocks(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("\nlocals {") {
+        let block = &rest[start + 1..];
+        let mut depth = 0;
+        let end = block
+            .char_indices()
+            .find_map(|(i, c)| {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => return None,
+                }
+                (depth == 0).then_some(i + 1)
+            })
+            .expect("a closed locals block");
+        out.push_str(&block[..end]);
+        out.push('\n');
+        rest = &block[end..];
+    }
+    out
+}
+
+/// The dashboard body `modules/alerts` builds for the root stack's consumers (named as
+/// `modules/sqs-consumer` names them), rendered by Terraform from `alerts_main_tf`.
+fn render_dashboard(alerts_main_tf: &str) -> Result<serde_json::Value, String> {
+    let alerts = infra().join("modules/alerts");
+    let variables = std::fs::read_to_string(alerts.join("variables.tf")).unwrap();
+    // The region is the provider's; anything else the body reads must be an input.
+    let locals =
+        locals_blocks(alerts_main_tf).replace("data.aws_region.current.region", "\"eu-west-1\"");
+    let body = alerts_main_tf
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("dashboard_body = "))
+        .expect("an aws_cloudwatch_dashboard with a dashboard_body");
+    let tfvars = tfvars();
+    let prefix = tfvars["name_prefix"].as_str().unwrap();
+    let consumers: Vec<serde_json::Value> = tfvars["consumers"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(key, consumer)| {
+            let suffix = if consumer["fifo"] == true {
+                ".fifo"
+            } else {
+                ""
+            };
+            serde_json::json!({
+                "queue_name": format!("{prefix}-{key}{suffix}"),
+                "dlq_name": format!("{prefix}-{key}-dlq{suffix}"),
+                "function_name": format!("{prefix}-{key}"),
+            })
+        })
+        .collect();
+    let inputs = serde_json::json!({ "name": prefix, "consumers": consumers });
+    let printed = console(
+        &format!("{variables}\n{locals}"),
+        &inputs,
+        "dashboard",
+        &format!("{body}\n"),
+    )?;
+    let json: String = serde_json::from_str(&printed).map_err(|e| format!("{printed}: {e}"))?;
+    serde_json::from_str(&json).map_err(|e| format!("{json}: {e}"))
+}
+
+/// What CloudWatch's PutDashboard refuses in a body, by the rules of "Dashboard Body Structure and
+/// Syntax" for the widgets used here: the structure, sizes, views, periods, and each metric as an
+/// array of strings (namespace, name, dimension pairs) with an optional rendering object last, or
+/// a math expression whose ids are defined in the widget.
+fn dashboard_violations(body: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    let mut out = Vec::new();
+    let Some(widgets) = body["widgets"].as_array() else {
+        return vec!["no widgets array".into()];
+    };
+    if widgets.len() > 500 {
+        out.push(format!("{} widgets (at most 500)", widgets.len()));
+    }
+    for key in body.as_object().unwrap().keys() {
+        if !["widgets", "start", "end", "periodOverride", "variables"].contains(&key.as_str()) {
+            out.push(format!("unknown top-level field {key}"));
+        }
+    }
+    for (n, widget) in widgets.iter().enumerate() {
+        let at = format!("widget {n} ({})", widget["properties"]["title"]);
+        let within = |field: &str, low: u64, high: u64| {
+            widget[field]
+                .as_u64()
+                .is_some_and(|v| (low..=high).contains(&v))
+        };
+        if !within("width", 1, 24) || !within("height", 1, 1000) {
+            out.push(format!("{at}: width must be 1-24 and height 1-1000"));
+        }
+        let properties = &widget["properties"];
+        match widget["type"].as_str() {
+            Some("metric") => {}
+            Some("text" | "log" | "alarm" | "explorer" | "custom") => continue,
+            other => {
+                out.push(format!("{at}: unknown type {other:?}"));
+                continue;
+            }
+        }
+        if !properties["region"].is_string() {
+            out.push(format!("{at}: a metric widget needs its region"));
+        }
+        let views = ["timeSeries", "singleValue", "gauge", "bar", "pie", "table"];
+        if let Some(view) = properties.get("view") {
+            if !view.as_str().is_some_and(|v| views.contains(&v)) {
+                out.push(format!("{at}: unknown view {view}"));
+            }
+        }
+        if let Some(period) = properties.get("period") {
+            let valid = period
+                .as_u64()
+                .is_some_and(|p| [1, 5, 10, 30].contains(&p) || (p >= 60 && p % 60 == 0));
+            if !valid {
+                out.push(format!(
+                    "{at}: period {period} is not 1, 5, 10, 30 or a multiple of 60"
+                ));
+            }
+        }
+        let Some(metrics) = properties["metrics"].as_array().filter(|m| !m.is_empty()) else {
+            out.push(format!(
+                "{at}: metrics must be a non-empty array of metric arrays"
+            ));
+            continue;
+        };
+        let ids: Vec<&str> = metrics
+            .iter()
+            .filter_map(|m| m.as_array()?.last()?.get("id")?.as_str())
+            .collect();
+        for metric in metrics {
+            let Some(parts) = metric.as_array() else {
+                out.push(format!("{at}: the metric {metric} is not an array"));
+                continue;
+            };
+            let (strings, options) = match parts.last() {
+                Some(Value::Object(options)) => (&parts[..parts.len() - 1], Some(options)),
+                _ => (&parts[..], None),
+            };
+            if let Some(expression) = options.and_then(|o| o.get("expression")) {
+                let refs = expression.as_str().unwrap_or_default();
+                let words = refs.split(|c: char| !c.is_ascii_alphanumeric() && c != '_');
+                for word in words.filter(|w| w.starts_with(|c: char| c.is_ascii_lowercase())) {
+                    if !ids.contains(&word) && !word.chars().all(|c| c.is_ascii_digit()) {
+                        out.push(format!(
+                            "{at}: the expression {refs} names no metric id {word}"
+                        ));
+                    }
+                }
+                if !strings.is_empty() {
+                    out.push(format!("{at}: an expression stands alone in its array"));
+                }
+                continue;
+            }
+            let names = strings
+                .iter()
+                .all(|s| s.as_str().is_some_and(|s| !s.is_empty()));
+            if strings.len() < 2 || strings.len() % 2 != 0 || !names {
+                out.push(format!(
+                    "{at}: {metric} is not [namespace, name, dimension, value, ...]"
+                ));
+            }
+            if let Some(id) = options.and_then(|o| o.get("id")).and_then(Value::as_str) {
+                let valid = id.starts_with(|c: char| c.is_ascii_lowercase())
+                    && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !valid {
+                    out.push(format!("{at}: id {id} must start with a lowercase letter"));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_terraform_renders_is_one_cloudwatch_accepts_and_broken_ones_are_caught() {
+    if !terraform_installed() {
+        return;
+    }
+    let main_tf = std::fs::read_to_string(infra().join("modules/alerts/main.tf")).unwrap();
+    let body = render_dashboard(&main_tf).unwrap();
+    assert_eq!(dashboard_violations(&body), Vec::<String>::new());
+    assert_eq!(body["widgets"].as_array().unwrap().len(), 9);
+
+    let broken: [(&str, &str, &str); 4] = [
+        (
+            "metrics = local.function_metrics.fates",
+            "metrics = flatten(local.function_metrics.fates)",
+            "is not an array",
+        ),
+        (r#"view = "pie""#, r#"view = "donut""#, "unknown view"),
+        ("width = 12", "width = 30", "width must be 1-24"),
+        (
+            r#"id = "retried${i}""#,
+            r#"id = "Retried${i}""#,
+            "must start with a lowercase letter",
+        ),
+    ];
+    for (from, to, message) in broken {
+        assert!(
+            main_tf.contains(from),
+            "modules/alerts/main.tf no longer has {from:?}"
+        );
+        let body = render_dashboard(&main_tf.replacen(from, to, 1)).unwrap();
+        let violations = dashboard_violations(&body);
+        assert!(
+            violations.iter().any(|v| v.contains(message)),
+            "{to}: {violations:#?}"
+        );
     }
 }
