@@ -7,7 +7,7 @@ use crate::error::{ErrorClass, RecordError};
 /// What happened when the record was (or was not) handled. The error is boxed: it is rare, and a
 /// slim value is cheap to keep for each record of a large batch.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The handler returned `Ok`.
     Succeeded,
     /// The handler returned this error (or panicked).
@@ -120,7 +120,7 @@ impl GiveBackReason {
 /// a checkpoint, so a record that cannot be settled now ends the batch there: the mapping's
 /// retries, bisection, maximum record age and on-failure destination take over from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamFate {
+pub(crate) enum StreamFate {
     /// Handled: done.
     Done,
     /// Send to the DLQ with the failure metadata, and go on with the next record.
@@ -131,7 +131,7 @@ pub enum StreamFate {
 
 /// What earlier deliveries of a record left behind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct History {
+pub(crate) struct History {
     /// Failed attempts before this delivery.
     pub attempts_before: u32,
     /// Time since the record first failed (zero when it never has).
@@ -140,6 +140,7 @@ pub struct History {
 
 impl History {
     /// A history of `attempts_before` failed attempts, the first one just now.
+    #[cfg(test)]
     pub const fn attempts(attempts_before: u32) -> Self {
         Self {
             attempts_before,
@@ -149,7 +150,7 @@ impl History {
 }
 
 /// Decides fates for one batch. It remembers the FIFO message groups that must stop.
-pub struct Judge<'p> {
+pub(crate) struct Judge<'p> {
     policy: &'p RetryPolicy,
     fifo: bool,
     report_only: bool,

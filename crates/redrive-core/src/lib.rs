@@ -4,7 +4,7 @@
 //! re-exports this one beside the AWS adapters and the Lambda glue.
 //!
 //! Every record that enters a handler leaves with exactly one fate, decided in one place
-//! ([`fate::Judge`]): **done**, **retry** (re-sent with an SQS delay and an attempt count),
+//! (the fate judge, `fate.rs`): **done**, **retry** (re-sent with an SQS delay and an attempt count),
 //! **dead-letter** (sent to the DLQ with its failure context), **defer** (re-sent without spending
 //! an attempt) or **give back** (reported as a batchItemFailure so SQS delivers it again).
 #![warn(missing_docs)]

@@ -1,5 +1,5 @@
 //! The batch processor: runs the user's handler over an SQS batch, gives every record one fate
-//! (decided by [`crate::fate::Judge`]), carries the fates out and answers Lambda with a partial
+//! (decided by the fate judge, `fate.rs`), carries the fates out and answers Lambda with a partial
 //! batch response.
 use std::any::Any;
 use std::cmp::Reverse;

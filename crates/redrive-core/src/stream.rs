@@ -1,5 +1,5 @@
 //! Kinesis: the same record handlers on a stream. A shard is read in order and Lambda retries a
-//! failed batch from a checkpoint, so the fates differ from SQS ([`crate::fate::StreamFate`]): a
+//! failed batch from a checkpoint, so the fates differ from SQS (`fate::StreamFate`): a
 //! permanent failure is dead-lettered (with its data and the redrive metadata) and the batch goes
 //! on; any other failure, or the deadline, ends the batch at that record, whose sequence number is
 //! the streams partial batch response. The event source mapping's retries, bisection, maximum
