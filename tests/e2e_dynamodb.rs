@@ -1,7 +1,9 @@
 //! The DynamoDB idempotency store on moto, through the real SDK: two containers (processors with
-//! memories of their own) share one table; a lease lapses; concurrent claims of one key.
+//! memories of their own) share one table; a lease lapses; concurrent claims of one key; the
+//! requests a record costs.
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
@@ -141,4 +143,82 @@ async fn of_concurrent_claims_of_one_key_exactly_one_wins() {
         }
     }
     assert_eq!(won, 1);
+}
+
+/// Counts the requests a DynamoDB client sends, by operation (the `X-Amz-Target` header).
+#[derive(Debug, Default, Clone)]
+struct Requests(Arc<Mutex<BTreeMap<String, u32>>>);
+
+impl aws_sdk_dynamodb::config::Intercept for Requests {
+    fn name(&self) -> &'static str {
+        "Requests"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let target = context
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or("?");
+        let operation = target.rsplit('.').next().unwrap_or(target).to_owned();
+        *self.0.lock().unwrap().entry(operation).or_default() += 1;
+        Ok(())
+    }
+}
+
+impl Requests {
+    fn take(&self) -> BTreeMap<String, u32> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+#[tokio::test]
+async fn a_record_costs_two_requests_and_a_duplicate_one() {
+    let (_, table) = table("idem-requests").await;
+    let requests = Requests::default();
+    let config = aws_sdk_dynamodb::config::Builder::from(&redrive::sqs::sdk_config_from_env())
+        .interceptor(requests.clone())
+        .build();
+    let handler = Idempotent::new(
+        Charges::default(),
+        DynamoDbStore::with_client(aws_sdk_dynamodb::Client::from_conf(config), &table),
+        KeyFrom::BodyField("/orderId".into()),
+    );
+    let processor = Processor::new(RecordingQueue::default(), ProcessorConfig::default());
+    let batch = |copy: &str| {
+        let records: Vec<serde_json::Value> = (0..10)
+            .map(|n| {
+                serde_json::json!({
+                    "messageId": format!("m-{copy}-{n}"), "receiptHandle": format!("rh-{copy}-{n}"),
+                    "body": format!(r#"{{"orderId":"o-{n}"}}"#),
+                    "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders"
+                })
+            })
+            .collect();
+        serde_json::json!({ "Records": records }).to_string()
+    };
+    let (processor, handler) = (&processor, &handler);
+    let run = |json: String| async move {
+        let event = SqsEvent::parse(&json).unwrap();
+        let processed = processor
+            .process(handler, &event.records, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert!(processed.response.batch_item_failures.is_empty());
+    };
+    run(batch("first")).await;
+    // The happy path: a conditional PutItem claims each key, a PutItem marks it done.
+    assert_eq!(requests.take(), BTreeMap::from([("PutItem".into(), 20)]));
+    run(batch("copy")).await;
+    // A copy of a done message: the refused claim carries the item (ALL_OLD), nothing else is read.
+    assert_eq!(requests.take(), BTreeMap::from([("PutItem".into(), 10)]));
+    assert_eq!(handler.inner().0.load(Ordering::SeqCst), 10);
+    assert_eq!(handler.duplicates(), 10);
 }
