@@ -180,6 +180,11 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
         &self.inner
     }
 
+    /// The wrapped handler, to change it between batches (heal a simulated downstream, say).
+    pub fn inner_mut(&mut self) -> &mut H {
+        &mut self.inner
+    }
+
     /// Duplicates absorbed so far (messages whose key was already done).
     pub fn duplicates(&self) -> u64 {
         self.duplicates.load(Ordering::Relaxed)

@@ -109,3 +109,42 @@ pub async fn depth(client: &Client, url: &str) -> Result<(u64, u64, u64), Error>
     };
     Ok((get(&names[0]), get(&names[1]), get(&names[2])))
 }
+
+/// The idempotency table `infra/modules/idempotency-table` makes (string partition key `pk`), on
+/// the DynamoDB endpoint of the emulator; an existing one is kept.
+pub async fn idempotency_table(client: &aws_sdk_dynamodb::Client, name: &str) -> Result<(), Error> {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let created = client
+        .create_table()
+        .table_name(name)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(|e| Error::Emulator(e.to_string()))?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .map_err(|e| Error::Emulator(e.to_string()))?,
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(error)
+            if error
+                .as_service_error()
+                .is_some_and(|e| e.is_resource_in_use_exception()) =>
+        {
+            Ok(())
+        }
+        Err(error) => Err(Error::sdk(error)),
+    }
+}

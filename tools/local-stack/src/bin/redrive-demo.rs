@@ -1,6 +1,7 @@
 //! `make demo`: the whole flow on the local stack. Provisions the topology from the tfvars, produces
-//! orders with injected faults, runs the orders consumer through the Lambda-like poller and prints
-//! a report: fates, attempts, retry delays against the policy, the DLQ, and every alarm's state.
+//! orders with injected faults and duplicates, runs the orders consumer (behind the idempotency
+//! guard on a DynamoDB table) through the Lambda-like poller and prints a report: fates, attempts,
+//! retry delays against the policy, duplicates absorbed, the DLQ, and every alarm's state.
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -14,13 +15,15 @@ use orders::OrdersHandler;
 use redrive::backoff::RetryPolicy;
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
+use redrive::dynamodb::DynamoDbStore;
+use redrive::idempotency::{Idempotent, KeyFrom};
 use redrive::lambda::Bytes;
 use redrive::redrive::RedrivePolicy;
 use redrive::reprocess::{browse, RedriveCommand, RedriveSummary, Reprocessor};
 use redrive::{BatchReport, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
 use redrive_local::observe::{Observed, Sent};
 use redrive_local::poller::Poller;
-use redrive_local::provision::{depth, provision, QueuePair};
+use redrive_local::provision::{depth, idempotency_table, provision, QueuePair};
 use redrive_local::topology::{self, Topology};
 
 /// Keep each queue under this many messages: moto slows down with depth.
@@ -35,7 +38,8 @@ struct Lane {
     queue: QueuePair,
     poller: Poller,
     processor: Processor<Observed<SqsQueue>>,
-    handler: OrdersHandler<SimulatedPayments>,
+    /// The orders handler behind the shared idempotency store, keyed by `orderId`.
+    handler: Idempotent<OrdersHandler<SimulatedPayments>, DynamoDbStore>,
     timeout_ms: u64,
     workload: VecDeque<(String, Option<String>)>,
     produced: usize,
@@ -133,7 +137,23 @@ impl Lane {
     }
 
     fn charged(&self) -> Vec<(String, u32)> {
-        self.handler.payments().charged()
+        self.handler.inner().payments().charged()
+    }
+
+    /// Messages in = charged (each order once, or an effect twice) + absorbed as duplicates +
+    /// `elsewhere` (in the DLQ, archived, still queued); the difference is lost.
+    fn lost(&self, elsewhere: usize) -> i64 {
+        let accounted = self.charged().len() + self.handler.duplicates() as usize + elsewhere;
+        self.produced as i64 - accounted as i64
+    }
+
+    /// Orders charged more than once.
+    fn effects_twice(&self) -> usize {
+        let charged = self.charged();
+        let mut unique: Vec<&String> = charged.iter().map(|(id, _)| id).collect();
+        unique.sort();
+        unique.dedup();
+        charged.len() - unique.len()
     }
 }
 
@@ -145,7 +165,8 @@ fn order(id: &str, amount: f64, currency: &str) -> String {
 }
 
 /// The standard lane: 160 orders, with malformed and invalid ones, a poison order, orders that
-/// recover after two timeouts, orders whose downstream never recovers, and an outage that heals.
+/// recover after two timeouts, orders whose downstream never recovers, an outage that heals, and
+/// eight orders sent twice.
 fn standard_workload(
     payments: &mut SimulatedPayments,
     outage: Duration,
@@ -156,31 +177,33 @@ fn standard_workload(
         .map(|i| (format!("o-{:04}", 11 + i * 17), 2))
         .chain((0..3).map(|i| (format!("o-{:04}", 5 + i * 50), 99)))
         .collect();
-    (1..=160)
-        .map(|n| {
-            let id = format!("o-{n:04}");
-            let body = match n {
-                n if n % 40 == 0 => format!(r#"{{"orderId":"{id}","amount":12.5,"currency":"EUR""#),
-                n if n % 25 == 3 => order(&id, -1.0, "EUR"),
-                _ => order(&id, 10.0 + f64::from(n), "EUR"),
-            };
-            (body, None)
-        })
-        .collect()
+    let body = |n: u32| {
+        let id = format!("o-{n:04}");
+        match n {
+            n if n % 40 == 0 => format!(r#"{{"orderId":"{id}","amount":12.5,"currency":"EUR""#),
+            n if n % 25 == 3 => order(&id, -1.0, "EUR"),
+            _ => order(&id, 10.0 + f64::from(n), "EUR"),
+        }
+    };
+    // A producer that retried eight sends: the same orders again, as messages of their own.
+    let resent = [2, 14, 26, 38, 50, 64, 86, 98];
+    (1..=160).chain(resent).map(|n| (body(n), None)).collect()
 }
 
-/// The FIFO lane: three customers' payment streams; one payment times out once.
+/// The FIFO lane: three customers' payment streams; one payment times out once; two payments are
+/// sent twice (with deduplication ids of their own, as a producer retry after the 5-minute
+/// deduplication window makes them).
 fn fifo_workload(payments: &mut SimulatedPayments) -> VecDeque<(String, Option<String>)> {
     payments.flaky_orders = vec![("p-B-3".into(), 1)];
+    let payment = |g: &str, n: u32| {
+        (
+            order(&format!("p-{g}-{n}"), 5.0, "USD"),
+            Some(format!("customer-{g}")),
+        )
+    };
     (1..=8)
-        .flat_map(|n| {
-            ["A", "B", "C"].map(|g| {
-                (
-                    order(&format!("p-{g}-{n}"), 5.0, "USD"),
-                    Some(format!("customer-{g}")),
-                )
-            })
-        })
+        .flat_map(|n| ["A", "B", "C"].map(|g| payment(g, n)))
+        .chain([payment("A", 2), payment("C", 5)])
         .collect()
 }
 
@@ -221,13 +244,18 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     topology.scale_time(scale);
     let client = redrive_local::sqs_client();
     let pairs = provision(&client, &topology).await?;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
     println!(
         "redrive demo: {} queues from {} on {}",
         pairs.len() * 2,
         path.display(),
         std::env::var("AWS_ENDPOINT_URL").unwrap_or_default()
     );
-    println!("time scale {scale}x: every wait in the topology is divided by {scale}\n");
+    println!("time scale {scale}x: every wait in the topology is divided by {scale}");
+    println!(
+        "idempotency: each consumer behind a DynamoDB table keyed by orderId ({}-<consumer>-idempotency)\n",
+        topology.name_prefix
+    );
 
     let mut lanes = Vec::new();
     for queue in pairs {
@@ -237,6 +265,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             (name == "PAYMENTS_LATENCY").then(|| PAYMENT_LATENCY.to_owned())
         })?
         .recording();
+        // The table infra/modules/idempotency-table makes for a consumer with an idempotency_key.
+        let table = format!("{}-{}-idempotency", topology.name_prefix, queue.key);
+        idempotency_table(&dynamodb, &table).await?;
         let workload = if queue.fifo {
             fifo_workload(&mut payments)
         } else {
@@ -253,9 +284,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 Observed::new(SqsQueue::with_client(client.clone())),
                 ProcessorConfig::from(&settings),
             ),
-            handler: OrdersHandler::new(
-                payments,
-                CircuitBreaker::new("payments", settings.breaker),
+            handler: Idempotent::new(
+                OrdersHandler::new(payments, CircuitBreaker::new("payments", settings.breaker)),
+                DynamoDbStore::with_client(dynamodb.clone(), &table),
+                KeyFrom::BodyField("/orderId".into()),
             ),
             timeout_ms: u64::from(consumer.function_timeout_seconds) * 1000,
             queue,
@@ -338,7 +370,7 @@ async fn heal_and_redrive(
         settings.policy.discard_kinds
     );
     for lane in lanes.iter_mut() {
-        lane.handler.payments_mut().heal();
+        lane.handler.inner_mut().payments_mut().heal();
     }
     tokio::time::sleep(settings.policy.eligible_after).await;
     let steps = [
@@ -378,19 +410,19 @@ async fn heal_and_redrive(
     for lane in lanes.iter() {
         let (dlq, dlq_in_flight, dlq_delayed) = depth(client, &lane.queue.dlq_url).await?;
         let (visible, in_flight, delayed) = depth(client, &lane.queue.url).await?;
-        let charged = lane.charged();
-        let mut unique: Vec<&String> = charged.iter().map(|(id, _)| id).collect();
-        unique.sort();
-        unique.dedup();
         let in_dlq = dlq + dlq_in_flight + dlq_delayed;
         let archived = archived[&lane.queue.key] as usize;
         let left = (visible + in_flight + delayed) as usize;
-        let lost = lane.produced as i64 - (unique.len() + archived + in_dlq as usize + left) as i64;
+        let (lost, twice) = (
+            lane.lost(archived + in_dlq as usize + left),
+            lane.effects_twice(),
+        );
         println!(
-            "{:<10} in {:>4} = processed {:>4} + archived {:>2} + in DLQ {} + still queued {left} | lost {lost}",
+            "{:<10} in {:>4} = charged {:>4} + duplicates absorbed {} + archived {:>2} + in DLQ {} + still queued {left} | lost {lost} | effects twice {twice}",
             lane.queue.key,
             lane.produced,
-            unique.len(),
+            lane.charged().len(),
+            lane.handler.duplicates(),
             archived,
             in_dlq,
         );
@@ -399,9 +431,9 @@ async fn heal_and_redrive(
             dlq as f64,
             0.0,
         );
-        if lost != 0 || in_dlq != 0 {
+        if lost != 0 || twice != 0 || in_dlq != 0 {
             return Err(format!(
-                "{}: the DLQ is not empty or messages are unaccounted for",
+                "{}: the DLQ is not empty, messages are unaccounted for or charged twice",
                 lane.queue.key
             )
             .into());
@@ -478,7 +510,7 @@ async fn report(
         "one at a time (est.)"
     );
     for lane in lanes.iter().filter(|lane| !lane.batches.is_empty()) {
-        let latency_ms = lane.handler.payments().latency.as_secs_f64() * 1000.0;
+        let latency_ms = lane.handler.inner().payments().latency.as_secs_f64() * 1000.0;
         let middle = |mut values: Vec<f64>| {
             values.sort_by(f64::total_cmp);
             values[values.len() / 2]
@@ -551,24 +583,24 @@ async fn report(
     println!("\n== Where every message went");
     for lane in lanes {
         let dead = read_dlq(client, &lane.queue.dlq_url).await?;
-        let charged = lane.charged();
-        let mut unique: Vec<&String> = charged.iter().map(|(id, _)| id).collect();
-        unique.sort();
-        unique.dedup();
         let (visible, in_flight, delayed) = depth(client, &lane.queue.url).await?;
         let left = (visible + in_flight + delayed) as usize;
-        let lost = lane.produced as i64 - (unique.len() + dead.len() + left) as i64;
+        let (lost, twice) = (lane.lost(dead.len() + left), lane.effects_twice());
         println!(
-            "{:<10} in {:>4} = processed {:>4} + in DLQ {:>3} + still queued {} | lost {lost} | duplicates absorbed {}",
+            "{:<10} in {:>4} = charged {:>4} + duplicates absorbed {} + in DLQ {:>3} + still queued {} | lost {lost} | effects twice {twice}",
             lane.queue.key,
             lane.produced,
-            unique.len(),
+            lane.charged().len(),
+            lane.handler.duplicates(),
             dead.len(),
             left,
-            charged.len() - unique.len()
         );
-        if lost != 0 {
-            return Err(format!("{}: {lost} messages unaccounted for", lane.queue.key).into());
+        if lost != 0 || twice != 0 {
+            return Err(format!(
+                "{}: {lost} messages unaccounted for, {twice} orders charged twice",
+                lane.queue.key
+            )
+            .into());
         }
         all_dead.extend(dead);
     }
