@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use redrive::clock::Clock;
 use redrive::config::ReprocessSettings;
+use redrive::dynamodb::DynamoDbStore;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
-use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
+use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom, MemoryStore};
 use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
 use redrive::redrive::RedrivePolicy;
 use redrive::reprocess::{RedriveCommand, Reprocessor};
@@ -102,6 +103,36 @@ pub struct SoakConfig {
     /// A long outage: every message calls a downstream, behind a circuit breaker, that is down
     /// this long from the start (longer than the retry policy's deferral age limit).
     pub outage: Option<Outage>,
+    /// The containers share this DynamoDB table (on the moto run) instead of a store in memory
+    /// with DynamoDB's conditional semantics.
+    pub idempotency_table: Option<String>,
+}
+
+/// The store the simulated containers share.
+enum SharedStore {
+    Memory(MemoryStore),
+    DynamoDb(DynamoDbStore),
+}
+
+impl IdempotencyStore for SharedStore {
+    async fn claim(&self, key: &str, lease: Duration) -> Result<Claim, PortError> {
+        match self {
+            Self::Memory(store) => store.claim(key, lease).await,
+            Self::DynamoDb(store) => store.claim(key, lease).await,
+        }
+    }
+    async fn complete(&self, key: &str, keep: Duration) -> Result<(), PortError> {
+        match self {
+            Self::Memory(store) => store.complete(key, keep).await,
+            Self::DynamoDb(store) => store.complete(key, keep).await,
+        }
+    }
+    async fn release(&self, key: &str) -> Result<(), PortError> {
+        match self {
+            Self::Memory(store) => store.release(key).await,
+            Self::DynamoDb(store) => store.release(key).await,
+        }
+    }
 }
 
 /// The long-outage scenario's downstream.
@@ -534,7 +565,14 @@ pub async fn run<Q: SoakQueues>(
     // Containers: guards of their own around the one handler (whose effects are the invariant's
     // ledger), sharing one store, as Lambda containers share a DynamoDB table. Each invocation
     // goes to a container drawn at random, so the copies of a message reach different ones.
-    let store = Arc::new(MemoryStore::new(config.messages * 2).with_clock(clock.clone()));
+    let store = Arc::new(match &config.idempotency_table {
+        None => {
+            SharedStore::Memory(MemoryStore::new(config.messages * 2).with_clock(clock.clone()))
+        }
+        Some(table) => {
+            SharedStore::DynamoDb(DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone()))
+        }
+    });
     let containers: Vec<_> = (0..config.containers.get())
         .map(|_| {
             let mut guard =
@@ -854,6 +892,7 @@ impl SoakConfig {
             fifo_groups: None,
             containers: NonZeroUsize::new(3).expect("not zero"),
             outage: None,
+            idempotency_table: None,
         }
     }
 
@@ -903,6 +942,15 @@ impl SoakConfig {
     pub fn fifo(self, groups: usize) -> Self {
         Self {
             fifo_groups: Some(groups),
+            ..self
+        }
+    }
+
+    /// The same run with the containers sharing the DynamoDB table `table` (moto's).
+    #[must_use]
+    pub fn dynamodb(self, table: impl Into<String>) -> Self {
+        Self {
+            idempotency_table: Some(table.into()),
             ..self
         }
     }
@@ -960,6 +1008,10 @@ pub async fn run_on_moto(prefix: &str, config: &SoakConfig) -> Result<SoakReport
     let mut attributes = fifo;
     attributes.push((QueueAttributeName::RedrivePolicy, policy.to_string()));
     let (url, arn) = create(format!("{prefix}{suffix}"), attributes).await?;
+    if let Some(table) = &config.idempotency_table {
+        let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+        crate::provision::idempotency_table(&dynamodb, table).await?;
+    }
     run(
         redrive::SqsQueue::with_client(client),
         (&url, &arn),

@@ -117,3 +117,14 @@ async fn fifo_groups_keep_their_order_on_moto() {
         .unwrap();
     check_fifo(&report);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_containers_share_a_dynamodb_table_on_moto() {
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok(),
+        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
+    );
+    let prefix = format!("t{}-soak-ddb", std::process::id());
+    let config = SoakConfig::moto(300, 13).dynamodb(format!("{prefix}-idempotency"));
+    check_standard(&run_on_moto(&prefix, &config).await.unwrap());
+}
