@@ -61,6 +61,22 @@ fn broken(file: &str, from: &str, to: &str) -> Vec<Module> {
 }
 
 impl Module {
+    /// The text of the local a `local.<name>.<attribute>` reference reads (empty for anything else).
+    fn local_of(&self, reference: &str) -> String {
+        let Some(name) = reference.strip_prefix("local.") else {
+            return String::new();
+        };
+        let name = name.split('.').next().unwrap_or_default();
+        self.bodies
+            .iter()
+            .flat_map(|body| body.blocks())
+            .filter(|block| block.identifier() == "locals")
+            .flat_map(|block| block.body().attributes())
+            .find(|attribute| attribute.key() == name)
+            .map(|attribute| text(attribute.expr()))
+            .unwrap_or_default()
+    }
+
     fn blocks<'a>(&'a self, kind: &'a str, type_: &'a str) -> impl Iterator<Item = &'a Block> {
         self.bodies
             .iter()
@@ -120,7 +136,13 @@ fn dlq_alarms(modules: &[Module]) -> Vec<String> {
             let reference = format!("aws_sqs_queue.{}{instance}.name", label(dlq, 1));
             let alarms = module
                 .calls("dlq-alarm")
-                .filter(|call| attr(call, "queue_name").as_deref() == Some(&reference))
+                .filter(|call| {
+                    let queue_name = attr(call, "queue_name").unwrap_or_default();
+                    queue_name == reference
+                        || module
+                            .local_of(&queue_name)
+                            .contains(&format!("name = {reference}"))
+                })
                 .count();
             if alarms != 1 {
                 violations.push(format!(
@@ -714,12 +736,12 @@ fn a_dlq_without_its_alarm_or_a_weakened_alarm_is_caught() {
     assert_eq!(dlq_alarms(&silent), ["dlq-alarm dlq_depth: no ok_actions"]);
     let none = broken(
         CONSUMER,
-        "queue_name                 = aws_sqs_queue.dlq.name",
+        "queue_name                 = local.dlq.name",
         "queue_name                 = \"other\"",
     );
     assert_eq!(
         dlq_alarms(&none),
-        ["modules/sqs-consumer: aws_sqs_queue.dlq.name has 0 dlq-alarm modules, expected 1"]
+        ["modules/sqs-consumer: aws_sqs_queue.dlq[0].name has 0 dlq-alarm modules, expected 1"]
     );
     let parked = broken(
         "modules/redrive/main.tf",
@@ -814,7 +836,7 @@ fn wildcard_iam_is_caught() {
     assert_eq!(iam(&actions).len(), 1, "{:?}", iam(&actions));
     let resources = broken(
         CONSUMER,
-        "resources = [aws_sqs_queue.source.arn, aws_sqs_queue.dlq.arn]",
+        "resources = [local.queue.arn, local.dlq.arn]",
         "resources = [\"*\"]",
     );
     assert_eq!(iam(&resources).len(), 1, "{:?}", iam(&resources));
@@ -1094,9 +1116,9 @@ mod calls_against_roles {
 
     fn consumer_queue(queue: &str) -> &'static str {
         if queue.ends_with("-dlq") {
-            "aws_sqs_queue.dlq.arn"
+            "local.dlq.arn"
         } else {
-            "aws_sqs_queue.source.arn"
+            "local.queue.arn"
         }
     }
 
@@ -1145,7 +1167,7 @@ mod calls_against_roles {
         let broken = super::broken(super::CONSUMER, "\"sqs:ChangeMessageVisibility\", ", "");
         assert_eq!(
             missing(&broken, consumer, &calls, consumer_queue),
-            ["modules/sqs-consumer function: no statement grants sqs:ChangeMessageVisibility on aws_sqs_queue.source.arn"]
+            ["modules/sqs-consumer function: no statement grants sqs:ChangeMessageVisibility on local.queue.arn"]
         );
     }
 

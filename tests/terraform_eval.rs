@@ -168,6 +168,37 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
     for name in ["own-consumer", "redrive-only"] {
         assert_eq!(evaluate_example(name, &main_tf(name)), Ok(()), "{name}");
     }
+    // The same consumer on a queue the team has already.
+    let existing = |queue: &str| {
+        let arn = |name: &str| format!("arn:aws:sqs:eu-west-1:123456789012:{name}");
+        let url = |name: &str| format!("https://sqs.eu-west-1.amazonaws.com/123456789012/{name}");
+        let dlq = queue.replace("reserve", "reserve-dlq");
+        main_tf("own-consumer").replacen(
+            "name = \"warehouse-reserve\"",
+            &format!(
+                "name = \"warehouse-reserve\"\n  existing_queue = {{ arn = \"{}\", url = \"{}\", name = \"{queue}\", dlq_arn = \"{}\", dlq_url = \"{}\", dlq_name = \"{dlq}\" }}",
+                arn(queue),
+                url(queue),
+                arn(&dlq),
+                url(&dlq)
+            ),
+            1,
+        )
+    };
+    assert_eq!(
+        evaluate_example("own-consumer", &existing("reserve")),
+        Ok(())
+    );
+    let fifo_mismatch = evaluate_example("own-consumer", &existing("reserve.fifo"))
+        .expect_err("a FIFO queue on a standard consumer");
+    assert!(
+        fifo_mismatch
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains("names end in .fifo exactly when fifo is true"),
+        "{fifo_mismatch}"
+    );
     let broken: [(&str, &str, &str, &str); 3] = [
         (
             "own-consumer",

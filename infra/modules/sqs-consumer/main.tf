@@ -4,9 +4,31 @@ locals {
   suffix     = var.fifo ? ".fifo" : ""
   queue_name = "${var.name}${local.suffix}"
   dlq_name   = "${var.name}-dlq${local.suffix}"
+  # The queues: made here, or a team's own (existing_queue), whose redrive policy names its DLQ.
+  create = var.existing_queue == null
+  queue = local.create ? {
+    arn  = aws_sqs_queue.source[0].arn
+    url  = aws_sqs_queue.source[0].url
+    name = aws_sqs_queue.source[0].name
+    } : {
+    arn  = var.existing_queue.arn
+    url  = var.existing_queue.url
+    name = var.existing_queue.name
+  }
+  dlq = local.create ? {
+    arn  = aws_sqs_queue.dlq[0].arn
+    url  = aws_sqs_queue.dlq[0].url
+    name = aws_sqs_queue.dlq[0].name
+    } : {
+    arn  = var.existing_queue.dlq_arn
+    url  = var.existing_queue.dlq_url
+    name = var.existing_queue.dlq_name
+  }
 }
 
 resource "aws_sqs_queue" "dlq" {
+  count = local.create ? 1 : 0
+
   name                        = local.dlq_name
   fifo_queue                  = var.fifo
   message_retention_seconds   = var.dlq_message_retention_seconds
@@ -16,6 +38,8 @@ resource "aws_sqs_queue" "dlq" {
 }
 
 resource "aws_sqs_queue" "source" {
+  count = local.create ? 1 : 0
+
   name                       = local.queue_name
   fifo_queue                 = var.fifo
   visibility_timeout_seconds = var.visibility_timeout_seconds
@@ -23,17 +47,19 @@ resource "aws_sqs_queue" "source" {
   sqs_managed_sse_enabled    = true
   tags                       = var.tags
   redrive_policy = jsonencode({
-    deadLetterTargetArn = aws_sqs_queue.dlq.arn
+    deadLetterTargetArn = aws_sqs_queue.dlq[0].arn
     maxReceiveCount     = var.max_receive_count
   })
 }
 
 # Only the source queue may dead-letter into this DLQ (and native redrive goes back to it).
 resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
-  queue_url = aws_sqs_queue.dlq.id
+  count = local.create ? 1 : 0
+
+  queue_url = aws_sqs_queue.dlq[0].id
   redrive_allow_policy = jsonencode({
     redrivePermission = "byQueue"
-    sourceQueueArns   = [aws_sqs_queue.source.arn]
+    sourceQueueArns   = [aws_sqs_queue.source[0].arn]
   })
 }
 
@@ -51,7 +77,7 @@ module "function" {
   # invocations. The code bounds each chain (REDRIVE_MAX_ATTEMPTS, the retry sequence's hops).
   recursive_loop = "Allow"
   environment = merge(var.environment, {
-    REDRIVE_DLQ_URL      = aws_sqs_queue.dlq.url
+    REDRIVE_DLQ_URL      = local.dlq.url
     REDRIVE_MAX_ATTEMPTS = tostring(var.max_attempts)
     REDRIVE_CONCURRENCY  = tostring(var.record_concurrency)
   })
@@ -59,18 +85,18 @@ module "function" {
     {
       sid       = "Consume"
       actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl"]
-      resources = [aws_sqs_queue.source.arn]
+      resources = [local.queue.arn]
     },
     {
       sid       = "RetryAndDeadLetter"
       actions   = ["sqs:SendMessage"]
-      resources = [aws_sqs_queue.source.arn, aws_sqs_queue.dlq.arn]
+      resources = [local.queue.arn, local.dlq.arn]
     },
   ], var.extra_statements)
 }
 
 resource "aws_lambda_event_source_mapping" "consumer" {
-  event_source_arn                   = aws_sqs_queue.source.arn
+  event_source_arn                   = local.queue.arn
   function_name                      = module.function.function_arn
   batch_size                         = var.batch_size
   maximum_batching_window_in_seconds = var.fifo ? null : var.batching_window_seconds # FIFO mappings take no window
@@ -85,7 +111,7 @@ resource "aws_lambda_event_source_mapping" "consumer" {
 module "dlq_alarm" {
   source                     = "../dlq-alarm"
   name                       = "${var.name}-dlq"
-  queue_name                 = aws_sqs_queue.dlq.name
+  queue_name                 = local.dlq.name
   oldest_message_age_seconds = var.dlq_oldest_message_age_seconds
   alarm_topic_arn            = var.alarm_topic_arn
   tags                       = var.tags
@@ -95,10 +121,10 @@ locals {
   # The consumer's health, beside the DLQ alarm: is it keeping up, failing whole batches, throttled?
   health_alarms = {
     oldest-message-age = {
-      description = "The oldest message in ${local.queue_name} is older than ${var.oldest_message_age_seconds} s: the consumer is behind or stuck."
+      description = "The oldest message in ${local.queue.name} is older than ${var.oldest_message_age_seconds} s: the consumer is behind or stuck."
       namespace   = "AWS/SQS"
       metric      = "ApproximateAgeOfOldestMessage"
-      dimensions  = { QueueName = aws_sqs_queue.source.name }
+      dimensions  = { QueueName = local.queue.name }
       statistic   = "Maximum"
       threshold   = var.oldest_message_age_seconds
     }

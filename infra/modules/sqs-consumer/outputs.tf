@@ -1,31 +1,31 @@
 output "queue_url" {
   description = "URL of the source queue."
-  value       = aws_sqs_queue.source.url
+  value       = local.queue.url
 }
 
 output "queue_arn" {
   description = "ARN of the source queue."
-  value       = aws_sqs_queue.source.arn
+  value       = local.queue.arn
 }
 
 output "dlq_url" {
   description = "URL of the DLQ."
-  value       = aws_sqs_queue.dlq.url
+  value       = local.dlq.url
 }
 
 output "dlq_arn" {
   description = "ARN of the DLQ."
-  value       = aws_sqs_queue.dlq.arn
+  value       = local.dlq.arn
 }
 
 output "queue_name" {
   description = "Name of the source queue."
-  value       = aws_sqs_queue.source.name
+  value       = local.queue.name
 }
 
 output "dlq_name" {
   description = "Name of the DLQ."
-  value       = aws_sqs_queue.dlq.name
+  value       = local.dlq.name
 }
 
 output "function_name" {

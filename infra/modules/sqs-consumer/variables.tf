@@ -277,3 +277,25 @@ variable "health_alarms" {
   nullable    = false
   default     = true
 }
+
+variable "existing_queue" {
+  description = "A source queue that already exists, with the DLQ its redrive policy names: the module then makes only the function, its mapping and the alarms. Its visibility timeout (at least 6 x the function timeout + window), maxReceiveCount (above max_attempts) and DLQ retention are the team's to keep."
+  type = object({
+    arn      = string
+    url      = string
+    name     = string
+    dlq_arn  = string
+    dlq_url  = string
+    dlq_name = string
+  })
+  default = null
+
+  validation {
+    condition     = var.existing_queue == null || (endswith(coalesce(try(var.existing_queue.name, null), "-"), ".fifo") == var.fifo && endswith(coalesce(try(var.existing_queue.dlq_name, null), "-"), ".fifo") == var.fifo)
+    error_message = "existing_queue: the queue's and the DLQ's names end in .fifo exactly when fifo is true."
+  }
+  validation {
+    condition     = var.existing_queue == null || alltrue([for arn in [try(var.existing_queue.arn, ""), try(var.existing_queue.dlq_arn, "")] : can(regex("^arn:aws[a-z-]*:sqs:[a-z0-9-]+:[0-9]{12}:[a-zA-Z0-9_.-]{1,80}$", arn))])
+    error_message = "existing_queue: arn and dlq_arn must be SQS queue ARNs."
+  }
+}
