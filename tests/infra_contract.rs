@@ -1,7 +1,7 @@
 //! Contract tests on `infra/`: the cross-resource rules checkov cannot express, read from the
 //! parsed HCL. Each rule is also run on a broken copy of the configuration to show it can fail.
 //! References are module-local in Terraform, so each rule looks at one module at a time.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use hcl::{Block, Body, Expression, ObjectKey};
@@ -631,6 +631,76 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// The IAM actions of each service whose Rust SDK is in the workspace's lock file: the SDK's
+/// operations (`src/operation/<snake_case>.rs`), which are the service's API actions, plus the
+/// IAM names that differ from an operation's (Lambda's `Invoke` is `lambda:InvokeFunction`).
+fn sdk_actions() -> BTreeMap<String, BTreeSet<String>> {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut services: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for package in metadata["packages"].as_array().unwrap() {
+        let Some(service) = package["name"].as_str().unwrap().strip_prefix("aws-sdk-") else {
+            continue;
+        };
+        let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap());
+        let operations = manifest.parent().unwrap().join("src/operation");
+        let actions = services.entry(service.to_owned()).or_default();
+        for entry in std::fs::read_dir(operations).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                let stem = path.file_stem().unwrap().to_str().unwrap();
+                let pascal: String = stem
+                    .split('_')
+                    .map(|word| word[..1].to_uppercase() + &word[1..])
+                    .collect();
+                actions.insert(pascal);
+            }
+        }
+    }
+    if let Some(lambda) = services.get_mut("lambda") {
+        lambda.insert("InvokeFunction".into());
+    }
+    services
+}
+
+/// IAM grammar and names: every statement id is alphanumeric (IAM refuses anything else), and
+/// every action `"<service>:<Name>"` of a service in `actions` names one of its real actions.
+/// Services without an SDK in the workspace (logs, xray, kms, sns, kinesis) are not named here.
+fn iam_names(
+    sources: &[(String, String)],
+    modules: &[Module],
+    actions: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (where_, ..) in statements(modules) {
+        let sid = where_.rsplit(" statement ").next().unwrap_or_default();
+        let sid = sid.trim_matches('"');
+        if !sid.chars().all(|c| c.is_ascii_alphanumeric()) {
+            violations.push(format!("{where_}: a Sid must be letters and digits"));
+        }
+    }
+    for (path, text) in sources {
+        for literal in text.split('"').skip(1).step_by(2) {
+            let Some((service, name)) = literal.split_once(':') else {
+                continue;
+            };
+            let Some(known) = actions.get(service) else {
+                continue;
+            };
+            if !name.contains('*') && !known.contains(name) {
+                violations.push(format!(
+                    "{path}: {service}:{name} is not an action of {service}"
+                ));
+            }
+        }
+    }
+    violations
+}
+
 #[test]
 fn the_configuration_keeps_every_rule() {
     let modules = parse(&sources());
@@ -644,6 +714,7 @@ fn the_configuration_keeps_every_rule() {
         ("async failures", async_failures(&modules)),
         ("recursion", recursion(&modules)),
         ("module calls", module_calls(&modules)),
+        ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
     }
@@ -1305,5 +1376,39 @@ fn a_module_call_with_an_unknown_or_a_missing_argument_is_caught() {
     assert_eq!(
         module_calls(&missing),
         ["examples/redrive-only: module redrive: the required variable alarm_topic_arn of modules/redrive is not passed"]
+    );
+}
+
+#[test]
+fn a_misspelt_iam_action_or_a_sid_iam_refuses_is_caught() {
+    let actions = sdk_actions();
+    for service in ["sqs", "dynamodb", "lambda"] {
+        assert!(
+            actions.contains_key(service),
+            "the {service} SDK is in the lock file"
+        );
+    }
+    let mut copy = sources();
+    let (_, text) = copy
+        .iter_mut()
+        .find(|(p, _)| p.ends_with(CONSUMER))
+        .unwrap();
+    *text = text
+        .replacen(
+            "\"sqs:ChangeMessageVisibility\"",
+            "\"sqs:ChangeMessageVisibilty\"",
+            1,
+        )
+        .replacen(
+            "sid       = \"RetryAndDeadLetter\"",
+            "sid       = \"Retry-And-DeadLetter\"",
+            1,
+        );
+    assert_eq!(
+        iam_names(&copy, &parse(&copy), &actions),
+        [
+            "modules/sqs-consumer module function statement \"Retry-And-DeadLetter\": a Sid must be letters and digits",
+            "modules/sqs-consumer/main.tf: sqs:ChangeMessageVisibilty is not an action of sqs",
+        ]
     );
 }
