@@ -102,25 +102,34 @@ async fn a_claim_cut_off_at_the_deadline_holds_until_its_lease_lapses() {
     let clock = Arc::new(ManualClock::at(1_763_790_000_000));
     let store = DynamoDbStore::with_client(client, &table).with_clock(clock.clone());
     let lease = Duration::from_secs(60);
-    assert_eq!(store.claim("o-1", lease).await.unwrap(), Claim::Claimed);
+    assert_eq!(
+        store.claim("o-1", None, lease).await.unwrap(),
+        Claim::Claimed
+    );
     // The handler was cut off: no complete, no release. Another delivery waits for the lease.
-    assert_eq!(store.claim("o-1", lease).await.unwrap(), Claim::InProgress);
+    assert_eq!(
+        store.claim("o-1", None, lease).await.unwrap(),
+        Claim::InProgress
+    );
     clock.advance(61_000);
-    assert_eq!(store.claim("o-1", lease).await.unwrap(), Claim::Claimed);
+    assert_eq!(
+        store.claim("o-1", None, lease).await.unwrap(),
+        Claim::Claimed
+    );
     store
-        .complete("o-1", Duration::from_secs(3600))
+        .complete("o-1", None, Duration::from_secs(3600))
         .await
         .unwrap();
-    assert_eq!(store.claim("o-1", lease).await.unwrap(), Claim::Done);
+    assert_eq!(store.claim("o-1", None, lease).await.unwrap(), Claim::Done);
     store.release("o-1").await.unwrap();
     assert_eq!(
-        store.claim("o-1", lease).await.unwrap(),
+        store.claim("o-1", None, lease).await.unwrap(),
         Claim::Done,
         "a release gives up only a claim, never a done key"
     );
     clock.advance(3_601_000);
     assert_eq!(
-        store.claim("o-1", lease).await.unwrap(),
+        store.claim("o-1", None, lease).await.unwrap(),
         Claim::Claimed,
         "expired, even before TTL deletes it"
     );
@@ -132,14 +141,14 @@ async fn of_concurrent_claims_of_one_key_exactly_one_wins() {
     let store = Arc::new(DynamoDbStore::with_client(client, &table));
     let claims = (0..8).map(|_| {
         let store = store.clone();
-        tokio::spawn(async move { store.claim("o-race", Duration::from_secs(60)).await })
+        tokio::spawn(async move { store.claim("o-race", None, Duration::from_secs(60)).await })
     });
     let mut won = 0;
     for claim in claims {
         match claim.await.unwrap().unwrap() {
             Claim::Claimed => won += 1,
             Claim::InProgress => {}
-            Claim::Done => panic!("nobody completed it"),
+            Claim::Done | Claim::Reused => panic!("nobody completed it, with any payload"),
         }
     }
     assert_eq!(won, 1);
@@ -221,4 +230,37 @@ async fn a_record_costs_two_requests_and_a_duplicate_one() {
     assert_eq!(requests.take(), BTreeMap::from([("PutItem".into(), 10)]));
     assert_eq!(handler.inner().0.load(Ordering::SeqCst), 10);
     assert_eq!(handler.duplicates(), 10);
+}
+
+#[tokio::test]
+async fn a_key_reused_for_another_payload_is_told_apart_from_a_duplicate() {
+    let (client, table) = table("idem-reused").await;
+    let store = DynamoDbStore::with_client(client, &table);
+    let (lease, keep) = (Duration::from_secs(60), Duration::from_secs(3600));
+    let (order, other) = (Some(1), Some(2));
+    assert_eq!(
+        store.claim("o-1", order, lease).await.unwrap(),
+        Claim::Claimed
+    );
+    assert_eq!(
+        store.claim("o-1", other, lease).await.unwrap(),
+        Claim::Reused,
+        "held"
+    );
+    assert_eq!(
+        store.claim("o-1", order, lease).await.unwrap(),
+        Claim::InProgress
+    );
+    store.complete("o-1", order, keep).await.unwrap();
+    assert_eq!(
+        store.claim("o-1", other, lease).await.unwrap(),
+        Claim::Reused,
+        "done"
+    );
+    assert_eq!(store.claim("o-1", order, lease).await.unwrap(), Claim::Done);
+    assert_eq!(
+        store.claim("o-1", None, lease).await.unwrap(),
+        Claim::Done,
+        "a guard that does not check payloads sees a duplicate"
+    );
 }

@@ -3,8 +3,9 @@
 //! that happen to come back to it.
 //!
 //! One item per key: `pk` (the key), `status` (`IN_PROGRESS` or `DONE`), `lease_until` (ms since
-//! the epoch: when a claim that was never completed lapses) and `expires_at` (s since the epoch,
-//! the table's TTL attribute). A claim is one conditional put; DynamoDB deletes expired items
+//! the epoch: when a claim that was never completed lapses), `expires_at` (s since the epoch,
+//! the table's TTL attribute) and, when the guard checks payloads, `payload` (the body's
+//! fingerprint). A claim is one conditional put; DynamoDB deletes expired items
 //! within days, so the condition reads `expires_at` itself and never trusts an expired item.
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use tokio::sync::OnceCell;
 
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::error::PortError;
-use redrive_core::idempotency::{Claim, IdempotencyStore};
+use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
 
 const HELD: &str = "IN_PROGRESS";
 const DONE: &str = "DONE";
@@ -68,7 +69,12 @@ impl DynamoDbStore {
 }
 
 impl IdempotencyStore for DynamoDbStore {
-    async fn claim(&self, key: &str, lease: Duration) -> Result<Claim, PortError> {
+    async fn claim(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        lease: Duration,
+    ) -> Result<Claim, PortError> {
         const OPERATION: &str = "PutItem";
         let now = self.clock.now_ms();
         let claimed = self
@@ -76,6 +82,7 @@ impl IdempotencyStore for DynamoDbStore {
             .await
             .put_item()
             .table_name(&self.table)
+            .set_item(Some(payload_item(payload)))
             .item("pk", AttributeValue::S(key.to_owned()))
             .item("status", AttributeValue::S(HELD.to_owned()))
             .item(
@@ -104,25 +111,26 @@ impl IdempotencyStore for DynamoDbStore {
                 _ => return Err(PortError::new(OPERATION, error_text(&error))),
             },
         };
-        let holder = match refused {
+        match refused {
             aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(
                 failed,
-            ) => failed.item.map(|item| status(&item) == Some(DONE)),
-            _ => None,
-        };
-        match holder {
-            Some(true) => Ok(Claim::Done),
-            Some(false) => Ok(Claim::InProgress),
+            ) if failed.item.is_some() => Ok(holder(failed.item.as_ref(), payload)),
             // Without the old item (an older endpoint), read it.
-            None => self.read(key).await,
+            _ => self.read(key, payload).await,
         }
     }
 
-    async fn complete(&self, key: &str, keep: Duration) -> Result<(), PortError> {
+    async fn complete(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        keep: Duration,
+    ) -> Result<(), PortError> {
         self.client()
             .await
             .put_item()
             .table_name(&self.table)
+            .set_item(Some(payload_item(payload)))
             .item("pk", AttributeValue::S(key.to_owned()))
             .item("status", AttributeValue::S(DONE.to_owned()))
             .item("expires_at", self.expiry(keep))
@@ -161,7 +169,7 @@ impl IdempotencyStore for DynamoDbStore {
 
 impl DynamoDbStore {
     /// The key's state, read consistently after a refused claim.
-    async fn read(&self, key: &str) -> Result<Claim, PortError> {
+    async fn read(&self, key: &str, payload: Option<u64>) -> Result<Claim, PortError> {
         let output = self
             .client()
             .await
@@ -172,11 +180,26 @@ impl DynamoDbStore {
             .send()
             .await
             .map_err(|error| PortError::new("GetItem", error_text(&error)))?;
-        Ok(match output.item.as_ref().and_then(|item| status(item)) {
-            Some(DONE) => Claim::Done,
-            _ => Claim::InProgress,
-        })
+        Ok(holder(output.item.as_ref(), payload))
     }
+}
+
+/// What the item that refused a claim says: reused for another payload, done, or in progress.
+fn holder(item: Option<&HashMap<String, AttributeValue>>, payload: Option<u64>) -> Claim {
+    let stored = item.and_then(|item| item.get("payload")?.as_n().ok()?.parse().ok());
+    match item.and_then(status) {
+        _ if reused(payload, stored) => Claim::Reused,
+        Some(DONE) => Claim::Done,
+        _ => Claim::InProgress,
+    }
+}
+
+/// The `payload` attribute of an item, when the guard checks payloads.
+fn payload_item(payload: Option<u64>) -> HashMap<String, AttributeValue> {
+    payload
+        .map(|fingerprint| ("payload".to_owned(), number(fingerprint)))
+        .into_iter()
+        .collect()
 }
 
 fn status(item: &HashMap<String, AttributeValue>) -> Option<&str> {

@@ -53,6 +53,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     ("REDRIVE_IDEMPOTENCY_LEASE", "15m: how long a claim holds (about the function timeout)"),
     ("REDRIVE_IDEMPOTENCY_TTL", "14d: how long a done key is remembered"),
+    (
+        "REDRIVE_IDEMPOTENCY_PAYLOAD_CHECK",
+        "false: true refuses a key reused with another body (idempotency_key_reused)",
+    ),
     // The DLQ reprocessor (functions/dlq-redrive and the operator CLI): see `ReprocessSettings`.
     (
         "REDRIVE_REPROCESS_SOURCE_URL",
@@ -235,6 +239,8 @@ pub struct IdempotencySettings {
     pub lease: Duration,
     /// How long a done key is remembered: longer than any queue keeps a copy.
     pub keep: Duration,
+    /// Refuse a key that comes back with another body ([`Idempotent::check_payload`]).
+    pub check_payload: bool,
 }
 
 impl IdempotencySettings {
@@ -247,6 +253,7 @@ impl IdempotencySettings {
         let mut idempotent = Idempotent::new(inner, store, self.key.clone());
         idempotent.lease = self.lease;
         idempotent.keep = self.keep;
+        idempotent.check_payload = self.check_payload;
         idempotent
     }
 
@@ -256,6 +263,7 @@ impl IdempotencySettings {
                 "REDRIVE_IDEMPOTENCY_KEY",
                 "REDRIVE_IDEMPOTENCY_LEASE",
                 "REDRIVE_IDEMPOTENCY_TTL",
+                "REDRIVE_IDEMPOTENCY_PAYLOAD_CHECK",
             ] {
                 if let Some(value) = env.get(name) {
                     return Err(ConfigError::new(
@@ -301,11 +309,23 @@ impl IdempotencySettings {
             Duration::from_secs(3600)..=Duration::from_secs(365 * 86400),
             "between 1h and 365d",
         )?;
+        let check_payload = match env.get("REDRIVE_IDEMPOTENCY_PAYLOAD_CHECK").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "REDRIVE_IDEMPOTENCY_PAYLOAD_CHECK",
+                    other,
+                    "true or false",
+                ))
+            }
+        };
         Ok(Some(Self {
             table,
             key,
             lease,
             keep,
+            check_payload,
         }))
     }
 }
@@ -555,6 +575,7 @@ mod tests {
                 key: KeyFrom::BodyField("/orderId".into()),
                 lease: Duration::from_secs(40),
                 keep: Duration::from_secs(14 * 86400),
+                check_payload: false,
             })
         );
         let s = settings(&[("REDRIVE_DEFER_MAX_AGE", "6h")]).unwrap();

@@ -21,22 +21,27 @@ pub enum Claim {
     InProgress,
     /// Already done: the effect happened.
     Done,
+    /// Held or done for another payload: the key was reused (only when both payloads are known).
+    Reused,
 }
 
 /// Where keys are remembered. [`MemoryStore`] lives as long as the Lambda container; a shared store
 /// (DynamoDB with a conditional put on the key, for example) implements this trait to cover
 /// duplicates that reach different containers.
 pub trait IdempotencyStore: Send + Sync {
-    /// Claims `key` for `lease` (after which a crashed holder's claim lapses).
+    /// Claims `key` for `lease` (after which a crashed holder's claim lapses). With `payload` (a
+    /// fingerprint of the message), a key held or done for another payload is [`Claim::Reused`].
     fn claim(
         &self,
         key: &str,
+        payload: Option<u64>,
         lease: Duration,
     ) -> impl Future<Output = Result<Claim, PortError>> + Send;
-    /// Marks `key` done for `keep`.
+    /// Marks `key` done for `keep`, keeping the claim's `payload` fingerprint.
     fn complete(
         &self,
         key: &str,
+        payload: Option<u64>,
         keep: Duration,
     ) -> impl Future<Output = Result<(), PortError>> + Send;
     /// Gives up a claim after a failure, so that a retry may run.
@@ -45,11 +50,21 @@ pub trait IdempotencyStore: Send + Sync {
 
 /// One store shared by several handlers (or simulated containers).
 impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
-    async fn claim(&self, key: &str, lease: Duration) -> Result<Claim, PortError> {
-        (**self).claim(key, lease).await
+    async fn claim(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        lease: Duration,
+    ) -> Result<Claim, PortError> {
+        (**self).claim(key, payload, lease).await
     }
-    async fn complete(&self, key: &str, keep: Duration) -> Result<(), PortError> {
-        (**self).complete(key, keep).await
+    async fn complete(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        keep: Duration,
+    ) -> Result<(), PortError> {
+        (**self).complete(key, payload, keep).await
     }
     async fn release(&self, key: &str) -> Result<(), PortError> {
         (**self).release(key).await
@@ -58,8 +73,13 @@ impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
 
 #[derive(Debug, Clone, Copy)]
 enum Entry {
-    Held { until_ms: u64 },
-    Done { until_ms: u64 },
+    Held { until_ms: u64, payload: Option<u64> },
+    Done { until_ms: u64, payload: Option<u64> },
+}
+
+/// Whether two payload fingerprints, both known, differ.
+pub fn reused(claimed: Option<u64>, stored: Option<u64>) -> bool {
+    matches!((claimed, stored), (Some(a), Some(b)) if a != b)
 }
 
 /// An in-memory store with expiry, bounded in size (the oldest entries go first).
@@ -96,24 +116,37 @@ fn ms(duration: Duration) -> u64 {
 }
 
 impl IdempotencyStore for MemoryStore {
-    async fn claim(&self, key: &str, lease: Duration) -> Result<Claim, PortError> {
+    async fn claim(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        lease: Duration,
+    ) -> Result<Claim, PortError> {
         let now = self.clock.now_ms();
         let mut entries = self.entries();
         match entries.get(key) {
-            Some(Entry::Done { until_ms }) if *until_ms > now => return Ok(Claim::Done),
-            Some(Entry::Held { until_ms }) if *until_ms > now => return Ok(Claim::InProgress),
+            Some(Entry::Done {
+                until_ms,
+                payload: stored,
+            })
+            | Some(Entry::Held {
+                until_ms,
+                payload: stored,
+            }) if *until_ms > now && reused(payload, *stored) => return Ok(Claim::Reused),
+            Some(Entry::Done { until_ms, .. }) if *until_ms > now => return Ok(Claim::Done),
+            Some(Entry::Held { until_ms, .. }) if *until_ms > now => return Ok(Claim::InProgress),
             _ => {}
         }
         if entries.len() >= self.capacity {
             entries.retain(|_, entry| match entry {
-                Entry::Held { until_ms } | Entry::Done { until_ms } => *until_ms > now,
+                Entry::Held { until_ms, .. } | Entry::Done { until_ms, .. } => *until_ms > now,
             });
             if entries.len() >= self.capacity {
                 // Still full of live entries: forget the one that expires first.
                 let oldest = entries
                     .iter()
                     .min_by_key(|(_, entry)| match entry {
-                        Entry::Held { until_ms } | Entry::Done { until_ms } => *until_ms,
+                        Entry::Held { until_ms, .. } | Entry::Done { until_ms, .. } => *until_ms,
                     })
                     .map(|(key, _)| key.clone());
                 oldest.map(|key| entries.remove(&key));
@@ -123,15 +156,21 @@ impl IdempotencyStore for MemoryStore {
             key.to_owned(),
             Entry::Held {
                 until_ms: now.saturating_add(ms(lease)),
+                payload,
             },
         );
         Ok(Claim::Claimed)
     }
 
-    async fn complete(&self, key: &str, keep: Duration) -> Result<(), PortError> {
+    async fn complete(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        keep: Duration,
+    ) -> Result<(), PortError> {
         let until_ms = self.clock.now_ms().saturating_add(ms(keep));
         self.entries()
-            .insert(key.to_owned(), Entry::Done { until_ms });
+            .insert(key.to_owned(), Entry::Done { until_ms, payload });
         Ok(())
     }
 
@@ -159,6 +198,11 @@ pub struct Idempotent<H, S> {
     pub lease: Duration,
     /// How long a done key is remembered (longer than the retention of every queue it comes through).
     pub keep: Duration,
+    /// Remember a fingerprint of each message's body with its key: a later message with the same
+    /// key and another body fails as a permanent `idempotency_key_reused` instead of being taken
+    /// for a duplicate. Off by default: a producer that retries with a fresh timestamp in the body
+    /// would trip it.
+    pub check_payload: bool,
     duplicates: AtomicU64,
 }
 
@@ -171,6 +215,7 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
             key,
             lease: Duration::from_secs(15 * 60),
             keep: Duration::from_secs(14 * 24 * 3600),
+            check_payload: false,
             duplicates: AtomicU64::new(0),
         }
     }
@@ -214,13 +259,20 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
 impl<H: RecordHandler, S: IdempotencyStore> RecordHandler for Idempotent<H, S> {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
         let key = self.key_of(message)?;
+        let payload = self.check_payload.then(|| fingerprint(message.body()));
         let store_error = |error: PortError| RecordError::transient("idempotency_store", error);
         match self
             .store
-            .claim(&key, self.lease)
+            .claim(&key, payload, self.lease)
             .await
             .map_err(store_error)?
         {
+            Claim::Reused => {
+                return Err(RecordError::permanent(
+                    "idempotency_key_reused",
+                    format!("{key} was taken by a message with another body"),
+                ));
+            }
             Claim::Done => {
                 self.duplicates.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(message_id = message.id(), key, "duplicate absorbed");
@@ -240,7 +292,7 @@ impl<H: RecordHandler, S: IdempotencyStore> RecordHandler for Idempotent<H, S> {
         match crate::processor::caught(self.inner.handle(message)).await {
             Ok(()) => self
                 .store
-                .complete(&key, self.keep)
+                .complete(&key, payload, self.keep)
                 .await
                 .map_err(store_error),
             Err(error) => {
@@ -257,6 +309,14 @@ impl<H: RecordHandler, S: IdempotencyStore> RecordHandler for Idempotent<H, S> {
     }
 }
 
+/// A fingerprint of a message body that every container computes alike (FNV-1a, 64 bits): it
+/// tells payloads apart, it is not a digest against tampering.
+pub fn fingerprint(body: &str) -> u64 {
+    body.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,31 +327,43 @@ mod tests {
         let clock = Arc::new(ManualClock::at(1_000));
         let store = MemoryStore::new(10).with_clock(clock.clone());
         let minute = Duration::from_secs(60);
-        assert_eq!(store.claim("a", minute).await.unwrap(), Claim::Claimed);
-        assert_eq!(store.claim("a", minute).await.unwrap(), Claim::InProgress);
+        assert_eq!(
+            store.claim("a", None, minute).await.unwrap(),
+            Claim::Claimed
+        );
+        assert_eq!(
+            store.claim("a", None, minute).await.unwrap(),
+            Claim::InProgress
+        );
         clock.advance(61_000);
         assert_eq!(
-            store.claim("a", minute).await.unwrap(),
+            store.claim("a", None, minute).await.unwrap(),
             Claim::Claimed,
             "lease lapsed"
         );
-        store.complete("a", minute).await.unwrap();
-        assert_eq!(store.claim("a", minute).await.unwrap(), Claim::Done);
+        store.complete("a", None, minute).await.unwrap();
+        assert_eq!(store.claim("a", None, minute).await.unwrap(), Claim::Done);
         clock.advance(61_000);
         assert_eq!(
-            store.claim("a", minute).await.unwrap(),
+            store.claim("a", None, minute).await.unwrap(),
             Claim::Claimed,
             "forgotten"
         );
         store.release("a").await.unwrap();
-        assert_eq!(store.claim("a", minute).await.unwrap(), Claim::Claimed);
+        assert_eq!(
+            store.claim("a", None, minute).await.unwrap(),
+            Claim::Claimed
+        );
     }
 
     #[tokio::test]
     async fn the_store_stays_within_its_capacity() {
         let store = MemoryStore::new(3);
         for key in ["a", "b", "c", "d", "e"] {
-            store.claim(key, Duration::from_secs(60)).await.unwrap();
+            store
+                .claim(key, None, Duration::from_secs(60))
+                .await
+                .unwrap();
         }
         assert_eq!(store.entries().len(), 3);
     }
@@ -432,9 +504,71 @@ mod tests {
             .unwrap_err();
         assert_eq!(error.class(), crate::ErrorClass::Panic);
         assert_eq!(
-            store.claim("m-1", Duration::from_secs(60)).await.unwrap(),
+            store
+                .claim("m-1", None, Duration::from_secs(60))
+                .await
+                .unwrap(),
             Claim::Claimed,
             "released, not held for a lease"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_key_reused_with_another_body_is_refused_when_payloads_are_checked() {
+        use crate::processor::{Processor, ProcessorConfig};
+        let config = ProcessorConfig {
+            dlq_url: Some("https://sqs.local/123456789012/dlq".into()),
+            source_queue_url: Some("https://sqs.local/123456789012/q".into()),
+            ..ProcessorConfig::default()
+        };
+        let processor = Processor::new(crate::port::RecordingQueue::default(), config);
+        let guard = |check_payload: bool| {
+            let mut guard = Idempotent::new(
+                Counting {
+                    effects: Mutex::default(),
+                    fail_first: Mutex::new(false),
+                },
+                MemoryStore::new(100),
+                KeyFrom::BodyField("/orderId".into()),
+            );
+            guard.check_payload = check_payload;
+            guard
+        };
+        let deliveries = [
+            record("a", r#"{"orderId":"o-1","amount":5}"#, None),
+            record("b", r#"{"orderId":"o-1","amount":7}"#, None), // the key, another order
+            record("c", r#"{"orderId":"o-1","amount":5}"#, None), // a true duplicate
+        ];
+        let checked = guard(true);
+        let processed = processor
+            .process(&checked, &deliveries, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert_eq!(processed.report.dead_lettered, 1, "b: permanent");
+        let sent = processor.queue().calls();
+        assert!(
+            format!("{sent:?}").contains("idempotency_key_reused"),
+            "the dead letter names the kind: {sent:?}"
+        );
+        assert_eq!(checked.duplicates(), 1, "c is absorbed");
+        assert_eq!(checked.inner().effects.lock().unwrap().len(), 1);
+
+        let unchecked = guard(false);
+        let processed = processor
+            .process(&unchecked, &deliveries, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert_eq!(processed.report.dead_lettered, 0);
+        assert_eq!(unchecked.duplicates(), 2, "b is taken for a duplicate");
+    }
+
+    #[test]
+    fn the_fingerprint_is_fnv_1a() {
+        assert_eq!(fingerprint(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fingerprint("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(
+            fingerprint(r#"{"amount":5}"#),
+            fingerprint(r#"{"amount":7}"#)
         );
     }
 }

@@ -115,16 +115,26 @@ enum SharedStore {
 }
 
 impl IdempotencyStore for SharedStore {
-    async fn claim(&self, key: &str, lease: Duration) -> Result<Claim, PortError> {
+    async fn claim(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        lease: Duration,
+    ) -> Result<Claim, PortError> {
         match self {
-            Self::Memory(store) => store.claim(key, lease).await,
-            Self::DynamoDb(store) => store.claim(key, lease).await,
+            Self::Memory(store) => store.claim(key, payload, lease).await,
+            Self::DynamoDb(store) => store.claim(key, payload, lease).await,
         }
     }
-    async fn complete(&self, key: &str, keep: Duration) -> Result<(), PortError> {
+    async fn complete(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        keep: Duration,
+    ) -> Result<(), PortError> {
         match self {
-            Self::Memory(store) => store.complete(key, keep).await,
-            Self::DynamoDb(store) => store.complete(key, keep).await,
+            Self::Memory(store) => store.complete(key, payload, keep).await,
+            Self::DynamoDb(store) => store.complete(key, payload, keep).await,
         }
     }
     async fn release(&self, key: &str) -> Result<(), PortError> {
