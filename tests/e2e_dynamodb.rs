@@ -6,9 +6,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-};
 use redrive::clock::ManualClock;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom};
@@ -22,25 +19,7 @@ async fn table(name: &str) -> (aws_sdk_dynamodb::Client, String) {
     support::require_emulator();
     let client = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
     let table = format!("{name}-{}", std::process::id());
-    client
-        .create_table()
-        .table_name(&table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
+    redrive_local::provision::idempotency_table(&client, &table)
         .await
         .unwrap();
     (client, table)
