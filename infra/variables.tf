@@ -37,6 +37,11 @@ variable "consumers" {
     condition     = alltrue([for k, c in var.consumers : c.idempotency_key == null || c.idempotency_key == "messageId" || startswith(coalesce(c.idempotency_key, "-"), "/")])
     error_message = "A consumer's idempotency_key is messageId or a JSON pointer into the body (/orderId); its function must be built with redrive's dynamodb feature."
   }
+  # On FIFO the attempt count is SQS's receive count: see modules/sqs-consumer's max_receive_count.
+  validation {
+    condition     = alltrue([for k, c in var.consumers : !c.fifo || c.batch_size == 1 || c.max_receive_count >= var.retry.max_attempts * c.batch_size])
+    error_message = "A FIFO consumer takes batch_size 1 (its receive count is then each record's own attempts), or a max_receive_count of at least retry.max_attempts x batch_size."
+  }
   # With name_prefix at most 26, <name_prefix>-<key> (the consumer's function) stays within the
   # function module's 55, and <name_prefix>-<key>-dlq.fifo within SQS's 80.
   # Keys that would name the same queue or function as the stack's own parts.

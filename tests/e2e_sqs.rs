@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use redrive::ErrorClass;
+use redrive::{ErrorClass, Message, RecordError, RecordHandler};
 use support::{meta, order, order_id, InFlight, Options, Stack};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -393,4 +393,64 @@ async fn a_whole_batch_error_deletes_nothing() {
         "redelivered after the visibility timeout and processed"
     );
     stack.assert_accounted(2, &[]).await;
+}
+
+/// Records, per order, the attempt each delivery handed to the handler.
+struct Attempts<'a> {
+    consumer: &'a orders::OrdersHandler<orders::payments::SimulatedPayments>,
+    seen: std::sync::Mutex<Vec<(String, u32)>>,
+}
+
+impl RecordHandler for Attempts<'_> {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        let order: serde_json::Value = message.json()?;
+        let id = order["orderId"].as_str().unwrap_or_default().to_owned();
+        self.seen.lock().unwrap().push((id, message.attempt()));
+        self.consumer.handle(message).await
+    }
+}
+
+/// On FIFO the attempt is SQS's receive count. With a batch of one record a record is never
+/// delivered without being tried, so its count is its own failures; in a batch of ten, a record
+/// held back behind a failing one of its group is delivered (and counted) each time it is.
+#[tokio::test]
+async fn fifo_attempts_count_only_own_failures_with_a_batch_of_one() {
+    let knobs = [("PAYMENTS_FLAKY_ORDERS", "a-1:2")];
+    for (batch_size, first_try_of_a2) in [(1, 1), (10, 3)] {
+        let stack = Stack::new(
+            &format!("fifo-attempts-{batch_size}"),
+            Options {
+                fifo: true,
+                knobs: &knobs,
+                batch_size,
+                ..Options::default()
+            },
+        )
+        .await;
+        stack.send(&["a-1", "a-2"].map(order), Some("A")).await;
+        let attempts = Attempts {
+            consumer: &stack.consumer,
+            seen: Default::default(),
+        };
+        stack.drain_with(&attempts, LIMIT).await;
+        let seen = attempts.seen.into_inner().unwrap();
+        let of = |id: &str| -> Vec<u32> {
+            seen.iter()
+                .filter(|(o, _)| o == id)
+                .map(|(_, a)| *a)
+                .collect()
+        };
+        assert_eq!(
+            of("a-1"),
+            [1, 2, 3],
+            "batch {batch_size}: two timeouts, then done"
+        );
+        assert_eq!(
+            of("a-2"),
+            [first_try_of_a2],
+            "batch {batch_size}: a-2 is tried once, after a-1: {seen:?}"
+        );
+        assert_eq!(stack.charged(), ["a-1", "a-2"]);
+        stack.assert_accounted(2, &stack.dlq_messages().await).await;
+    }
 }

@@ -284,6 +284,7 @@ fn variable_rules(modules: &[Module]) -> Vec<String> {
         ("modules/sqs-consumer", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
         ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count >= 5"),
         ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count > var.max_attempts"),
+        ("modules/sqs-consumer", "max_receive_count", "!var.fifo || var.batch_size == 1 || var.max_receive_count >= var.max_attempts * var.batch_size"),
         ("modules/eventbridge-route", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
         ("modules/stream-consumer", "maximum_record_age_seconds", "var.maximum_record_age_seconds < var.retention_hours * 3600"),
         ("modules/stream-consumer", "maximum_retry_attempts", "var.maximum_retry_attempts >= 0"),
@@ -889,6 +890,12 @@ fn weakened_variable_rules_are_caught() {
         "",
     );
     assert_eq!(variable_rules(&receives), ["modules/sqs-consumer: variable max_receive_count: no validation `var.max_receive_count > var.max_attempts`"]);
+    let fifo = broken(
+        CONSUMER_VARIABLES,
+        "var.batch_size == 1 || var.max_receive_count >= var.max_attempts * var.batch_size",
+        "true",
+    );
+    assert_eq!(variable_rules(&fifo), ["modules/sqs-consumer: variable max_receive_count: no validation `!var.fifo || var.batch_size == 1 || var.max_receive_count >= var.max_attempts * var.batch_size`"]);
     let age = broken(
         "modules/stream-consumer/variables.tf",
         " && var.maximum_record_age_seconds < var.retention_hours * 3600",

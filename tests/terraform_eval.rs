@@ -115,7 +115,7 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
     }
     assert_eq!(evaluate(&tfvars(), "as-is"), None);
 
-    let broken: [(&str, Breaking, &str); 5] = [
+    let broken: [(&str, Breaking, &str); 6] = [
         (
             "reserved-key",
             |v| v["consumers"]["archive"] = v["consumers"]["orders"].clone(),
@@ -135,6 +135,11 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
             "short-period",
             |v| v["alarms"]["period_seconds"] = 30.into(),
             "alarms.period_seconds must be a multiple of 60",
+        ),
+        (
+            "fifo-batch",
+            |v| v["consumers"]["payments"]["batch_size"] = 10.into(),
+            "A FIFO consumer takes batch_size 1",
         ),
         (
             "instant-deferral-limit",

@@ -36,6 +36,7 @@ pub struct Stack {
     pub consumer: OrdersHandler<SimulatedPayments>,
     pub processor: Processor<SqsQueue>,
     pub timeout: Duration,
+    pub batch_size: u32,
 }
 
 pub struct Options<'a> {
@@ -46,6 +47,8 @@ pub struct Options<'a> {
     pub settings: &'a [(&'a str, &'a str)],
     /// `PAYMENTS_*` fault knobs.
     pub knobs: &'a [(&'a str, &'a str)],
+    /// Records per batch the poller hands over, as the mapping's `batch_size`.
+    pub batch_size: u32,
 }
 
 impl Default for Options<'_> {
@@ -56,6 +59,7 @@ impl Default for Options<'_> {
             visibility_timeout_seconds: 2,
             settings: &[("REDRIVE_RETRY_SEQUENCE", "1s")],
             knobs: &[],
+            batch_size: 10,
         }
     }
 }
@@ -114,6 +118,7 @@ impl Stack {
             consumer,
             processor,
             timeout,
+            batch_size: options.batch_size,
         }
     }
 
@@ -166,7 +171,12 @@ impl Stack {
     }
 
     pub fn poller(&self) -> Poller {
-        Poller::new(self.client.clone(), &self.queue, 10, Duration::ZERO)
+        Poller::new(
+            self.client.clone(),
+            &self.queue,
+            self.batch_size,
+            Duration::ZERO,
+        )
     }
 
     /// Invokes the consumer in process, as Lambda would, with the function timeout as deadline.

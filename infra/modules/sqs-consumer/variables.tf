@@ -110,6 +110,12 @@ variable "max_receive_count" {
     condition     = var.max_receive_count >= 5 && var.max_receive_count <= 1000 && var.max_receive_count > var.max_attempts
     error_message = "max_receive_count must be 5 to 1000 and above max_attempts."
   }
+  # On FIFO the attempt count is SQS's receive count, which also counts a record held back behind
+  # a failing one of its group in the same batch; with batch_size 1 no record is ever held back.
+  validation {
+    condition     = !var.fifo || var.batch_size == 1 || var.max_receive_count >= var.max_attempts * var.batch_size
+    error_message = "On FIFO, use batch_size 1 (the receive count is then each record's own attempts), or a max_receive_count of at least max_attempts x batch_size: a record held back behind a failing one of its group is counted too."
+  }
 }
 
 variable "batch_size" {
