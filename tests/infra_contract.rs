@@ -1134,17 +1134,10 @@ mod calls_against_roles {
     ) -> Result<(), String> {
         let prefix = format!("{module} module {call} statement");
         // A statement's actions may be a local (`local.queue_access`): read it where it is set.
-        let local = |reference: &str| -> Option<String> {
-            let name = reference.strip_prefix("local.")?;
-            let module = modules.iter().find(|m| m.dir == module)?;
-            module
-                .bodies
-                .iter()
-                .flat_map(|body| body.blocks())
-                .filter(|block| block.identifier() == "locals")
-                .flat_map(|block| block.body().attributes())
-                .find(|attribute| attribute.key() == name)
-                .map(|attribute| super::text(attribute.expr()))
+        let local = |reference: &str| {
+            let text = (modules.iter().find(|m| m.dir == module))
+                .map_or_else(String::new, |m| m.local_of(reference));
+            (!text.is_empty()).then_some(text)
         };
         statements(modules)
             .into_iter()
