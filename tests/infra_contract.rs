@@ -635,12 +635,20 @@ fn normalize(path: &Path) -> PathBuf {
 /// The IAM actions of each service whose Rust SDK is in the workspace's lock file: the SDK's
 /// operations (`src/operation/<snake_case>.rs`), which are the service's API actions, plus the
 /// IAM names that differ from an operation's (Lambda's `Invoke` is `lambda:InvokeFunction`).
+/// Only the host's packages are asked for: the build fetched those, while the lock file's other
+/// platforms' crates are not in a new machine's cargo home and `--offline` cannot fetch them.
 fn sdk_actions() -> BTreeMap<String, BTreeSet<String>> {
     let output = std::process::Command::new(env!("CARGO"))
         .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .args(["--filter-platform", "host-tuple"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let mut services: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for package in metadata["packages"].as_array().unwrap() {

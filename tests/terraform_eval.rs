@@ -98,8 +98,14 @@ fn evaluate_example(name: &str, main_tf: &str) -> Result<(), String> {
 /// Makes a copy of the tfvars break one rule.
 type Breaking = fn(&mut serde_json::Value);
 
+/// Whether `terraform` is on PATH. CI's machine image has it, so there a missing CLI fails the run
+/// instead of skipping the evaluation.
 fn terraform_installed() -> bool {
     let found = Command::new("terraform").arg("version").output().is_ok();
+    assert!(
+        found || std::env::var_os("CI").is_none(),
+        "terraform is not on PATH, and CI must evaluate the tfvars (README: prerequisites)"
+    );
     if !found {
         eprintln!(
             "terraform is not installed: the tfvars are not evaluated (README: prerequisites)"
