@@ -11,6 +11,7 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod carry;
 pub mod clock;
 pub mod config;
 pub mod envelope;

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::envelope::{OutgoingMessage, MAX_MESSAGE_BYTES};
+use crate::envelope::OutgoingMessage;
 use crate::error::PortError;
 use crate::event::SqsRecord;
 
@@ -65,66 +65,6 @@ pub trait QueuePort: Send + Sync {
         queue_url: &str,
         receipt_handles: &[&str],
     ) -> impl Future<Output = Result<Vec<EntryFailure>, PortError>> + Send;
-}
-
-/// Messages bound for one queue, each with the index of the record it belongs to, sent in as few
-/// SendMessageBatch calls as SQS's limits allow.
-#[derive(Default)]
-pub struct Outbox<'r> {
-    /// The index of each message's record, in the order the messages were pushed.
-    pub indexes: Vec<usize>,
-    messages: Vec<OutgoingMessage<'r>>,
-}
-
-impl<'r> Outbox<'r> {
-    /// Adds `message`, which belongs to record `index`.
-    pub fn push(&mut self, index: usize, message: OutgoingMessage<'r>) {
-        self.indexes.push(index);
-        self.messages.push(message);
-    }
-
-    /// Whether nothing was pushed.
-    pub fn is_empty(&self) -> bool {
-        self.messages.is_empty()
-    }
-
-    /// Sends in SendMessageBatch calls of at most 10 entries and 1 MiB; records every entry that
-    /// was not confirmed. Returns the number of calls made.
-    pub async fn flush<Q: QueuePort>(
-        &self,
-        queue: &Q,
-        url: &str,
-        failed: &mut Vec<(usize, String)>,
-    ) -> u32 {
-        let mut calls = 0;
-        let mut start = 0;
-        while start < self.messages.len() {
-            let mut end = start;
-            let mut bytes = 0;
-            while end < self.messages.len()
-                && end - start < 10
-                && (end == start || bytes + self.messages[end].size() <= MAX_MESSAGE_BYTES)
-            {
-                bytes += self.messages[end].size();
-                end += 1;
-            }
-            calls += 1;
-            match queue.send_batch(url, &self.messages[start..end]).await {
-                Ok(failures) => {
-                    for failure in failures {
-                        if let Some(&index) = self.indexes[start..end].get(failure.index) {
-                            failed.push((index, format!("{}: {}", failure.code, failure.message)));
-                        }
-                    }
-                }
-                Err(error) => self.indexes[start..end]
-                    .iter()
-                    .for_each(|&index| failed.push((index, error.to_string()))),
-            }
-            start = end;
-        }
-        calls
-    }
 }
 
 /// A borrowed port is a port (one client shared by a processor and a handler, or a decorator).

@@ -3,7 +3,10 @@
 //! permanent failure is dead-lettered (with its data and the redrive metadata) and the batch goes
 //! on; any other failure, or the deadline, ends the batch at that record, whose sequence number is
 //! the streams partial batch response. The event source mapping's retries, bisection, maximum
-//! record age and on-failure destination take over from there.
+//! record age and on-failure destination take over from there. [`Processor::process_stream`]
+//! runs a batch.
+//!
+//! [`Processor::process_stream`]: crate::Processor::process_stream
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -11,17 +14,9 @@ use serde::Deserialize;
 
 pub use aws_lambda_events::streams::KinesisEventResponse;
 
-use crate::clock::Cutoff;
-use crate::envelope::FailedIn;
-use crate::error::{BatchError, RecordError};
+use crate::error::RecordError;
 use crate::event::{Body, MessageAttribute, SqsRecord, Text};
-use crate::fate::{Outcome, StreamFate};
-use crate::metrics::BatchReport;
-use crate::port::QueuePort;
-use crate::processor::{
-    caught, deadline_error, Invocation, Item, Processed, Processor, RecordHandler,
-    DATA_ENCODING_ATTRIBUTE,
-};
+use crate::processor::DATA_ENCODING_ATTRIBUTE;
 
 /// A Kinesis event as Lambda delivers it.
 #[derive(Debug, Default, Deserialize)]
@@ -75,7 +70,7 @@ impl KinesisRecord<'_> {
     /// as the id, the partition key as an attribute. Data that is not UTF-8 keeps its base64 text
     /// as the body, marked by [`DATA_ENCODING_ATTRIBUTE`] (handlers read it with
     /// [`crate::Message::data`]); data that is not base64 fails with a permanent `malformed_data`.
-    fn as_message(&self) -> (SqsRecord<'static>, Option<RecordError>) {
+    pub(crate) fn as_message(&self) -> (SqsRecord<'static>, Option<RecordError>) {
         let data = self.kinesis.data.as_deref().unwrap_or_default();
         let (body, binary, error) = match BASE64.decode(data) {
             Ok(bytes) => match String::from_utf8(bytes) {
@@ -125,129 +120,12 @@ impl KinesisRecord<'_> {
     }
 }
 
-impl<Q: QueuePort> Processor<Q> {
-    /// Handles a Kinesis batch in order (see the module docs for the fates).
-    pub async fn process_stream<'i, H: RecordHandler>(
-        &self,
-        handler: &H,
-        records: &[KinesisRecord<'_>],
-        invocation: impl Into<Invocation<'i>>,
-    ) -> Result<Processed<KinesisEventResponse>, BatchError> {
-        let invocation = invocation.into();
-        let failed_in = invocation.failed_in();
-        let judge = self.judge(false);
-        let cutoff = Cutoff::after(self.budget(invocation.deadline_ms));
-        let mut report = BatchReport {
-            records: u32::try_from(records.len()).unwrap_or(u32::MAX),
-            ..BatchReport::default()
-        };
-        let mut checkpoint = None;
-        for (index, kinesis) in records.iter().enumerate() {
-            let Some(sequence) = kinesis.kinesis.sequence_number.as_deref() else {
-                return Err(BatchError::MissingMessageId { index });
-            };
-            let (record, malformed) = kinesis.as_message();
-            let item = Item {
-                record: &record,
-                id: sequence,
-                meta: None,
-                attempts_before: 0,
-            };
-            let left = cutoff.left();
-            let result = match (malformed, left.is_zero()) {
-                (Some(error), _) => Err(error),
-                (None, true) => {
-                    checkpoint = Some(sequence);
-                    break;
-                }
-                (None, false) => {
-                    tokio::time::timeout(left, caught(handler.handle(&item.message(&invocation))))
-                        .await
-                        .unwrap_or_else(|_| Err(deadline_error()))
-                }
-            };
-            let outcome = Outcome::from(result);
-            let fate = judge.decide_stream(&outcome);
-            if let Some(error) = outcome.error() {
-                report.count_error(error.class());
-            }
-            match fate {
-                StreamFate::Done => report.done += 1,
-                StreamFate::DeadLetter => match self
-                    .dead_letter_now(&item, outcome.error(), &failed_in, &mut report)
-                    .await
-                {
-                    Ok(()) => report.dead_lettered += 1,
-                    Err(reason) => {
-                        tracing::error!(
-                            sequence_number = sequence,
-                            error = %reason,
-                            "dead letter not confirmed: the batch stops here",
-                        );
-                        report.send_failures += 1;
-                        checkpoint = Some(sequence);
-                        break;
-                    }
-                },
-                StreamFate::Checkpoint => {
-                    let error = outcome.error();
-                    tracing::warn!(
-                        sequence_number = sequence,
-                        error_class = error.map(|e| e.class().as_str()),
-                        error_kind = error.map(RecordError::kind),
-                        error = error.map(RecordError::message),
-                        "record failed: the batch stops here and Lambda retries from it"
-                    );
-                    checkpoint = Some(sequence);
-                    break;
-                }
-            }
-        }
-        let mut response = KinesisEventResponse::default();
-        if let Some(sequence) = checkpoint {
-            report.given_back = report.records - report.done - report.dead_lettered;
-            response.add_failure(sequence);
-        }
-        Ok(Processed { response, report })
-    }
-
-    async fn dead_letter_now(
-        &self,
-        item: &Item<'_>,
-        error: Option<&RecordError>,
-        failed_in: &Option<FailedIn>,
-        report: &mut BatchReport,
-    ) -> Result<(), String> {
-        let url = self.dlq_url().ok_or("no DLQ is configured")?;
-        let message = self
-            .dead_letter(item, (self.now_ms(), failed_in), error, 1)
-            .map_err(|too_large| too_large.to_string())?;
-        report.sqs_requests += 1;
-        match self.queue().send_batch(url, &[message]).await {
-            Ok(refused) if refused.is_empty() => {
-                let error = error.expect("a dead letter has an error");
-                tracing::error!(
-                    sequence_number = item.id,
-                    error_class = error.class().as_str(),
-                    error_kind = error.kind(),
-                    error = error.message(),
-                    fate = "dead_letter",
-                    "record dead-lettered"
-                );
-                Ok(())
-            }
-            Ok(refused) => Err(format!("{}: {}", refused[0].code, refused[0].message)),
-            Err(error) => Err(error.to_string()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backoff::RetryPolicy;
     use crate::port::RecordingQueue;
-    use crate::processor::{Message, ProcessorConfig};
+    use crate::processor::{Message, Processed, Processor, ProcessorConfig, RecordHandler};
     use crate::Meta;
 
     const DLQ: &str = "https://sqs.local/123456789012/stream-dlq";

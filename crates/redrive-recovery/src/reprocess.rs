@@ -2,19 +2,20 @@
 //! re-sent to its origin (reprocess), archived and deleted (discard), or left where it is (manual
 //! review, alert, not yet, filtered out). A message is deleted from the DLQ only after SQS has
 //! confirmed the copy; whatever is left is made visible again when the run ends.
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use redrive_core::backoff::parse_duration;
+use redrive_core::carry::{CarryOut, Destination, Outbox};
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::config::ReprocessSettings;
 use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
 use redrive_core::error::{ConfigError, ErrorClass, PortError};
 use redrive_core::event::{SqsRecord, Text};
-use redrive_core::port::{Outbox, QueuePort, VisibilityChange};
+use redrive_core::port::{QueuePort, VisibilityChange};
 use redrive_core::redrive::{Decision, RedrivePolicy};
 
 /// What to redrive, as a Lambda invocation payload or from the operator CLI. Every field is
@@ -236,7 +237,7 @@ const HOLD: Duration = Duration::from_secs(120);
 
 /// Drains a DLQ under a [`RedrivePolicy`].
 pub struct Reprocessor<Q> {
-    queue: Q,
+    carry: CarryOut<Q>,
     policy: RedrivePolicy,
     archive_url: Option<String>,
     clock: Arc<dyn Clock>,
@@ -255,7 +256,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
     /// A reprocessor that makes its SQS calls through `queue`.
     pub fn new(queue: Q, settings: &ReprocessSettings) -> Self {
         Self {
-            queue,
+            carry: CarryOut::new(queue, None),
             policy: settings.policy.clone(),
             archive_url: settings.archive_url.clone(),
             clock: Arc::new(SystemClock),
@@ -270,7 +271,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
 
     /// The port (tests read what it was asked).
     pub fn queue(&self) -> &Q {
-        &self.queue
+        self.carry.queue()
     }
 
     /// Drains `plan.source_url` until it is empty, `plan.max_messages` were examined or
@@ -290,7 +291,6 @@ impl<Q: QueuePort> Reprocessor<Q> {
         let started = tokio::time::Instant::now();
         let mut seen = HashSet::new();
         let mut left: Vec<String> = Vec::new();
-        let mut urls: HashMap<String, String> = HashMap::new();
         let outcome = loop {
             if summary.examined >= plan.max_messages
                 || stop_at.is_some_and(|at| Instant::now() >= at)
@@ -300,7 +300,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
             }
             let want = (plan.max_messages - summary.examined).min(10);
             let records = match self
-                .queue
+                .queue()
                 .receive(&plan.source_url, want, HOLD, Duration::from_secs(1))
                 .await
             {
@@ -318,8 +318,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 }
                 batch.push(self.examine(record, plan, &mut summary));
             }
-            self.carry_out(&batch, plan, &mut urls, &mut summary, &mut left)
-                .await;
+            self.carry_out(&batch, plan, &mut summary, &mut left).await;
             progress(&summary);
             let sent = summary.reprocessed + summary.discarded;
             let due = Duration::from_secs_f64(f64::from(sent) / plan.rate_per_second);
@@ -327,7 +326,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 tokio::time::sleep(due - started.elapsed()).await;
             }
         };
-        make_visible(&self.queue, &plan.source_url, &left).await;
+        make_visible(self.queue(), &plan.source_url, &left).await;
         outcome.map(|()| summary)
     }
 
@@ -399,7 +398,6 @@ impl<Q: QueuePort> Reprocessor<Q> {
         &self,
         batch: &[Examined],
         plan: &Plan,
-        urls: &mut HashMap<String, String>,
         summary: &mut RedriveSummary,
         left: &mut Vec<String>,
     ) {
@@ -462,35 +460,24 @@ impl<Q: QueuePort> Reprocessor<Q> {
             }
         }
 
-        let mut failed: Vec<(usize, String)> = Vec::new();
-        for (arn, outbox) in &outboxes {
-            let url = match urls.get(*arn) {
-                Some(url) => url.clone(),
-                None => match self.queue.queue_url(arn).await {
-                    Ok(url) => urls.entry(arn.to_string()).or_insert(url).clone(),
-                    Err(error) => {
-                        let reason = error.to_string();
-                        failed.extend(outbox.indexes.iter().map(|&i| (i, reason.clone())));
-                        continue;
-                    }
-                },
-            };
-            let before = failed.len();
-            outbox.flush(&self.queue, &url, &mut failed).await;
-            let refused: HashSet<usize> = failed[before..].iter().map(|(i, _)| *i).collect();
+        let mut sends: Vec<(Destination<'_>, &Outbox<'_>)> = outboxes
+            .iter()
+            .map(|(arn, outbox)| (Destination::Arn(arn), outbox))
+            .collect();
+        if let Some(url) = &self.archive_url {
+            sends.push((Destination::Url(url), &archive));
+        }
+        let failed = self.carry.send(&sends).await.records;
+        let refused: HashSet<usize> = failed.iter().map(|(index, _)| *index).collect();
+        for outbox in outboxes.values() {
             for &index in outbox.indexes.iter().filter(|i| !refused.contains(i)) {
                 summary.reprocessed += 1;
                 delete[index] = true;
             }
         }
-        if let Some(url) = &self.archive_url {
-            let before = failed.len();
-            archive.flush(&self.queue, url, &mut failed).await;
-            let refused: HashSet<usize> = failed[before..].iter().map(|(i, _)| *i).collect();
-            for &index in archive.indexes.iter().filter(|i| !refused.contains(i)) {
-                summary.discarded += 1;
-                delete[index] = true;
-            }
+        for &index in archive.indexes.iter().filter(|i| !refused.contains(i)) {
+            summary.discarded += 1;
+            delete[index] = true;
         }
         for (index, reason) in &failed {
             let id = batch[*index]
@@ -519,7 +506,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
         }
         left.extend(stay);
         for handles in done.chunks(10) {
-            let refused = match self.queue.delete_batch(&plan.source_url, handles).await {
+            let refused = match self.queue().delete_batch(&plan.source_url, handles).await {
                 Ok(failures) => failures.len(),
                 Err(error) => {
                     tracing::error!(

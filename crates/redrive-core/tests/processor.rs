@@ -4,10 +4,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redrive::clock::{Clock, ManualClock};
-use redrive::envelope::OutgoingMessage;
-use redrive::port::{Call, RecordingQueue};
-use redrive::{
+use redrive_core::clock::{Clock, ManualClock};
+use redrive_core::envelope::OutgoingMessage;
+use redrive_core::port::{Call, RecordingQueue};
+use redrive_core::{
     BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig,
     RecordError, RecordHandler, RetryPolicy, SqsEvent,
 };
@@ -92,7 +92,7 @@ fn on_the_real_clock(concurrency: usize) -> (Processor<RecordingQueue>, u64) {
         deadline_margin: Duration::from_millis(100),
         concurrency: NonZeroUsize::new(concurrency).unwrap(),
     };
-    let now = redrive::clock::Clock::now_ms(&redrive::clock::SystemClock);
+    let now = redrive_core::clock::Clock::now_ms(&redrive_core::clock::SystemClock);
     (Processor::new(RecordingQueue::default(), config), now)
 }
 
@@ -272,7 +272,7 @@ async fn delays_grow_exponentially_inside_the_jitter_envelope_and_attempts_run_o
 #[tokio::test]
 async fn a_retry_sequence_past_fifteen_minutes_hops_without_spending_attempts() {
     let policy = RetryPolicy {
-        backoff: redrive::Backoff::Sequence(vec![Duration::from_secs(3600)]),
+        backoff: redrive_core::Backoff::Sequence(vec![Duration::from_secs(3600)]),
         max_attempts: 3,
         ..RetryPolicy::default()
     };
@@ -384,7 +384,7 @@ async fn a_record_deferred_past_the_age_limit_is_dead_lettered_as_transient() {
 
     // Sent home by the reprocessor after the outage: the age limit counts from the redrive.
     let mut redriven = meta.clone();
-    redriven.redriven_at = Some(redrive::envelope::Timestamp(clock.now_ms()));
+    redriven.redriven_at = Some(redrive_core::envelope::Timestamp(clock.now_ms()));
     clock.advance(300_000);
     let mut home = record("m-1", "defer:300");
     home["messageAttributes"]["redrive"] = serde_json::json!({
@@ -418,7 +418,10 @@ async fn a_dead_letter_moved_back_by_sqs_gets_a_fresh_set_of_attempts_and_counts
     );
     let meta = meta_of(processor.queue().sent_to(SOURCE).last().unwrap());
     assert_eq!((meta.attempts, meta.reprocess_count), (1, 1));
-    assert_eq!(meta.redriven_at, Some(redrive::envelope::Timestamp(NOW)));
+    assert_eq!(
+        meta.redriven_at,
+        Some(redrive_core::envelope::Timestamp(NOW))
+    );
     assert_eq!(
         meta.first_failure_at, exhausted.first_failure_at,
         "history kept"
@@ -955,8 +958,8 @@ async fn json_reads_a_body_as_serde_json_reads_its_text() {
 mod concurrency {
     use std::sync::Mutex;
 
-    use redrive::breaker::BreakerState;
-    use redrive::{BreakerSettings, CircuitBreaker};
+    use redrive_core::breaker::BreakerState;
+    use redrive_core::{BreakerSettings, CircuitBreaker};
 
     use super::*;
 
@@ -1313,10 +1316,10 @@ async fn a_handler_sees_the_invocation_its_record_arrived_in() {
     let handler = SeesInvocation::default();
     let json = event(vec![record("m-1", "ok"), record("m-2", "ok")]);
     let event = SqsEvent::parse(&json).unwrap();
-    let invocation = redrive::Invocation {
+    let invocation = redrive_core::Invocation {
         deadline_ms: DEADLINE,
         request_id: Some("8476a536-e9f4-5d5b-a3f4-0d3b6a2d4f1c"),
-        ..redrive::Invocation::default()
+        ..redrive_core::Invocation::default()
     };
     processor
         .process(&handler, &event.records, invocation)

@@ -1,0 +1,231 @@
+//! Carrying a batch's fates out: the copies and dead letters the fates make, sent through the one
+//! [`CarryOut`](crate::carry::CarryOut), and FIFO visibility changes; what SQS does not confirm is
+//! given back.
+use std::time::Duration;
+
+use super::answer::fate_name;
+use super::decide::Decided;
+use super::{Invocation, Item, Processor};
+use crate::backoff::MAX_DELAY_SECONDS;
+use crate::carry::{Destination, Outbox};
+use crate::envelope::{
+    annotate, truncate, FailedIn, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES,
+    META_VERSION,
+};
+use crate::error::{ErrorClass, RecordError};
+use crate::event::Text;
+use crate::fate::{Fate, GiveBackReason};
+use crate::metrics::BatchReport;
+use crate::port::{QueuePort, VisibilityChange};
+
+/// When a failure is recorded (ms since the epoch) and in which invocation.
+type Failure<'f> = (u64, &'f Option<FailedIn>);
+
+impl<Q: QueuePort> Processor<Q> {
+    /// Carries the fates out through the one carry-out: re-sent copies and dead letters
+    /// (batched), then FIFO visibility changes. Every send SQS did not confirm turns its record
+    /// into a give-back (a batchItemFailure).
+    pub(super) async fn carry_out(
+        &self,
+        items: &[Item<'_>],
+        decided: &mut [Decided],
+        invocation: &Invocation<'_>,
+        report: &mut BatchReport,
+    ) {
+        let failed_in = invocation.failed_in();
+        let outgoing = self.outgoing(items, decided, &failed_in);
+        let source = self.source(items);
+        let sends = [
+            (source, &outgoing.to_source),
+            (Destination::Dlq, &outgoing.to_dlq),
+        ];
+        let unconfirmed = self.carry.send(&sends).await;
+        report.sqs_requests += unconfirmed.requests;
+        for (index, reason) in unconfirmed.records {
+            let fate = &mut decided[index].fate;
+            tracing::error!(
+                message_id = items[index].id,
+                fate = fate_name(fate),
+                error = %reason,
+                "send not confirmed: record given back to SQS",
+            );
+            report.send_failures += 1;
+            *fate = Fate::GiveBack {
+                reason: GiveBackReason::SendFailed,
+                visibility: None,
+            };
+        }
+        let unchanged = self
+            .carry
+            .change_visibility(source, &outgoing.visibility)
+            .await;
+        report.sqs_requests += unchanged.requests;
+        for (index, reason) in unchanged.records {
+            tracing::warn!(
+                message_id = items[index].id,
+                error = %reason,
+                "visibility not changed: the record reappears after its visibility timeout",
+            );
+        }
+    }
+
+    /// The queue the batch came from: the configured one, else the one its records name.
+    fn source<'a>(&'a self, items: &[Item<'a>]) -> Destination<'a> {
+        match &self.config.source_queue_url {
+            Some(url) => Destination::Url(url),
+            None => Destination::Arn(
+                items
+                    .iter()
+                    .find_map(|item| item.record.event_source_arn.as_deref())
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+
+    /// What the fates send and change: copies for the source queue and the DLQ, visibility
+    /// changes for FIFO records given back in place. A copy too large to annotate turns its
+    /// record into a give-back.
+    fn outgoing<'r>(
+        &self,
+        items: &'r [Item<'r>],
+        decided: &mut [Decided],
+        failed_in: &Option<FailedIn>,
+    ) -> Outgoing<'r> {
+        let now = self.clock.now_ms();
+        let mut outgoing = Outgoing::default();
+        for (index, (item, decided)) in items.iter().zip(decided).enumerate() {
+            let error = decided.error.as_deref();
+            let failure = (now, failed_in);
+            let (outbox, message) = match decided.fate {
+                Fate::Retry { attempts, delay } => (
+                    &mut outgoing.to_source,
+                    self.copy(item, failure, error, attempts, delay),
+                ),
+                Fate::Defer { delay } => (
+                    &mut outgoing.to_source,
+                    self.copy(item, failure, error, item.attempts_before, delay),
+                ),
+                Fate::DeadLetter { attempts } => (
+                    &mut outgoing.to_dlq,
+                    self.dead_letter(item, failure, error, attempts),
+                ),
+                Fate::GiveBack {
+                    visibility: Some(timeout),
+                    ..
+                } => {
+                    if let Some(receipt_handle) = item.record.receipt_handle.as_deref() {
+                        let change = VisibilityChange {
+                            receipt_handle,
+                            timeout,
+                        };
+                        outgoing.visibility.push((index, change));
+                    }
+                    continue;
+                }
+                Fate::Done | Fate::GiveBack { .. } => continue,
+            };
+            match message {
+                Ok(message) => outbox.push(index, message),
+                Err(too_large) => {
+                    tracing::error!(
+                        message_id = item.id,
+                        size = too_large.size,
+                        "cannot annotate the message within SQS's size limit: given back for the queue's redrive policy",
+                    );
+                    decided.fate = Fate::GiveBack {
+                        reason: GiveBackReason::TooLarge,
+                        visibility: None,
+                    }
+                }
+            }
+        }
+        outgoing
+    }
+
+    /// The re-sent copy for a retry or a deferral.
+    fn copy<'r>(
+        &self,
+        item: &'r Item<'r>,
+        (now, failed_in): Failure<'_>,
+        error: Option<&RecordError>,
+        attempts: u32,
+        delay: Duration,
+    ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
+        let wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        let hop = delay_seconds_of(delay) > MAX_DELAY_SECONDS;
+        let due_at = hop.then(|| Timestamp(now.saturating_add(wait_ms)));
+        let meta = self.meta(item, (now, failed_in), error, attempts, due_at);
+        let mut message = annotate(item.record, meta)?;
+        message.delay_seconds = delay_seconds_of(delay).min(MAX_DELAY_SECONDS);
+        Ok(message)
+    }
+
+    /// The dead letter for a record: its body as it came, the failure metadata, and on a FIFO DLQ
+    /// a group and a deduplication id.
+    pub(crate) fn dead_letter<'r>(
+        &self,
+        item: &'r Item<'r>,
+        failure: Failure<'_>,
+        error: Option<&RecordError>,
+        attempts: u32,
+    ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
+        let mut message = annotate(item.record, self.meta(item, failure, error, attempts, None))?;
+        if self.dlq_url().is_some_and(|url| url.ends_with(".fifo")) {
+            // A FIFO DLQ needs a group and a deduplication id; the message id is unique per message.
+            message.group_id = Some(Text::from(item.group().unwrap_or("redrive")));
+            message.deduplication_id = Some(Text::from(item.id));
+        }
+        Ok(message)
+    }
+
+    /// The metadata a copy or a dead letter carries: the record's own, updated by this failure.
+    fn meta<'r>(
+        &self,
+        item: &Item<'r>,
+        (now, failed_in): Failure<'_>,
+        error: Option<&RecordError>,
+        attempts: u32,
+        due_at: Option<Timestamp>,
+    ) -> Meta<'r> {
+        let mut meta = item.meta.as_deref().cloned().unwrap_or_else(|| Meta {
+            v: META_VERSION,
+            attempts: 0,
+            due_at: None,
+            origin_queue_arn: item.record.event_source_arn.clone().unwrap_or_default(),
+            origin_message_id: Text::from(item.id),
+            first_failure_at: Timestamp(now),
+            last_failure_at: Timestamp(now),
+            error_class: ErrorClass::Transient,
+            error_kind: Text::default(),
+            error_message: Text::default(),
+            reprocess_count: 0,
+            redriven_at: None,
+            failed_in: None,
+            attributes: None,
+        });
+        meta.v = META_VERSION;
+        meta.attempts = attempts;
+        meta.due_at = due_at;
+        if let Some(error) = error {
+            meta.last_failure_at = Timestamp(now);
+            meta.failed_in = failed_in.clone();
+            meta.error_class = error.class();
+            meta.error_kind = Text::from(error.kind().to_owned());
+            meta.error_message =
+                Text::from(truncate(error.message(), MAX_ERROR_MESSAGE_BYTES).into_owned());
+        }
+        meta
+    }
+}
+
+/// What a batch's fates send and change.
+#[derive(Default)]
+struct Outgoing<'r> {
+    to_source: Outbox<'r>,
+    to_dlq: Outbox<'r>,
+    visibility: Vec<(usize, VisibilityChange<'r>)>,
+}
+
+pub(super) fn delay_seconds_of(delay: Duration) -> u32 {
+    u32::try_from(delay.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)
+}

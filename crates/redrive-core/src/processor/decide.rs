@@ -1,0 +1,80 @@
+//! Deciding a batch's fates: every record's outcome goes to the judge (`fate.rs`) in the records'
+//! order, so that a FIFO group's first failure blocks the rest of the group whichever finished first.
+use std::time::Duration;
+
+use super::{Item, Processor};
+use crate::error::RecordError;
+use crate::fate::{Fate, History, Judge, Outcome};
+use crate::lock;
+use crate::port::QueuePort;
+
+impl<Q: QueuePort> Processor<Q> {
+    /// Every record's fate, decided in the records' order (a FIFO group's first failure blocks the
+    /// rest of the group, whichever finished first).
+    pub(super) fn decide_all(
+        &self,
+        items: &[Item<'_>],
+        handled: impl IntoIterator<Item = Outcome>,
+        fifo: bool,
+    ) -> Vec<Decided> {
+        let mut judge = self.judge(fifo);
+        let mut rng = self.rng();
+        let now = self.clock.now_ms();
+        items
+            .iter()
+            .zip(handled)
+            .map(|(item, handled)| decide(&mut judge, &mut rng, item.history(now), item, handled))
+            .collect()
+    }
+
+    /// The judge of one batch.
+    pub(crate) fn judge(&self, fifo: bool) -> Judge<'_> {
+        Judge::new(&self.config.retry, fifo).report_only(self.config.dlq_url.is_none())
+    }
+
+    /// A generator for this batch's jitter, forked from the processor's (seedable) one.
+    fn rng(&self) -> fastrand::Rng {
+        lock(&self.rng).fork()
+    }
+}
+
+/// A record's fate and the error that led to it. The error is boxed: it is rare, and a slim
+/// decision is cheap to keep for each record of a large batch.
+pub(super) struct Decided {
+    pub(super) fate: Fate,
+    pub(super) error: Option<Box<RecordError>>,
+}
+
+fn decide(
+    judge: &mut Judge<'_>,
+    rng: &mut fastrand::Rng,
+    history: History,
+    item: &Item<'_>,
+    outcome: Outcome,
+) -> Decided {
+    let fate = judge.decide(item.group(), &outcome, history, || rng.f64());
+    // A deferral dead-lettered is one that outlasted the age limit: it says so.
+    let error = match outcome {
+        Outcome::Failed(error)
+            if error.is_deferral() && matches!(fate, Fate::DeadLetter { .. }) =>
+        {
+            Some(Box::new(deferred_too_long(&error, history.failing_for)))
+        }
+        Outcome::Failed(error) => Some(error),
+        _ => None,
+    };
+    Decided { fate, error }
+}
+
+/// The failure a record is dead-lettered with when its deferrals outlast the age limit: transient,
+/// so that the reprocessor sends it home once the downstream has healed.
+fn deferred_too_long(deferral: &RecordError, failing_for: Duration) -> RecordError {
+    let failing_for = humantime::format_duration(Duration::from_secs(failing_for.as_secs()));
+    RecordError::transient(
+        "deferred_too_long",
+        format_args!(
+            "still deferred ({}) {failing_for} after its first failure, past REDRIVE_DEFER_MAX_AGE",
+            deferral.kind()
+        ),
+    )
+}

@@ -1,0 +1,191 @@
+//! The handler contract: what a user's handler implements and what it sees of a record and of
+//! the invocation it arrived in.
+use std::future::Future;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde::Deserialize;
+
+use crate::clock::Clock;
+use crate::envelope::{FailedIn, Meta, META_ATTRIBUTE};
+use crate::error::RecordError;
+use crate::event::{MessageAttribute, MessageAttributes, SqsRecord};
+
+/// Handles one message. Return a [`RecordError`] saying whether the failure is transient or
+/// permanent; a panic is caught and treated as permanent (class `panic`). Several records of a
+/// batch are handled at once ([`ProcessorConfig::concurrency`](super::ProcessorConfig::concurrency)), all through `&self`: state shared
+/// between them needs a lock or an atomic.
+pub trait RecordHandler: Sync {
+    /// Handles `message`; the error says whether it is worth retrying.
+    fn handle(&self, message: &Message<'_>)
+        -> impl Future<Output = Result<(), RecordError>> + Send;
+}
+
+/// A handler shared by reference (several idempotency guards around one handler, say).
+impl<H: RecordHandler> RecordHandler for &H {
+    fn handle(
+        &self,
+        message: &Message<'_>,
+    ) -> impl Future<Output = Result<(), RecordError>> + Send {
+        (**self).handle(message)
+    }
+}
+
+/// Handles a whole batch at once (a bulk write). When it fails, the processor splits the batch in
+/// halves and calls it again on each half until the failing records stand alone; so records of a
+/// failed call may be handed over again, and the handler must be idempotent.
+pub trait BatchHandler: Sync {
+    /// Handles `messages` together; an error fails the call.
+    fn handle_batch(
+        &self,
+        messages: &[Message<'_>],
+    ) -> impl Future<Output = Result<(), RecordError>> + Send;
+}
+
+/// The Lambda invocation a batch arrived in. A bare deadline converts into one, for callers that
+/// have nothing else (tests, a batch from elsewhere).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Invocation<'a> {
+    /// The Lambda deadline (`Context::deadline`, ms since the epoch).
+    pub deadline_ms: u64,
+    /// The function, the request id and the X-Ray trace id: written into the metadata of every
+    /// copy and dead letter the batch makes (`failedIn`), so an operator finds its logs and trace.
+    pub function_name: Option<&'a str>,
+    /// The invocation's request id.
+    pub request_id: Option<&'a str>,
+    /// The invocation's X-Ray trace id.
+    pub trace_id: Option<&'a str>,
+}
+
+impl From<u64> for Invocation<'_> {
+    fn from(deadline_ms: u64) -> Self {
+        Self {
+            deadline_ms,
+            ..Self::default()
+        }
+    }
+}
+
+impl Invocation<'_> {
+    /// Time left before the deadline, on the system clock (a handler that calls something slow
+    /// can give up early).
+    pub fn remaining(&self) -> Duration {
+        let now = crate::clock::SystemClock.now_ms();
+        Duration::from_millis(self.deadline_ms.saturating_sub(now))
+    }
+
+    pub(crate) fn failed_in(&self) -> Option<FailedIn> {
+        Some(FailedIn {
+            function: self.function_name?.to_owned(),
+            request_id: self.request_id?.to_owned(),
+            trace_id: self.trace_id.map(str::to_owned),
+        })
+    }
+}
+
+/// Attribute that marks a body as the base64 of binary data ([`Message::data`] decodes it); it
+/// stays on the DLQ copy, so whoever reads the DLQ knows too.
+pub const DATA_ENCODING_ATTRIBUTE: &str = "dataEncoding";
+
+/// What a handler sees of a record.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'r> {
+    pub(super) record: &'r SqsRecord<'r>,
+    pub(super) id: &'r str,
+    pub(super) meta: Option<&'r Meta<'r>>,
+    pub(super) attempt: u32,
+    pub(super) invocation: &'r Invocation<'r>,
+}
+
+impl<'r> Message<'r> {
+    /// The message id.
+    pub fn id(&self) -> &'r str {
+        self.id
+    }
+
+    /// The body (empty when there is none).
+    pub fn body(&self) -> &'r str {
+        self.record.body.as_deref().unwrap_or_default()
+    }
+
+    /// The body as bytes. A Kinesis record whose data is not UTF-8 (gzip, protobuf, a CloudWatch
+    /// Logs subscription) has its data's base64 as the body and the [`DATA_ENCODING_ATTRIBUTE`]
+    /// `base64`: this decodes it. Any other body is its UTF-8 bytes.
+    pub fn data(&self) -> std::borrow::Cow<'r, [u8]> {
+        let encoded = self
+            .attribute(DATA_ENCODING_ATTRIBUTE)
+            .and_then(|value| value.string_value.as_deref())
+            == Some("base64");
+        match encoded.then(|| BASE64.decode(self.body()).ok()) {
+            Some(Some(bytes)) => std::borrow::Cow::Owned(bytes),
+            _ => std::borrow::Cow::Borrowed(self.body().as_bytes()),
+        }
+    }
+
+    /// Parses the body as JSON, as `serde_json::from_str(message.body())` does. A body that does
+    /// not parse is a permanent `malformed_body` error.
+    pub fn json<T: Deserialize<'r>>(&self) -> Result<T, RecordError> {
+        // A body as Lambda writes JSON (its quotes escaped) is read where it stands, without
+        // decoding it first; what that reading leaves is decoded for serde_json.
+        let quoted = self
+            .record
+            .body
+            .as_ref()
+            .and_then(|body| body.quoted_json());
+        if let Some(value) = quoted.and_then(|json| redrive_event::quoted_json::from_str(json).ok())
+        {
+            return Ok(value);
+        }
+        serde_json::from_str(self.body())
+            .map_err(|error| RecordError::permanent("malformed_body", error))
+    }
+
+    /// The Lambda invocation the record arrived in: its request id, trace id and deadline
+    /// ([`Invocation::remaining`]).
+    pub fn invocation(&self) -> &'r Invocation<'r> {
+        self.invocation
+    }
+
+    /// 1 on the first delivery, 2 on the first retry, ...
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// An original message attribute (unpacked if redrive had to pack them).
+    pub fn attribute(&self, name: &str) -> Option<&'r MessageAttribute<'r>> {
+        if name == META_ATTRIBUTE {
+            return None;
+        }
+        self.original_attributes().get(name)
+    }
+
+    /// The original message attributes; the `redrive` attribute is left out.
+    pub fn attributes(&self) -> impl Iterator<Item = (&'r str, &'r MessageAttribute<'r>)> {
+        self.original_attributes()
+            .iter()
+            .filter(|(name, _)| &***name != META_ATTRIBUTE)
+            .map(|(name, value)| (&**name, value))
+    }
+
+    /// The failure context this message carries from earlier attempts, if any.
+    pub fn meta(&self) -> Option<&'r Meta<'r>> {
+        self.meta
+    }
+
+    /// The message group (FIFO order, or a fair queue's tenant).
+    pub fn group_id(&self) -> Option<&'r str> {
+        self.record.attributes.message_group_id.as_deref()
+    }
+
+    /// The record as Lambda delivered it.
+    pub fn record(&self) -> &'r SqsRecord<'r> {
+        self.record
+    }
+
+    fn original_attributes(&self) -> &'r MessageAttributes<'r> {
+        self.meta
+            .and_then(|meta| meta.attributes.as_ref())
+            .unwrap_or(&self.record.message_attributes)
+    }
+}

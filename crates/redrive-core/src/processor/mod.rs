@@ -1,0 +1,300 @@
+//! The batch processor: runs the user's handler over a batch, gives every record one fate and
+//! answers Lambda. A batch goes through phases, a file each, and the entry points below read as
+//! that pipeline: prepare (here) → run (`run.rs`: schedule, lanes, panics, the deadline,
+//! bisection; `run_stream.rs` for Kinesis) → decide (`decide.rs`, by the judge of `fate.rs`) →
+//! carry out (`carry_out.rs`, through the one [`CarryOut`]) → answer (`answer.rs`).
+mod answer;
+mod carry_out;
+mod decide;
+mod handler;
+mod run;
+mod run_stream;
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsBatchResponse;
+
+pub use handler::{BatchHandler, Invocation, Message, RecordHandler, DATA_ENCODING_ATTRIBUTE};
+pub(crate) use run::{caught, deadline_error};
+
+use crate::backoff::RetryPolicy;
+use crate::carry::CarryOut;
+use crate::clock::{Clock, SystemClock};
+use crate::envelope::{Meta, Timestamp};
+use crate::error::BatchError;
+use crate::event::SqsRecord;
+use crate::fate::{History, Outcome};
+use crate::lock;
+use crate::metrics::BatchReport;
+use crate::port::QueuePort;
+use crate::stream::{KinesisEventResponse, KinesisRecord};
+use answer::answer;
+
+/// What a processor does with failures: where they go, how often they are retried, how many records run at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessorConfig {
+    /// `None`: report-only; failures are given back to SQS and nothing is re-sent.
+    pub dlq_url: Option<String>,
+    /// Where re-sent copies go; looked up from the event source ARN (once per warm container) when unset.
+    pub source_queue_url: Option<String>,
+    /// Attempts and backoff.
+    pub retry: RetryPolicy,
+    /// Records are not started later than this before the Lambda deadline, which leaves time to
+    /// send retries and dead letters.
+    pub deadline_margin: Duration,
+    /// Records handled at once. On a FIFO queue one record of each message group at a time, in
+    /// order. 1 handles the records one after the other.
+    pub concurrency: NonZeroUsize,
+}
+
+/// The default bound on records in flight: a whole batch of Lambda's default size (10) and any
+/// batch without a batching window run at once, and a larger batch holds at most this many
+/// downstream calls open, well under the 1,024 file descriptors a Lambda function may hold.
+pub const DEFAULT_CONCURRENCY: NonZeroUsize = match NonZeroUsize::new(100) {
+    Some(bound) => bound,
+    None => unreachable!(),
+};
+
+impl Default for ProcessorConfig {
+    /// Report-only, the default retry policy, a 2 s deadline margin, [`DEFAULT_CONCURRENCY`].
+    fn default() -> Self {
+        Self {
+            dlq_url: None,
+            source_queue_url: None,
+            retry: RetryPolicy::default(),
+            deadline_margin: Duration::from_secs(2),
+            concurrency: DEFAULT_CONCURRENCY,
+        }
+    }
+}
+
+/// What [`Processor::process`] returns: the answer for Lambda and the figures of the batch.
+/// (`Processed<KinesisEventResponse>` for a stream batch.)
+#[derive(Debug, Clone)]
+pub struct Processed<R = SqsBatchResponse> {
+    /// The partial batch response for Lambda.
+    pub response: R,
+    /// The batch's figures (one EMF line).
+    pub report: BatchReport,
+}
+
+/// Runs a batch's records through a handler and carries out their fates. One processor serves all
+/// of a warm container's invocations, several at once too (Lambda Managed Instances run
+/// `lambda_runtime`'s concurrent mode; share it behind an `Arc`): what it keeps between batches
+/// (the jitter generator, the queue URLs it looked up) is behind locks, and each batch has a bound
+/// of its own.
+pub struct Processor<Q> {
+    carry: CarryOut<Q>,
+    config: ProcessorConfig,
+    clock: Arc<dyn Clock>,
+    rng: Mutex<fastrand::Rng>,
+}
+
+/// A record ready for handling.
+pub(crate) struct Item<'r> {
+    pub(crate) record: &'r SqsRecord<'r>,
+    pub(crate) id: &'r str,
+    /// Boxed: most records carry none, and a slim item is cheap to build for a large batch.
+    pub(crate) meta: Option<Box<Meta<'r>>>,
+    pub(crate) attempts_before: u32,
+}
+
+impl<'r> Item<'r> {
+    pub(crate) fn message(&'r self, invocation: &'r Invocation<'r>) -> Message<'r> {
+        Message {
+            record: self.record,
+            id: self.id,
+            meta: self.meta.as_deref(),
+            attempt: self.attempts_before + 1,
+            invocation,
+        }
+    }
+    pub(crate) fn group(&self) -> Option<&'r str> {
+        self.record.attributes.message_group_id.as_deref()
+    }
+    /// Its failures so far, counted since the first failure or the latest redrive from the DLQ,
+    /// whichever came later (the metadata of re-sent copies carries both).
+    pub(crate) fn history(&self, now_ms: u64) -> History {
+        let since_ms = self.meta.as_ref().map_or(now_ms, |meta| {
+            let redriven_ms = meta.redriven_at.map_or(0, |at| at.0);
+            meta.first_failure_at.0.max(redriven_ms)
+        });
+        History {
+            attempts_before: self.attempts_before,
+            failing_for: Duration::from_millis(now_ms.saturating_sub(since_ms)),
+        }
+    }
+}
+
+impl<Q: QueuePort> Processor<Q> {
+    /// A processor that makes its SQS calls through `queue`.
+    pub fn new(queue: Q, config: ProcessorConfig) -> Self {
+        Self {
+            carry: CarryOut::new(queue, config.dlq_url.clone()),
+            config,
+            clock: Arc::new(SystemClock),
+            rng: Mutex::new(fastrand::Rng::new()),
+        }
+    }
+
+    /// Reads the time from `clock` (tests move it by hand).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Fixes the jitter's random sequence (tests, reproducible runs).
+    #[must_use]
+    pub fn with_seed(self, seed: u64) -> Self {
+        *lock(&self.rng) = fastrand::Rng::with_seed(seed);
+        self
+    }
+
+    pub(crate) fn dlq_url(&self) -> Option<&str> {
+        self.carry.dlq_url()
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The port (tests read what it was asked).
+    pub fn queue(&self) -> &Q {
+        self.carry.queue()
+    }
+
+    /// The port, the processor done with.
+    pub fn into_queue(self) -> Q {
+        self.carry.into_queue()
+    }
+
+    /// Handles the records with `handler`, up to [`ProcessorConfig::concurrency`] at once, and
+    /// settles every record's fate. On a FIFO queue each message group is a lane: its records run
+    /// one at a time in the event's order, and the lanes run side by side.
+    /// `invocation` is the Lambda invocation, or only its deadline (`Context::deadline`, ms since
+    /// the epoch).
+    pub async fn process<'i, H: RecordHandler>(
+        &self,
+        handler: &H,
+        records: &[SqsRecord<'_>],
+        invocation: impl Into<Invocation<'i>>,
+    ) -> Result<Processed, BatchError> {
+        let invocation = invocation.into();
+        let (items, fifo) = self.prepare(records)?;
+        let handled = self.handle_all(handler, &items, fifo, &invocation).await;
+        Ok(self.conclude(&items, handled, fifo, &invocation).await)
+    }
+
+    /// Hands the whole batch to `handler`; on a permanent failure or a panic (a record may be at
+    /// fault), bisects until the failing records stand alone; a transient failure or a deferral
+    /// fails every record of the call alike, without halving. Then settles every record's fate as
+    /// [`Processor::process`] does.
+    pub async fn process_batch<'i, B: BatchHandler>(
+        &self,
+        handler: &B,
+        records: &[SqsRecord<'_>],
+        invocation: impl Into<Invocation<'i>>,
+    ) -> Result<Processed, BatchError> {
+        let invocation = invocation.into();
+        let (items, fifo) = self.prepare(records)?;
+        let handled = self.handle_batch(handler, &items, &invocation).await;
+        Ok(self.conclude(&items, handled, fifo, &invocation).await)
+    }
+
+    /// Handles a Kinesis batch in order: a permanent failure is dead-lettered and the batch goes
+    /// on; any other failure, or the deadline, ends the batch at that record, whose sequence
+    /// number is the checkpoint ([`crate::stream`]).
+    pub async fn process_stream<'i, H: RecordHandler>(
+        &self,
+        handler: &H,
+        records: &[KinesisRecord<'_>],
+        invocation: impl Into<Invocation<'i>>,
+    ) -> Result<Processed<KinesisEventResponse>, BatchError> {
+        self.run_stream(handler, records, &invocation.into()).await
+    }
+
+    /// The phases after running: every fate decided, carried out, and the answer for Lambda.
+    async fn conclude(
+        &self,
+        items: &[Item<'_>],
+        handled: impl IntoIterator<Item = Outcome>,
+        fifo: bool,
+        invocation: &Invocation<'_>,
+    ) -> Processed {
+        let mut decided = self.decide_all(items, handled, fifo);
+        let mut report = BatchReport {
+            records: u32::try_from(items.len()).unwrap_or(u32::MAX),
+            ..BatchReport::default()
+        };
+        self.carry_out(items, &mut decided, invocation, &mut report)
+            .await;
+        answer(items, &decided, report)
+    }
+
+    /// The records as the processor handles them, and whether any comes from a FIFO queue (found
+    /// in the same pass: each pass over a large batch's records is a cache miss per record).
+    fn prepare<'r>(
+        &self,
+        records: &'r [SqsRecord<'r>],
+    ) -> Result<(Vec<Item<'r>>, bool), BatchError> {
+        let mut items = Vec::with_capacity(records.len());
+        let mut any_fifo = false;
+        for (index, record) in records.iter().enumerate() {
+            let id = record
+                .message_id
+                .as_deref()
+                .filter(|id| !id.is_empty())
+                .ok_or(BatchError::MissingMessageId { index })?;
+            let mut meta = match Meta::of(record) {
+                Some(Ok(meta)) => Some(Box::new(meta)),
+                Some(Err(error)) => {
+                    tracing::warn!(
+                        message_id = id,
+                        %error,
+                        "unreadable redrive attribute: handled as a first attempt",
+                    );
+                    None
+                }
+                None => None,
+            };
+            let fifo = record.is_fifo();
+            any_fifo |= fifo;
+            // FIFO records are retried in place, so SQS's own count is the attempt count.
+            let attempts_before = if fifo {
+                record.receive_count().saturating_sub(1)
+            } else {
+                meta.as_deref_mut().map_or(0, |meta| {
+                    self.give_fresh_attempts_if_used_up(id, meta);
+                    meta.attempts
+                })
+            };
+            items.push(Item {
+                record,
+                id,
+                meta,
+                attempts_before,
+            });
+        }
+        Ok((items, any_fifo))
+    }
+
+    /// A record of a standard queue arrives with its attempts used up only when SQS moved it back
+    /// from the DLQ (a move task re-sends a dead letter as it is): it gets a fresh set of attempts
+    /// and counts as redriven, as if the reprocessor had sent it home.
+    fn give_fresh_attempts_if_used_up(&self, id: &str, meta: &mut Meta<'_>) {
+        if meta.attempts < self.config.retry.max_attempts {
+            return;
+        }
+        meta.attempts = 0;
+        meta.reprocess_count = meta.reprocess_count.saturating_add(1);
+        meta.redriven_at = Some(Timestamp(self.clock.now_ms()));
+        tracing::info!(
+            message_id = id,
+            reprocess_count = meta.reprocess_count,
+            "arrived with its attempts used up (moved back from the DLQ): a fresh set of attempts"
+        );
+    }
+}

@@ -1,0 +1,285 @@
+//! Running records: which record starts when (in order, or FIFO groups as lanes), workers polled
+//! together on the invocation's task, panics caught per record, and the deadline margin that stops
+//! new records and cuts off running ones; for a batch handler, bisection.
+use std::any::Any;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::future::{poll_fn, Future};
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use super::{BatchHandler, Invocation, Item, Message, Processor, RecordHandler};
+use crate::clock::Cutoff;
+use crate::error::{ErrorClass, RecordError};
+use crate::fate::Outcome;
+use crate::lock;
+use crate::port::QueuePort;
+
+/// Which record a worker starts next.
+///
+/// A standard queue's records are independent (a fair queue's `MessageGroupId` names a tenant, not
+/// an order) and are taken in the event's order. On a FIFO queue each message group is a lane: a
+/// group's next record is offered only after the one before it succeeded, since anything else
+/// makes the judge give back the rest of the group (`Judge::decide`); of the records on offer the
+/// earliest in the event goes first, so that with a bound of 1 the event's order is kept.
+enum Schedule {
+    InOrder { next: AtomicUsize, len: usize },
+    Lanes(Mutex<Lanes>),
+}
+
+struct Lanes {
+    /// For each record, the next record of its message group.
+    next_in_group: Vec<Option<usize>>,
+    /// The first record not yet started of each lane that may go on, earliest first.
+    offered: BinaryHeap<Reverse<usize>>,
+}
+
+impl Schedule {
+    fn new(items: &[Item<'_>], fifo: bool) -> Self {
+        if !fifo {
+            return Self::InOrder {
+                next: AtomicUsize::new(0),
+                len: items.len(),
+            };
+        }
+        let mut next_in_group = vec![None; items.len()];
+        let mut offered = BinaryHeap::new();
+        let mut last_of_group: HashMap<&str, usize> = HashMap::new();
+        for (index, item) in items.iter().enumerate() {
+            // A FIFO record always has a group; one without is a lane of its own.
+            let previous = item
+                .group()
+                .and_then(|group| last_of_group.insert(group, index));
+            match previous {
+                Some(previous) => next_in_group[previous] = Some(index),
+                None => offered.push(Reverse(index)),
+            }
+        }
+        Self::Lanes(Mutex::new(Lanes {
+            next_in_group,
+            offered,
+        }))
+    }
+
+    /// How many records can run at once at the most.
+    fn lanes(&self) -> usize {
+        match self {
+            Self::InOrder { len, .. } => *len,
+            Self::Lanes(lanes) => lock(lanes).offered.len(),
+        }
+    }
+
+    /// The next record to start, told of the record this worker `finished` and whether it
+    /// succeeded.
+    fn next(&self, finished: Option<(usize, bool)>) -> Option<usize> {
+        match self {
+            Self::InOrder { next, len } => {
+                Some(next.fetch_add(1, Ordering::Relaxed)).filter(|index| index < len)
+            }
+            Self::Lanes(lanes) => {
+                let mut lanes = lock(lanes);
+                if let Some((index, true)) = finished {
+                    if let Some(next) = lanes.next_in_group[index] {
+                        lanes.offered.push(Reverse(next));
+                    }
+                }
+                lanes.offered.pop().map(|Reverse(index)| index)
+            }
+        }
+    }
+}
+
+/// What one worker did: how each record it took went, and the one it is still running.
+#[derive(Default)]
+struct WorkerLog {
+    handled: Vec<(usize, Outcome)>,
+    running: Option<usize>,
+}
+
+impl<Q: QueuePort> Processor<Q> {
+    /// How handling each record went, in the records' order. Workers, as many as the bound lets
+    /// run at once, take records from the schedule and are polled together on this task (no task
+    /// is spawned, so the handler need not be `'static`). One timer for the whole batch cuts off
+    /// the handlers still running at the margin; no record is started past it either.
+    pub(super) async fn handle_all<H: RecordHandler>(
+        &self,
+        handler: &H,
+        items: &[Item<'_>],
+        fifo: bool,
+        invocation: &Invocation<'_>,
+    ) -> Vec<Outcome> {
+        let budget = self.budget(invocation.deadline_ms);
+        let cutoff = Cutoff::after(budget);
+        let schedule = Schedule::new(items, fifo);
+        let workers = self.config.concurrency.get().min(schedule.lanes());
+        let mut logs: Vec<WorkerLog> = (0..workers).map(|_| WorkerLog::default()).collect();
+        let in_time = {
+            let mut running: FuturesUnordered<_> = logs
+                .iter_mut()
+                .map(|log| self.work(handler, items, invocation, (&schedule, cutoff), log))
+                .collect();
+            tokio::time::timeout(budget, async { while running.next().await.is_some() {} })
+                .await
+                .is_ok()
+        };
+        let mut handled: Vec<Outcome> = items.iter().map(|_| Outcome::NotStarted).collect();
+        for log in logs {
+            for (index, outcome) in log.handled {
+                handled[index] = outcome;
+            }
+            if let (false, Some(index)) = (in_time, log.running) {
+                handled[index] = Outcome::Failed(Box::new(deadline_error()));
+            }
+        }
+        handled
+    }
+
+    /// One worker: takes the next record the schedule offers until there is none.
+    async fn work<H: RecordHandler>(
+        &self,
+        handler: &H,
+        items: &[Item<'_>],
+        invocation: &Invocation<'_>,
+        (schedule, cutoff): (&Schedule, Cutoff),
+        log: &mut WorkerLog,
+    ) {
+        let mut finished = None;
+        while let Some(index) = schedule.next(finished.take()) {
+            let item = &items[index];
+            let handled = match self.precheck(item, cutoff) {
+                Some(handled) => handled,
+                None => {
+                    log.running = Some(index);
+                    let result = caught(handler.handle(&item.message(invocation))).await;
+                    log.running = None;
+                    result.into()
+                }
+            };
+            finished = Some((index, matches!(handled, Outcome::Succeeded)));
+            log.handled.push((index, handled));
+        }
+    }
+
+    /// Hands the batch's records to `handler` in one call; on a permanent failure or a panic (a
+    /// record may be at fault), halves the call until the failing records stand alone; a transient
+    /// failure or a deferral fails every record of the call alike, without halving.
+    pub(super) async fn handle_batch<B: BatchHandler>(
+        &self,
+        handler: &B,
+        items: &[Item<'_>],
+        invocation: &Invocation<'_>,
+    ) -> Vec<Outcome> {
+        let cutoff = Cutoff::after(self.budget(invocation.deadline_ms));
+        let mut handled: Vec<Option<Outcome>> = items
+            .iter()
+            .map(|item| self.precheck(item, cutoff))
+            .collect();
+        let eligible: Vec<usize> = (0..items.len()).filter(|&i| handled[i].is_none()).collect();
+        let messages: Vec<Message<'_>> = eligible
+            .iter()
+            .map(|&i| items[i].message(invocation))
+            .collect();
+        // Ranges of `messages` still to hand over, as a stack: the first half is taken first.
+        let mut pending: Vec<Range<usize>> = Vec::with_capacity(8);
+        pending.push(0..messages.len());
+        while let Some(range) = pending.pop() {
+            if range.is_empty() {
+                continue;
+            }
+            let mut mark = |outcome: &dyn Fn() -> Outcome| {
+                range
+                    .clone()
+                    .for_each(|m| handled[eligible[m]] = Some(outcome()))
+            };
+            let left = cutoff.left();
+            if left.is_zero() {
+                mark(&|| Outcome::NotStarted);
+                continue;
+            }
+            let call = caught(handler.handle_batch(&messages[range.clone()]));
+            match tokio::time::timeout(left, call)
+                .await
+                .unwrap_or_else(|_| Err(deadline_error()))
+            {
+                Ok(()) => mark(&|| Outcome::Succeeded),
+                // Halving looks for records at fault. A transient failure or a deferral says the
+                // downstream is (a database that is down): the range is retried as a whole.
+                Err(error) if range.len() == 1 || error.class() == ErrorClass::Transient => {
+                    mark(&|| Outcome::Failed(Box::new(error.clone())))
+                }
+                Err(_) => {
+                    let middle = range.start + range.len() / 2;
+                    pending.push(middle..range.end);
+                    pending.push(range.start..middle);
+                }
+            }
+        }
+        handled
+            .into_iter()
+            .map(|handled| handled.unwrap_or(Outcome::NotStarted))
+            .collect()
+    }
+
+    /// What is known about a record before calling any handler; `None` when it is to be handled.
+    fn precheck(&self, item: &Item<'_>, cutoff: Cutoff) -> Option<Outcome> {
+        if item.record.body.is_none() {
+            return Some(Outcome::NoBody);
+        }
+        if let Some(due) = item.meta.as_ref().and_then(|meta| meta.due_at) {
+            let now = self.clock.now_ms();
+            if due.0 > now {
+                return Some(Outcome::NotDue(Duration::from_millis(due.0 - now)));
+            }
+        }
+        cutoff.passed().then_some(Outcome::NotStarted)
+    }
+
+    /// Time left for handling before the deadline margin.
+    pub(crate) fn budget(&self, deadline_ms: u64) -> Duration {
+        let margin = u64::try_from(self.config.deadline_margin.as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(
+            deadline_ms
+                .saturating_sub(margin)
+                .saturating_sub(self.clock.now_ms()),
+        )
+    }
+}
+
+/// Runs a handler future; a panic becomes a `panic` error for this record only.
+pub(crate) async fn caught(
+    future: impl Future<Output = Result<(), RecordError>>,
+) -> Result<(), RecordError> {
+    let mut future = pin!(future);
+    poll_fn(
+        |cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(payload) => Poll::Ready(Err(RecordError::panic(panic_message(payload.as_ref())))),
+        },
+    )
+    .await
+}
+
+pub(crate) fn deadline_error() -> RecordError {
+    RecordError::transient(
+        "deadline",
+        "the handler was still running at the Lambda deadline margin",
+    )
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(text), _) => (*text).to_owned(),
+        (_, Some(text)) => text.clone(),
+        _ => "panic with a non-string payload".to_owned(),
+    }
+}

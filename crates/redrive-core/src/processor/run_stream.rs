@@ -1,0 +1,128 @@
+//! Running a Kinesis batch: in order, one record at a time, each record's fate decided by the
+//! judge's stream rule and carried out before the next record starts.
+use super::{caught, deadline_error, Invocation, Item, Processed, Processor, RecordHandler};
+use crate::carry::{Destination, Outbox};
+use crate::clock::Cutoff;
+use crate::envelope::FailedIn;
+use crate::error::{BatchError, RecordError};
+use crate::fate::{Outcome, StreamFate};
+use crate::metrics::BatchReport;
+use crate::port::QueuePort;
+use crate::stream::{KinesisEventResponse, KinesisRecord};
+
+impl<Q: QueuePort> Processor<Q> {
+    /// Runs a Kinesis batch in order, deciding and carrying out each record's fate before the
+    /// next starts (the fates are in [`crate::stream`]'s docs).
+    pub(super) async fn run_stream<H: RecordHandler>(
+        &self,
+        handler: &H,
+        records: &[KinesisRecord<'_>],
+        invocation: &Invocation<'_>,
+    ) -> Result<Processed<KinesisEventResponse>, BatchError> {
+        let failed_in = invocation.failed_in();
+        let judge = self.judge(false);
+        let cutoff = Cutoff::after(self.budget(invocation.deadline_ms));
+        let mut report = BatchReport {
+            records: u32::try_from(records.len()).unwrap_or(u32::MAX),
+            ..BatchReport::default()
+        };
+        let mut checkpoint = None;
+        for (index, kinesis) in records.iter().enumerate() {
+            let Some(sequence) = kinesis.kinesis.sequence_number.as_deref() else {
+                return Err(BatchError::MissingMessageId { index });
+            };
+            let (record, malformed) = kinesis.as_message();
+            let item = Item {
+                record: &record,
+                id: sequence,
+                meta: None,
+                attempts_before: 0,
+            };
+            let left = cutoff.left();
+            let result = match (malformed, left.is_zero()) {
+                (Some(error), _) => Err(error),
+                (None, true) => {
+                    checkpoint = Some(sequence);
+                    break;
+                }
+                (None, false) => {
+                    tokio::time::timeout(left, caught(handler.handle(&item.message(invocation))))
+                        .await
+                        .unwrap_or_else(|_| Err(deadline_error()))
+                }
+            };
+            let outcome = Outcome::from(result);
+            let fate = judge.decide_stream(&outcome);
+            if let Some(error) = outcome.error() {
+                report.count_error(error.class());
+            }
+            match fate {
+                StreamFate::Done => report.done += 1,
+                StreamFate::DeadLetter => match self
+                    .dead_letter_now(&item, outcome.error(), &failed_in, &mut report)
+                    .await
+                {
+                    Ok(()) => report.dead_lettered += 1,
+                    Err(reason) => {
+                        tracing::error!(
+                            sequence_number = sequence,
+                            error = %reason,
+                            "dead letter not confirmed: the batch stops here",
+                        );
+                        report.send_failures += 1;
+                        checkpoint = Some(sequence);
+                        break;
+                    }
+                },
+                StreamFate::Checkpoint => {
+                    let error = outcome.error();
+                    tracing::warn!(
+                        sequence_number = sequence,
+                        error_class = error.map(|e| e.class().as_str()),
+                        error_kind = error.map(RecordError::kind),
+                        error = error.map(RecordError::message),
+                        "record failed: the batch stops here and Lambda retries from it"
+                    );
+                    checkpoint = Some(sequence);
+                    break;
+                }
+            }
+        }
+        let mut response = KinesisEventResponse::default();
+        if let Some(sequence) = checkpoint {
+            report.given_back = report.records - report.done - report.dead_lettered;
+            response.add_failure(sequence);
+        }
+        Ok(Processed { response, report })
+    }
+
+    /// Sends one record to the DLQ through the carry-out; the reason when SQS did not confirm it.
+    async fn dead_letter_now(
+        &self,
+        item: &Item<'_>,
+        error: Option<&RecordError>,
+        failed_in: &Option<FailedIn>,
+        report: &mut BatchReport,
+    ) -> Result<(), String> {
+        let message = self
+            .dead_letter(item, (self.now_ms(), failed_in), error, 1)
+            .map_err(|too_large| too_large.to_string())?;
+        let mut outbox = Outbox::default();
+        outbox.push(0, message);
+        let unconfirmed = self.carry.send(&[(Destination::Dlq, &outbox)]).await;
+        report.sqs_requests += unconfirmed.requests;
+        if let Some((_, reason)) = unconfirmed.records.into_iter().next() {
+            return Err(reason);
+        }
+        let error = error.expect("a dead letter has an error");
+        tracing::error!(
+            sequence_number = item.id,
+            error_class = error.class().as_str(),
+            error_kind = error.kind(),
+            error = error.message(),
+            fate = "dead_letter",
+            "record dead-lettered"
+        );
+        Ok(())
+    }
+}
