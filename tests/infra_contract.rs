@@ -1031,14 +1031,12 @@ fn a_redrive_that_may_invoke_only_unqualified_arns_is_caught() {
 /// stands for the queue or function it was made on.
 mod calls_against_roles {
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
 
     use redrive::config::{EventRedriveSettings, ReprocessSettings};
-    use redrive::envelope::OutgoingMessage;
     use redrive::error::PortError;
     use redrive::event::SqsRecord;
     use redrive::eventbridge::{EventRedrive, InvokePort, RecordingInvoker};
-    use redrive::port::{EntryFailure, QueuePort, RecordingQueue, VisibilityChange};
+    use redrive::port::{ForwardingPort, QueuePort, RecordingQueue};
     use redrive::reprocess::{RedriveCommand, Reprocessor};
     use redrive::{ErrorClass, Processor, ProcessorConfig, SqsEvent};
 
@@ -1064,44 +1062,13 @@ mod calls_against_roles {
         }
     }
 
-    impl<P: QueuePort> QueuePort for Audited<P> {
-        async fn queue_url(&self, queue_arn: &str) -> Result<String, PortError> {
-            self.note("sqs:GetQueueUrl", queue_arn);
-            self.inner.queue_url(queue_arn).await
+    impl<P: QueuePort> ForwardingPort for Audited<P> {
+        type Inner = P;
+        fn inner(&self) -> &P {
+            &self.inner
         }
-        async fn send_batch(
-            &self,
-            queue_url: &str,
-            messages: &[OutgoingMessage<'_>],
-        ) -> Result<Vec<EntryFailure>, PortError> {
-            self.note("sqs:SendMessage", queue_url);
-            self.inner.send_batch(queue_url, messages).await
-        }
-        async fn change_visibility_batch(
-            &self,
-            queue_url: &str,
-            changes: &[VisibilityChange<'_>],
-        ) -> Result<Vec<EntryFailure>, PortError> {
-            self.note("sqs:ChangeMessageVisibility", queue_url);
-            self.inner.change_visibility_batch(queue_url, changes).await
-        }
-        async fn receive(
-            &self,
-            queue_url: &str,
-            max: u32,
-            hold: Duration,
-            wait: Duration,
-        ) -> Result<Vec<SqsRecord<'static>>, PortError> {
-            self.note("sqs:ReceiveMessage", queue_url);
-            self.inner.receive(queue_url, max, hold, wait).await
-        }
-        async fn delete_batch(
-            &self,
-            queue_url: &str,
-            receipt_handles: &[&str],
-        ) -> Result<Vec<EntryFailure>, PortError> {
-            self.note("sqs:DeleteMessage", queue_url);
-            self.inner.delete_batch(queue_url, receipt_handles).await
+        fn on_call(&self, action: &'static str, queue: &str) {
+            self.note(action, queue);
         }
     }
 

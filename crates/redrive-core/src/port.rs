@@ -67,10 +67,35 @@ pub trait QueuePort: Send + Sync {
     ) -> impl Future<Output = Result<Vec<EntryFailure>, PortError>> + Send;
 }
 
-/// A borrowed port is a port (one client shared by a processor and a handler, or a decorator).
-impl<Q: QueuePort> QueuePort for &Q {
+/// A port that passes every call on to an inner port and changes only what it overrides: a
+/// decorator (recording what was sent, injecting faults, auditing calls) implements this instead
+/// of forwarding each call by hand. A borrowed port is one too.
+pub trait ForwardingPort: Send + Sync {
+    /// The port calls are passed on to.
+    type Inner: QueuePort;
+
+    /// The inner port.
+    fn inner(&self) -> &Self::Inner;
+
+    /// Sees every call before it is passed on: the IAM action it needs (`sqs:SendMessage`,
+    /// `sqs:ChangeMessageVisibility`, `sqs:ReceiveMessage`, `sqs:DeleteMessage`,
+    /// `sqs:GetQueueUrl`) and the queue's URL (its ARN for `sqs:GetQueueUrl`).
+    fn on_call(&self, _action: &'static str, _queue: &str) {}
+
+    /// SendMessageBatch, passed on unless overridden.
+    fn send_batch(
+        &self,
+        queue_url: &str,
+        messages: &[OutgoingMessage<'_>],
+    ) -> impl Future<Output = Result<Vec<EntryFailure>, PortError>> + Send {
+        self.inner().send_batch(queue_url, messages)
+    }
+}
+
+impl<F: ForwardingPort> QueuePort for F {
     async fn queue_url(&self, queue_arn: &str) -> Result<String, PortError> {
-        (**self).queue_url(queue_arn).await
+        self.on_call("sqs:GetQueueUrl", queue_arn);
+        self.inner().queue_url(queue_arn).await
     }
 
     async fn send_batch(
@@ -78,7 +103,8 @@ impl<Q: QueuePort> QueuePort for &Q {
         queue_url: &str,
         messages: &[OutgoingMessage<'_>],
     ) -> Result<Vec<EntryFailure>, PortError> {
-        (**self).send_batch(queue_url, messages).await
+        self.on_call("sqs:SendMessage", queue_url);
+        ForwardingPort::send_batch(self, queue_url, messages).await
     }
 
     async fn change_visibility_batch(
@@ -86,7 +112,10 @@ impl<Q: QueuePort> QueuePort for &Q {
         queue_url: &str,
         changes: &[VisibilityChange<'_>],
     ) -> Result<Vec<EntryFailure>, PortError> {
-        (**self).change_visibility_batch(queue_url, changes).await
+        self.on_call("sqs:ChangeMessageVisibility", queue_url);
+        self.inner()
+            .change_visibility_batch(queue_url, changes)
+            .await
     }
 
     async fn receive(
@@ -96,7 +125,8 @@ impl<Q: QueuePort> QueuePort for &Q {
         hold: Duration,
         wait: Duration,
     ) -> Result<Vec<SqsRecord<'static>>, PortError> {
-        (**self).receive(queue_url, max, hold, wait).await
+        self.on_call("sqs:ReceiveMessage", queue_url);
+        self.inner().receive(queue_url, max, hold, wait).await
     }
 
     async fn delete_batch(
@@ -104,7 +134,16 @@ impl<Q: QueuePort> QueuePort for &Q {
         queue_url: &str,
         receipt_handles: &[&str],
     ) -> Result<Vec<EntryFailure>, PortError> {
-        (**self).delete_batch(queue_url, receipt_handles).await
+        self.on_call("sqs:DeleteMessage", queue_url);
+        self.inner().delete_batch(queue_url, receipt_handles).await
+    }
+}
+
+impl<Q: QueuePort> ForwardingPort for &Q {
+    type Inner = Q;
+
+    fn inner(&self) -> &Q {
+        self
     }
 }
 

@@ -1,10 +1,9 @@
 //! A port decorator that remembers every message sent through it (the demo's retry figures).
 use std::sync::Mutex;
-use std::time::Duration;
 
 use redrive::envelope::OutgoingMessage;
-use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
-use redrive::{Meta, PortError, SqsRecord};
+use redrive::port::{EntryFailure, ForwardingPort, QueuePort};
+use redrive::{Meta, PortError};
 
 /// One message the consumer sent: a re-sent copy or a dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,9 +35,11 @@ impl<Q> Observed<Q> {
     }
 }
 
-impl<Q: QueuePort> QueuePort for Observed<Q> {
-    async fn queue_url(&self, queue_arn: &str) -> Result<String, PortError> {
-        self.inner.queue_url(queue_arn).await
+impl<Q: QueuePort> ForwardingPort for Observed<Q> {
+    type Inner = Q;
+
+    fn inner(&self) -> &Q {
+        &self.inner
     }
 
     async fn send_batch(
@@ -65,31 +66,5 @@ impl<Q: QueuePort> QueuePort for Observed<Q> {
             });
         }
         Ok(failures)
-    }
-
-    async fn change_visibility_batch(
-        &self,
-        queue_url: &str,
-        changes: &[VisibilityChange<'_>],
-    ) -> Result<Vec<EntryFailure>, PortError> {
-        self.inner.change_visibility_batch(queue_url, changes).await
-    }
-
-    async fn receive(
-        &self,
-        queue_url: &str,
-        max: u32,
-        hold: Duration,
-        wait: Duration,
-    ) -> Result<Vec<SqsRecord<'static>>, PortError> {
-        self.inner.receive(queue_url, max, hold, wait).await
-    }
-
-    async fn delete_batch(
-        &self,
-        queue_url: &str,
-        receipt_handles: &[&str],
-    ) -> Result<Vec<EntryFailure>, PortError> {
-        self.inner.delete_batch(queue_url, receipt_handles).await
     }
 }

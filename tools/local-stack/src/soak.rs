@@ -17,7 +17,7 @@ use redrive::dynamodb::DynamoDbStore;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
 use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom, MemoryStore};
-use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
+use redrive::port::{EntryFailure, ForwardingPort, QueuePort};
 use redrive::redrive::RedrivePolicy;
 use redrive::reprocess::{RedriveCommand, Reprocessor};
 use redrive::{
@@ -355,10 +355,6 @@ impl<Q: QueuePort> Faulty<Q> {
         std::mem::take(&mut self.chains.lock().unwrap())
     }
 
-    pub fn inner(&self) -> &Q {
-        &self.inner
-    }
-
     pub fn heal(&self) {
         self.enabled.store(false, Ordering::SeqCst);
     }
@@ -368,9 +364,11 @@ impl<Q: QueuePort> Faulty<Q> {
     }
 }
 
-impl<Q: QueuePort> QueuePort for Faulty<Q> {
-    async fn queue_url(&self, queue_arn: &str) -> Result<String, PortError> {
-        self.inner.queue_url(queue_arn).await
+impl<Q: QueuePort> ForwardingPort for Faulty<Q> {
+    type Inner = Q;
+
+    fn inner(&self) -> &Q {
+        &self.inner
     }
 
     async fn send_batch(
@@ -425,32 +423,6 @@ impl<Q: QueuePort> QueuePort for Faulty<Q> {
             message: "injected".into(),
         }));
         Ok(failures)
-    }
-
-    async fn change_visibility_batch(
-        &self,
-        queue_url: &str,
-        changes: &[VisibilityChange<'_>],
-    ) -> Result<Vec<EntryFailure>, PortError> {
-        self.inner.change_visibility_batch(queue_url, changes).await
-    }
-
-    async fn receive(
-        &self,
-        queue_url: &str,
-        max: u32,
-        hold: Duration,
-        wait: Duration,
-    ) -> Result<Vec<SqsRecord<'static>>, PortError> {
-        self.inner.receive(queue_url, max, hold, wait).await
-    }
-
-    async fn delete_batch(
-        &self,
-        queue_url: &str,
-        receipt_handles: &[&str],
-    ) -> Result<Vec<EntryFailure>, PortError> {
-        self.inner.delete_batch(queue_url, receipt_handles).await
     }
 }
 
