@@ -39,9 +39,16 @@ pub use redrive_aws::sqs;
 #[cfg(feature = "test-util")]
 pub use redrive_core::oracles;
 pub use redrive_core::{
-    backoff, breaker, clock, config, envelope, error, fate, idempotency, metrics, port, processor,
+    backoff, breaker, carry, clock, envelope, error, fate, idempotency, metrics, port, processor,
     redrive, stream,
 };
+
+/// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`](config::Settings) and
+/// the recovery functions' settings, validated at start with errors that name the variable.
+pub mod config {
+    pub use redrive_core::config::*;
+    pub use redrive_recovery::settings::*;
+}
 pub use redrive_event as event;
 #[cfg(feature = "lambda")]
 pub use redrive_lambda as lambda;

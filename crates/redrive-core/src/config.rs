@@ -7,10 +7,11 @@ use crate::breaker::BreakerSettings;
 use crate::error::ConfigError;
 use crate::idempotency::{IdempotencyStore, Idempotent, KeyFrom};
 use crate::processor::{ProcessorConfig, RecordHandler};
-use crate::redrive::RedrivePolicy;
 
 /// Every variable redrive reads, with its default; any other `REDRIVE_*` variable is a typo and
-/// refused at start.
+/// refused at start. One list for every function, so that a function that reads two settings
+/// types (the EventBridge redrive: [`Settings`] and `redrive_recovery`'s) refuses neither's names;
+/// the recovery crate's settings read their variables through [`Env`].
 pub const VARIABLES: &[(&str, &str)] = &[
     (
         "REDRIVE_DLQ_URL",
@@ -57,7 +58,8 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "REDRIVE_IDEMPOTENCY_PAYLOAD_CHECK",
         "false: true refuses a key reused with another body (idempotency_key_reused)",
     ),
-    // The DLQ reprocessor (functions/dlq-redrive and the operator CLI): see `ReprocessSettings`.
+    // The DLQ reprocessor (functions/dlq-redrive and the operator CLI): redrive-recovery's
+    // `ReprocessSettings`.
     (
         "REDRIVE_REPROCESS_SOURCE_URL",
         "(dlq-redrive: required unless each command names its source) URL of the DLQ to drain",
@@ -75,21 +77,26 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("REDRIVE_DISCARD_KINDS", "(none) error kinds that are archived instead of redriven"),
     ("REDRIVE_REPROCESS_MAX_MESSAGES", "1000: messages examined per run"),
     ("REDRIVE_REPROCESS_RATE", "50: messages re-sent per second at most"),
-    // The EventBridge redrive (functions/eventbridge-redrive).
+    // The EventBridge redrive (functions/eventbridge-redrive): redrive-recovery's
+    // `EventRedriveSettings`.
     (
         "REDRIVE_PARKED_ERROR_CODES",
         "NO_PERMISSIONS,NO_RESOURCE,RESOURCE_NOT_FOUND,FAILED_TO_ASSUME_ROLE,INVALID_PARAMETER,INVALID_JSON",
     ),
 ];
 
-/// Reads and checks variables: unknown `REDRIVE_*` names are refused, values are parsed with an
-/// error that names the variable.
-struct Env<F> {
+/// Reads and checks variables for every settings type, the recovery crate's too: unknown
+/// `REDRIVE_*` names are refused, values are parsed with an error that names the variable.
+pub struct Env<F> {
     lookup: F,
 }
 
 impl<F: Fn(&str) -> Option<String>> Env<F> {
-    fn new<'n>(names: impl IntoIterator<Item = &'n str>, lookup: F) -> Result<Self, ConfigError> {
+    /// Checks `names` (every variable present) against [`VARIABLES`], then reads through `lookup`.
+    pub fn new<'n>(
+        names: impl IntoIterator<Item = &'n str>,
+        lookup: F,
+    ) -> Result<Self, ConfigError> {
         for name in names {
             if name.starts_with("REDRIVE_") && !VARIABLES.iter().any(|(known, _)| *known == name) {
                 let known: Vec<&str> = VARIABLES.iter().map(|(known, _)| *known).collect();
@@ -103,11 +110,13 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         Ok(Self { lookup })
     }
 
-    fn get(&self, name: &str) -> Option<String> {
+    /// The value of `name`, unless it is unset or blank.
+    pub fn get(&self, name: &str) -> Option<String> {
         (self.lookup)(name).filter(|value| !value.trim().is_empty())
     }
 
-    fn duration(&self, name: &str, default: Duration) -> Result<Duration, ConfigError> {
+    /// A duration such as `500ms`, `30s`, `5m` or `1h`, or `default` when unset.
+    pub fn duration(&self, name: &str, default: Duration) -> Result<Duration, ConfigError> {
         match self.get(name) {
             None => Ok(default),
             Some(text) => parse_duration(&text).ok_or_else(|| {
@@ -120,7 +129,8 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         }
     }
 
-    fn number(
+    /// A number within `range`, or `default` when unset.
+    pub fn number(
         &self,
         name: &str,
         default: f64,
@@ -147,7 +157,8 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         }
     }
 
-    fn whole(
+    /// A whole number within `range`, or `default` when unset.
+    pub fn whole(
         &self,
         name: &str,
         default: u32,
@@ -169,7 +180,8 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         }
     }
 
-    fn list(&self, name: &str) -> Option<Vec<String>> {
+    /// A comma-separated list, its items trimmed and empty ones left out.
+    pub fn list(&self, name: &str) -> Option<Vec<String>> {
         self.get(name).map(|text| {
             text.split(',')
                 .map(str::trim)
@@ -181,7 +193,7 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
 }
 
 /// Hands the process environment to a `from_lookup`: every variable name, and a lookup.
-fn read_process_env<T>(
+pub fn read_process_env<T>(
     read: impl FnOnce(
         &mut dyn Iterator<Item = &str>,
         &dyn Fn(&str) -> Option<String>,
@@ -198,16 +210,9 @@ fn read_process_env<T>(
 /// The settings of a queue consumer, read from `REDRIVE_*` variables (see [`VARIABLES`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
-    /// `None`: report-only (failures are given back to SQS, nothing is re-sent).
-    pub dlq_url: Option<String>,
-    /// Where re-sent copies go; looked up from the event source ARN when unset.
-    pub source_queue_url: Option<String>,
-    /// Attempts and backoff.
-    pub retry: RetryPolicy,
-    /// No record starts later than this before the Lambda deadline.
-    pub deadline_margin: Duration,
-    /// Records handled at once ([`crate::ProcessorConfig::concurrency`]).
-    pub concurrency: NonZeroUsize,
+    /// The processor's: the DLQ (none: report-only), the source queue, attempts and backoff, the
+    /// deadline margin and how many records run at once.
+    pub processor: ProcessorConfig,
     /// The circuit breaker of the consumer's downstream.
     pub breaker: BreakerSettings,
     /// Namespace of the EMF metrics.
@@ -218,13 +223,7 @@ pub struct Settings {
 
 impl From<&Settings> for ProcessorConfig {
     fn from(settings: &Settings) -> Self {
-        Self {
-            dlq_url: settings.dlq_url.clone(),
-            source_queue_url: settings.source_queue_url.clone(),
-            retry: settings.retry.clone(),
-            deadline_margin: settings.deadline_margin,
-            concurrency: settings.concurrency,
-        }
+        settings.processor.clone()
     }
 }
 
@@ -416,125 +415,19 @@ impl Settings {
             ));
         }
         Ok(Self {
-            dlq_url,
-            source_queue_url: get("REDRIVE_SOURCE_QUEUE_URL"),
-            retry,
-            deadline_margin,
-            concurrency: NonZeroUsize::new(concurrency as usize).unwrap_or(NonZeroUsize::MIN),
+            processor: ProcessorConfig {
+                dlq_url,
+                source_queue_url: get("REDRIVE_SOURCE_QUEUE_URL"),
+                retry,
+                deadline_margin,
+                concurrency: NonZeroUsize::new(concurrency as usize).unwrap_or(NonZeroUsize::MIN),
+            },
             breaker: BreakerSettings {
                 threshold,
                 open_for,
             },
             metrics_namespace: get("REDRIVE_METRICS_NAMESPACE").unwrap_or_else(|| "redrive".into()),
             idempotency: IdempotencySettings::from_env(&env)?,
-        })
-    }
-}
-
-/// Defaults of the DLQ reprocessor (a command may override the per-run ones).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReprocessSettings {
-    /// The DLQ a scheduled run drains, unless its command names one.
-    pub source_url: Option<String>,
-    /// Where dead letters without metadata go (SQS moved them; they name no origin).
-    pub destination_arn: Option<String>,
-    /// Where discarded messages are copied, when set.
-    pub archive_url: Option<String>,
-    /// What happens to each dead letter.
-    pub policy: RedrivePolicy,
-    /// Messages examined per run at most.
-    pub max_messages: u32,
-    /// Messages re-sent per second at most.
-    pub rate_per_second: f64,
-    /// Namespace of the EMF metrics.
-    pub metrics_namespace: String,
-}
-
-impl ReprocessSettings {
-    /// Reads and checks the process environment.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        read_process_env(|names, lookup| Self::from_lookup(names, lookup))
-    }
-
-    /// Reads and checks variables from `lookup`; `names` are all variable names present (to catch misspelt `REDRIVE_*` ones).
-    pub fn from_lookup<'n>(
-        names: impl IntoIterator<Item = &'n str>,
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, ConfigError> {
-        let env = Env::new(names, lookup)?;
-        let destination_arn = env.get("REDRIVE_REPROCESS_DESTINATION_ARN");
-        if let Some(arn) = &destination_arn {
-            if !arn.starts_with("arn:") || !arn.contains(":sqs:") {
-                return Err(ConfigError::new(
-                    "REDRIVE_REPROCESS_DESTINATION_ARN",
-                    arn,
-                    "expected an SQS queue ARN (arn:aws:sqs:region:account:name)",
-                ));
-            }
-        }
-        Ok(Self {
-            source_url: env.get("REDRIVE_REPROCESS_SOURCE_URL"),
-            destination_arn,
-            archive_url: env.get("REDRIVE_ARCHIVE_QUEUE_URL"),
-            policy: RedrivePolicy {
-                max_reprocess: env.whole("REDRIVE_REPROCESS_MAX", 3, 0..=100)?,
-                eligible_after: env
-                    .duration("REDRIVE_REPROCESS_AFTER", Duration::from_secs(300))?,
-                discard_kinds: env.list("REDRIVE_DISCARD_KINDS").unwrap_or_default(),
-            },
-            max_messages: env.whole("REDRIVE_REPROCESS_MAX_MESSAGES", 1000, 1..=1_000_000)?,
-            rate_per_second: env.number("REDRIVE_REPROCESS_RATE", 50.0, 0.1..=3000.0)?,
-            metrics_namespace: env
-                .get("REDRIVE_METRICS_NAMESPACE")
-                .unwrap_or_else(|| "redrive".into()),
-        })
-    }
-}
-
-/// EventBridge error codes that are parked by default: retrying cannot help until someone fixes
-/// a permission, a resource or the target's input.
-pub const DEFAULT_PARKED_ERROR_CODES: &[&str] = &[
-    "NO_PERMISSIONS",
-    "NO_RESOURCE",
-    "RESOURCE_NOT_FOUND",
-    "FAILED_TO_ASSUME_ROLE",
-    "INVALID_PARAMETER",
-    "INVALID_JSON",
-];
-
-/// Settings of the EventBridge redrive, on top of the [`Settings`] of its queue consumer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventRedriveSettings {
-    /// EventBridge error codes whose events are parked, not redriven.
-    pub parked_error_codes: Vec<String>,
-    /// Redrives an event gets before it is parked (the loop guard).
-    pub max_redrives: u32,
-    /// Wait after an event's failure before it is redriven, doubled per earlier redrive
-    /// (`REDRIVE_REPROCESS_AFTER`, as for the DLQ reprocessor).
-    pub eligible_after: Duration,
-}
-
-impl EventRedriveSettings {
-    /// Reads and checks the process environment.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        read_process_env(|names, lookup| Self::from_lookup(names, lookup))
-    }
-
-    /// Reads and checks variables from `lookup`; `names` are all variable names present.
-    pub fn from_lookup<'n>(
-        names: impl IntoIterator<Item = &'n str>,
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, ConfigError> {
-        let env = Env::new(names, lookup)?;
-        Ok(Self {
-            parked_error_codes: env.list("REDRIVE_PARKED_ERROR_CODES").unwrap_or_else(|| {
-                DEFAULT_PARKED_ERROR_CODES
-                    .iter()
-                    .map(|code| code.to_string())
-                    .collect()
-            }),
-            max_redrives: env.whole("REDRIVE_REPROCESS_MAX", 3, 0..=100)?,
-            eligible_after: env.duration("REDRIVE_REPROCESS_AFTER", Duration::from_secs(300))?,
         })
     }
 }
@@ -555,11 +448,14 @@ mod tests {
     #[test]
     fn defaults_need_nothing_and_no_dlq_means_report_only() {
         let s = settings(&[]).unwrap();
-        assert_eq!(s.dlq_url, None);
+        assert_eq!(s.processor.dlq_url, None);
         let s = settings(&[("REDRIVE_DLQ_URL", "https://sqs/dlq")]).unwrap();
-        assert_eq!(s.retry, RetryPolicy::default());
-        assert_eq!(s.deadline_margin, Duration::from_secs(2));
-        assert_eq!(s.concurrency, crate::processor::DEFAULT_CONCURRENCY);
+        assert_eq!(s.processor.retry, RetryPolicy::default());
+        assert_eq!(s.processor.deadline_margin, Duration::from_secs(2));
+        assert_eq!(
+            s.processor.concurrency,
+            crate::processor::DEFAULT_CONCURRENCY
+        );
         assert_eq!(s.breaker, BreakerSettings::default());
         assert_eq!(s.idempotency, None);
         let s = settings(&[
@@ -579,9 +475,12 @@ mod tests {
             })
         );
         let s = settings(&[("REDRIVE_DEFER_MAX_AGE", "6h")]).unwrap();
-        assert_eq!(s.retry.defer_max_age, Duration::from_secs(6 * 3600));
+        assert_eq!(
+            s.processor.retry.defer_max_age,
+            Duration::from_secs(6 * 3600)
+        );
         let s = settings(&[("REDRIVE_CONCURRENCY", "1")]).unwrap();
-        assert_eq!(s.concurrency.get(), 1);
+        assert_eq!(s.processor.concurrency.get(), 1);
     }
 
     #[test]
@@ -591,14 +490,14 @@ mod tests {
             ("REDRIVE_RETRY_SEQUENCE", "5m,5m,30m,30m,30m,1h"),
         ])
         .unwrap();
-        assert_eq!(s.retry.max_attempts, 7);
+        assert_eq!(s.processor.retry.max_attempts, 7);
         let s = settings(&[
             ("REDRIVE_DLQ_URL", "u"),
             ("REDRIVE_RETRY_SEQUENCE", "5m"),
             ("REDRIVE_MAX_ATTEMPTS", "3"),
         ])
         .unwrap();
-        assert_eq!(s.retry.max_attempts, 3);
+        assert_eq!(s.processor.retry.max_attempts, 3);
     }
 
     #[test]

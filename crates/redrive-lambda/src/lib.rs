@@ -72,7 +72,7 @@ where
         |panic| tracing::error!(%panic, "record handler panicked"),
     ));
     let settings = Settings::from_env()?;
-    if settings.dlq_url.is_none() {
+    if settings.processor.dlq_url.is_none() {
         tracing::warn!(
             "REDRIVE_DLQ_URL is not set: report-only, every failure is given back to SQS"
         );

@@ -22,8 +22,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::settings::EventRedriveSettings;
 use redrive_core::clock::{Clock, SystemClock};
-use redrive_core::config::EventRedriveSettings;
 use redrive_core::envelope::OutgoingMessage;
 use redrive_core::error::{PortError, RecordError};
 use redrive_core::event::Text;

@@ -6,3 +6,4 @@
 
 pub mod eventbridge;
 pub mod reprocess;
+pub mod settings;

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::settings::ReprocessSettings;
 use redrive_core::backoff::parse_duration;
 use redrive_core::carry::{CarryOut, Destination, Outbox};
 use redrive_core::clock::{Clock, SystemClock};
-use redrive_core::config::ReprocessSettings;
 use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
 use redrive_core::error::{ConfigError, ErrorClass, PortError};
 use redrive_core::event::{SqsRecord, Text};

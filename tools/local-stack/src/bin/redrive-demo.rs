@@ -296,7 +296,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             report: BatchReport::default(),
             whole_batch_errors: 0,
             batches: Vec::new(),
-            concurrency: settings.concurrency.get(),
+            concurrency: settings.processor.concurrency.get(),
         });
     }
     let total: usize = lanes.iter().map(|l| l.workload.len()).sum();
@@ -624,7 +624,10 @@ async fn report(
     }
 
     println!("\n== Retry delays scheduled (DelaySeconds), against the policy (scaled {scale}x)");
-    let policy = topology.settings(&lanes[0].queue.key, "unused", &[])?.retry;
+    let policy = topology
+        .settings(&lanes[0].queue.key, "unused", &[])?
+        .processor
+        .retry;
     let sent: Vec<Sent> = lanes
         .iter()
         .flat_map(|lane| lane.processor.queue().sent())
