@@ -112,8 +112,8 @@ module "stream" {
   alarm_topic_arn            = module.alerts.topic_arn
 }
 
-module "redrive" {
-  source = "./modules/redrive"
+module "recovery" {
+  source = "./modules/recovery"
 
   name                          = var.name_prefix
   reprocessor_zip               = local.zips.dlq_redrive
@@ -143,4 +143,10 @@ module "redrive" {
   sqs_target_arns      = [module.events.target_queue_arn]
   function_target_arns = [module.events.consumer_function_arn]
   alarm_topic_arn      = module.alerts.topic_arn
+}
+
+# Called "redrive" before 0.2: its resources keep their state under the new name.
+moved {
+  from = module.redrive
+  to   = module.recovery
 }

@@ -39,9 +39,9 @@ output "stream" {
 output "redrive" {
   description = "The recovery functions and their queues."
   value = {
-    reprocessor       = module.redrive.reprocessor_function_name
-    eventbridge       = module.redrive.event_redrive_function_name
-    archive_queue_url = module.redrive.archive_queue_url
-    parked_queue_url  = module.redrive.parked_queue_url
+    reprocessor       = module.recovery.reprocessor_function_name
+    eventbridge       = module.recovery.event_redrive_function_name
+    archive_queue_url = module.recovery.archive_queue_url
+    parked_queue_url  = module.recovery.parked_queue_url
   }
 }

@@ -223,7 +223,7 @@ variable "stream" {
 }
 
 variable "redrive" {
-  description = "The recovery side (modules/redrive): how often the DLQ reprocessor runs and its policy."
+  description = "The recovery side (modules/recovery): how often the DLQ reprocessor runs and its policy."
   type = object({
     schedule_expression    = string
     max_reprocess          = number

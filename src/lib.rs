@@ -38,12 +38,15 @@ pub use redrive_aws::sqs;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]
 pub use redrive_core::oracles;
+#[allow(deprecated)]
+#[doc(hidden)]
+pub use redrive_core::redrive;
 pub use redrive_core::{
     backoff, breaker, carry, clock, envelope, error, fate, idempotency, metrics, port, processor,
-    redrive, stream,
+    reprocess_policy, stream,
 };
 
-/// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`](config::Settings) and
+/// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`] and
 /// the recovery functions' settings, validated at start with errors that name the variable.
 pub mod config {
     pub use redrive_core::config::*;

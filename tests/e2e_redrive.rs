@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use redrive::config::{EventRedriveSettings, ReprocessSettings};
 use redrive::eventbridge::{EventRedrive, RecordingInvoker};
-use redrive::reprocess::{RedriveCommand, RedriveSummary, Reprocessor};
+use redrive::reprocess::{ReprocessCommand, ReprocessSummary, Reprocessor};
 use redrive::{Processor, ProcessorConfig, Settings, SqsQueue};
 use redrive_local::poller::Poller;
 use redrive_local::provision::{depth, queue_arn, QueuePair};
@@ -18,8 +18,8 @@ const LIMIT: Duration = Duration::from_secs(60);
 async fn redrive(
     stack: &Stack,
     overrides: &[(&str, &str)],
-    command: RedriveCommand,
-) -> RedriveSummary {
+    command: ReprocessCommand,
+) -> ReprocessSummary {
     let settings = ReprocessSettings::from_lookup(overrides.iter().map(|(n, _)| *n), |name| {
         overrides
             .iter()
@@ -27,7 +27,7 @@ async fn redrive(
             .map(|(_, v)| v.to_string())
     })
     .unwrap();
-    let command = RedriveCommand {
+    let command = ReprocessCommand {
         source: Some(stack.queue.dlq_url.clone()),
         ..command
     };
@@ -76,9 +76,9 @@ async fn the_dlq_reprocessor_sends_healed_failures_home_once_and_leaves_the_rest
     let dry = redrive(
         &stack,
         &now,
-        RedriveCommand {
+        ReprocessCommand {
             dry_run: true,
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         },
     )
     .await;
@@ -90,21 +90,21 @@ async fn the_dlq_reprocessor_sends_healed_failures_home_once_and_leaves_the_rest
     assert_eq!(stack.source_depth().await, 0);
 
     // Before the backoff has passed nothing moves.
-    let early = redrive(&stack, &[], RedriveCommand::default()).await;
+    let early = redrive(&stack, &[], ReprocessCommand::default()).await;
     assert_eq!(
         (early.not_yet, early.manual_review, early.reprocessed),
         (1, 1, 0)
     );
 
     // The transient failure goes home and is charged; the invalid order stays for review.
-    let run = redrive(&stack, &now, RedriveCommand::default()).await;
+    let run = redrive(&stack, &now, ReprocessCommand::default()).await;
     assert_eq!(
         (run.reprocessed, run.manual_review, run.send_failures),
         (1, 1, 0)
     );
     stack.drain(LIMIT).await;
     assert_eq!(stack.charged(), ["o-fine", "o-outage"]);
-    let again = redrive(&stack, &now, RedriveCommand::default()).await;
+    let again = redrive(&stack, &now, ReprocessCommand::default()).await;
     assert_eq!(
         (again.examined, again.reprocessed),
         (1, 0),
@@ -117,10 +117,10 @@ async fn the_dlq_reprocessor_sends_healed_failures_home_once_and_leaves_the_rest
     let failed = redrive(
         &stack,
         &now,
-        RedriveCommand {
+        ReprocessCommand {
             destination: Some(nowhere),
             force: true,
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         },
     )
     .await;
@@ -132,9 +132,9 @@ async fn the_dlq_reprocessor_sends_healed_failures_home_once_and_leaves_the_rest
     let forced = redrive(
         &stack,
         &now,
-        RedriveCommand {
+        ReprocessCommand {
             force: true,
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         },
     )
     .await;
@@ -153,9 +153,9 @@ async fn the_dlq_reprocessor_sends_healed_failures_home_once_and_leaves_the_rest
             ("REDRIVE_REPROCESS_AFTER", "0s"),
             ("REDRIVE_REPROCESS_MAX", "1"),
         ],
-        RedriveCommand {
+        ReprocessCommand {
             force: true,
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         },
     )
     .await;
@@ -324,10 +324,10 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
             .unwrap();
     }
     let settings = ReprocessSettings::from_lookup([], |_| None).unwrap();
-    let plan = RedriveCommand {
+    let plan = ReprocessCommand {
         source: Some(parked_url.clone()),
         force: true,
-        ..RedriveCommand::default()
+        ..ReprocessCommand::default()
     }
     .plan(&settings)
     .unwrap();

@@ -824,7 +824,7 @@ fn a_dlq_without_its_alarm_or_a_weakened_alarm_is_caught() {
         ["modules/sqs-consumer: aws_sqs_queue.dlq[0].name has 0 dlq-alarm modules, expected 1"]
     );
     let parked = broken(
-        "modules/redrive/main.tf",
+        "modules/recovery/main.tf",
         "queue_name      = aws_sqs_queue.parked_dlq[0].name",
         "queue_name      = aws_sqs_queue.archive.name",
     );
@@ -927,13 +927,13 @@ fn wildcard_iam_is_caught() {
     );
     assert_eq!(iam(&resources).len(), 1, "{:?}", iam(&resources));
     let conditional = broken(
-        "modules/redrive/main.tf",
+        "modules/recovery/main.tf",
         "actions = [\"lambda:InvokeFunction\"]",
         "actions = [\"lambda:*\"]",
     );
     assert_eq!(iam(&conditional).len(), 1, "{:?}", iam(&conditional));
     let scheduler = broken(
-        "modules/redrive/main.tf",
+        "modules/recovery/main.tf",
         "resources = [module.reprocessor.function_arn]",
         "resources = [\"*\"]",
     );
@@ -985,13 +985,13 @@ fn an_async_function_or_schedule_without_a_failure_destination_is_caught() {
         ["modules/eventbridge-route: consumer: no on-failure destination"]
     );
     let schedule = broken(
-        "modules/redrive/main.tf",
+        "modules/recovery/main.tf",
         "    dead_letter_config {\n      arn = aws_sqs_queue.reprocessor_failures_dlq.arn\n    }\n",
         "",
     );
     assert_eq!(
         async_failures(&schedule),
-        ["modules/redrive: reprocess: no dead-letter queue"]
+        ["modules/recovery: reprocess: no dead-letter queue"]
     );
 }
 
@@ -1003,26 +1003,26 @@ fn a_consumer_left_to_lambdas_loop_detection_is_caught() {
         ["modules/sqs-consumer: function: re-sends to the queue that triggers it without recursive_loop = \"Allow\""]
     );
     let redrive = broken(
-        "modules/redrive/main.tf",
+        "modules/recovery/main.tf",
         "recursive_loop = \"Allow\"",
         "recursive_loop = \"Terminate\"",
     );
     assert_eq!(
         recursion(&redrive),
-        ["modules/redrive: event_redrive: re-sends to the queue that triggers it without recursive_loop = \"Allow\""]
+        ["modules/recovery: event_redrive: re-sends to the queue that triggers it without recursive_loop = \"Allow\""]
     );
 }
 
 #[test]
 fn a_redrive_that_may_invoke_only_unqualified_arns_is_caught() {
     let redrive = broken(
-        "modules/redrive/main.tf",
+        "modules/recovery/main.tf",
         "flatten([for arn in var.function_target_arns : [arn, \"${arn}:*\"]])",
         "var.function_target_arns",
     );
     assert_eq!(
         qualified_invokes(&redrive),
-        ["modules/redrive module event_redrive statement \"DeliverToFunctionTargets\": invokes var.function_target_arns unqualified only"]
+        ["modules/recovery module event_redrive statement \"DeliverToFunctionTargets\": invokes var.function_target_arns unqualified only"]
     );
 }
 
@@ -1037,7 +1037,7 @@ mod calls_against_roles {
     use redrive::event::SqsRecord;
     use redrive::eventbridge::{EventRedrive, InvokePort, RecordingInvoker};
     use redrive::port::{ForwardingPort, QueuePort, RecordingQueue};
-    use redrive::reprocess::{RedriveCommand, Reprocessor};
+    use redrive::reprocess::{ReprocessCommand, Reprocessor};
     use redrive::{ErrorClass, Processor, ProcessorConfig, SqsEvent};
 
     use super::{parse, sources, statements};
@@ -1246,7 +1246,7 @@ mod calls_against_roles {
         let calls = calls(&log);
         let unmet = missing(
             &parse(&sources()),
-            ("modules/redrive", "event_redrive"),
+            ("modules/recovery", "event_redrive"),
             &calls,
             |target| match target {
                 "orders-bus-target-dlq" | "orders-events-failures" => "local.event_arns",
@@ -1302,11 +1302,11 @@ mod calls_against_roles {
                 .then(|| "https://sqs.local/123456789012/redrive-archive".into())
         })
         .unwrap();
-        let plan = RedriveCommand {
+        let plan = ReprocessCommand {
             source: Some(dlq.into()),
             force: true,
             error_classes: vec![ErrorClass::Transient, ErrorClass::Permanent],
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         }
         .plan(&settings)
         .unwrap();
@@ -1317,7 +1317,7 @@ mod calls_against_roles {
         let calls = calls(&log);
         let unmet = missing(
             &parse(&sources()),
-            ("modules/redrive", "reprocessor"),
+            ("modules/recovery", "reprocessor"),
             &calls,
             |target| match target {
                 "orders-dlq" => "local.dlq_arns",
@@ -1350,7 +1350,7 @@ fn a_module_call_with_an_unknown_or_a_missing_argument_is_caught() {
     );
     assert_eq!(
         module_calls(&missing),
-        ["examples/redrive-only: module redrive: the required variable alarm_topic_arn of modules/redrive is not passed"]
+        ["examples/redrive-only: module recovery: the required variable alarm_topic_arn of modules/recovery is not passed"]
     );
 }
 

@@ -24,7 +24,15 @@ pub mod metrics;
 pub mod oracles;
 pub mod port;
 pub mod processor;
-pub mod redrive;
+pub mod reprocess_policy;
+/// The module's name before 0.2; it was [`reprocess_policy`].
+#[doc(hidden)]
+#[deprecated(since = "0.2.0", note = "renamed `reprocess_policy`")]
+pub mod redrive {
+    pub use crate::reprocess_policy::{eligible_at, Disposition, ReprocessPolicy};
+    #[allow(deprecated)]
+    pub use crate::reprocess_policy::{Decision, RedrivePolicy};
+}
 pub mod stream;
 
 /// The SQS event the processor reads ([`redrive_event`]).

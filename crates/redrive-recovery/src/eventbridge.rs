@@ -29,7 +29,7 @@ use redrive_core::error::{PortError, RecordError};
 use redrive_core::event::Text;
 use redrive_core::port::QueuePort;
 use redrive_core::processor::{Message, RecordHandler};
-use redrive_core::redrive::eligible_at;
+use redrive_core::reprocess_policy::eligible_at;
 
 /// Top-level field the redrive adds to an event it re-invokes a function with: how often the
 /// event was redriven. The loop guard reads it back from the next invocation record.

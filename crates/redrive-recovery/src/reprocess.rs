@@ -1,4 +1,4 @@
-//! The DLQ reprocessor: drains a dead-letter queue under a [`RedrivePolicy`]. Each message is
+//! The DLQ reprocessor: drains a dead-letter queue under a [`ReprocessPolicy`]. Each message is
 //! re-sent to its origin (reprocess), archived and deleted (discard), or left where it is (manual
 //! review, alert, not yet, filtered out). A message is deleted from the DLQ only after SQS has
 //! confirmed the copy; whatever is left is made visible again when the run ends.
@@ -16,7 +16,7 @@ use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
 use redrive_core::error::{ConfigError, ErrorClass, PortError};
 use redrive_core::event::{SqsRecord, Text};
 use redrive_core::port::{QueuePort, VisibilityChange};
-use redrive_core::redrive::{Decision, RedrivePolicy};
+use redrive_core::reprocess_policy::{Disposition, ReprocessPolicy};
 
 /// What to redrive, as a Lambda invocation payload or from the operator CLI. Every field is
 /// optional; absent ones take the function's defaults ([`ReprocessSettings`]).
@@ -28,7 +28,7 @@ use redrive_core::redrive::{Decision, RedrivePolicy};
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RedriveCommand {
+pub struct ReprocessCommand {
     /// URL of the DLQ to drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
@@ -97,7 +97,7 @@ pub struct Plan {
     pub rate_per_second: f64,
     /// Redrive what the policy would leave (the cap still holds).
     pub force: bool,
-    /// Delete nothing from the DLQ ([`RedriveCommand::copy`]).
+    /// Delete nothing from the DLQ ([`ReprocessCommand::copy`]).
     pub copy: bool,
 }
 
@@ -116,7 +116,7 @@ pub struct Filter {
     pub attribute: Option<AttributeFilter>,
 }
 
-impl RedriveCommand {
+impl ReprocessCommand {
     /// The plan of this command, the settings filling in what it leaves out; refuses bad values with the field named.
     pub fn plan(&self, defaults: &ReprocessSettings) -> Result<Plan, ConfigError> {
         let age = |field: &str, text: &Option<String>| match text {
@@ -178,7 +178,7 @@ impl RedriveCommand {
 /// What a run did (or, in a dry run, would do). `examined` = the sum of the decisions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RedriveSummary {
+pub struct ReprocessSummary {
     /// URL of the DLQ drained.
     pub source: String,
     /// Nothing was changed.
@@ -207,7 +207,7 @@ pub struct RedriveSummary {
     pub stopped_early: bool,
 }
 
-impl RedriveSummary {
+impl ReprocessSummary {
     /// The summary as one CloudWatch Embedded Metric Format line (dimension `Source`: the DLQ).
     pub fn emf_line(&self, namespace: &str, timestamp_ms: u64) -> String {
         let figures = [
@@ -232,13 +232,21 @@ impl RedriveSummary {
     }
 }
 
+/// The name before 0.2.
+#[deprecated(since = "0.2.0", note = "renamed `ReprocessCommand`")]
+pub type RedriveCommand = ReprocessCommand;
+
+/// The name before 0.2.
+#[deprecated(since = "0.2.0", note = "renamed `ReprocessSummary`")]
+pub type RedriveSummary = ReprocessSummary;
+
 /// How long received messages stay hidden while a run decides about them.
 const HOLD: Duration = Duration::from_secs(120);
 
-/// Drains a DLQ under a [`RedrivePolicy`].
+/// Drains a DLQ under a [`ReprocessPolicy`].
 pub struct Reprocessor<Q> {
     carry: CarryOut<Q>,
-    policy: RedrivePolicy,
+    policy: ReprocessPolicy,
     archive_url: Option<String>,
     clock: Arc<dyn Clock>,
 }
@@ -247,7 +255,7 @@ pub struct Reprocessor<Q> {
 struct Examined {
     record: SqsRecord<'static>,
     /// `None`: the command's filters left it out.
-    decision: Option<Decision>,
+    decision: Option<Disposition>,
     /// The queue a reprocessed message goes to.
     destination_arn: Option<String>,
 }
@@ -280,12 +288,12 @@ impl<Q: QueuePort> Reprocessor<Q> {
         &self,
         plan: &Plan,
         stop_at: Option<Instant>,
-        mut progress: impl FnMut(&RedriveSummary),
-    ) -> Result<RedriveSummary, PortError> {
-        let mut summary = RedriveSummary {
+        mut progress: impl FnMut(&ReprocessSummary),
+    ) -> Result<ReprocessSummary, PortError> {
+        let mut summary = ReprocessSummary {
             source: plan.source_url.clone(),
             dry_run: plan.dry_run,
-            ..RedriveSummary::default()
+            ..ReprocessSummary::default()
         };
         // tokio's clock, so that the rate can be counted against a paused clock in tests.
         let started = tokio::time::Instant::now();
@@ -334,7 +342,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
         &self,
         record: SqsRecord<'static>,
         plan: &Plan,
-        summary: &mut RedriveSummary,
+        summary: &mut ReprocessSummary,
     ) -> Examined {
         summary.examined += 1;
         let now = self.clock.now_ms();
@@ -348,7 +356,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
             Some(Err(error)) => {
                 *summary.by_class.entry("unreadable".into()).or_default() += 1;
                 (
-                    Some(Decision::ManualReview {
+                    Some(Disposition::ManualReview {
                         reason: format!("unreadable redrive metadata: {error}"),
                     }),
                     None,
@@ -398,7 +406,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
         &self,
         batch: &[Examined],
         plan: &Plan,
-        summary: &mut RedriveSummary,
+        summary: &mut ReprocessSummary,
         left: &mut Vec<String>,
     ) {
         let now = self.clock.now_ms();
@@ -410,12 +418,12 @@ impl<Q: QueuePort> Reprocessor<Q> {
             let id = record.message_id.as_deref().unwrap_or_default();
             match &examined.decision {
                 None => summary.filtered_out += 1,
-                Some(Decision::NotYet { .. }) => summary.not_yet += 1,
-                Some(Decision::ManualReview { reason }) => {
+                Some(Disposition::NotYet { .. }) => summary.not_yet += 1,
+                Some(Disposition::ManualReview { reason }) => {
                     summary.manual_review += 1;
                     tracing::info!(message_id = id, %reason, "left for manual review");
                 }
-                Some(Decision::Alert { reason }) => {
+                Some(Disposition::Alert { reason }) => {
                     summary.alerted += 1;
                     tracing::error!(
                         message_id = id,
@@ -424,7 +432,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
                         "redrive cap reached: needs a person",
                     );
                 }
-                Some(Decision::Discard { reason }) => {
+                Some(Disposition::Discard { reason }) => {
                     tracing::warn!(
                         message_id = id,
                         %reason,
@@ -443,7 +451,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
                         (false, Some(_), None) => summary.send_failures += 1,
                     }
                 }
-                Some(Decision::Reprocess) => match (&examined.destination_arn, plan.dry_run) {
+                Some(Disposition::Reprocess) => match (&examined.destination_arn, plan.dry_run) {
                     (None, _) => {
                         summary.manual_review += 1;
                         tracing::info!(
@@ -858,8 +866,8 @@ mod tests {
         ReprocessSettings::from_lookup([], |_| None).unwrap()
     }
 
-    fn plan(command: RedriveCommand) -> Plan {
-        RedriveCommand {
+    fn plan(command: ReprocessCommand) -> Plan {
+        ReprocessCommand {
             source: Some(DLQ.into()),
             ..command
         }
@@ -897,7 +905,7 @@ mod tests {
             ],
         );
         let summary = reprocessor
-            .run(&plan(RedriveCommand::default()), None, |_| {})
+            .run(&plan(ReprocessCommand::default()), None, |_| {})
             .await
             .unwrap();
         assert_eq!(
@@ -948,7 +956,7 @@ mod tests {
         );
         queue.refuse_entries_containing("refused");
         let summary = reprocessor
-            .run(&plan(RedriveCommand::default()), None, |_| {})
+            .run(&plan(ReprocessCommand::default()), None, |_| {})
             .await
             .unwrap();
         assert_eq!((summary.reprocessed, summary.send_failures), (1, 1));
@@ -957,7 +965,7 @@ mod tests {
 
         let reprocessor = reprocessor_failing_origin();
         let summary = reprocessor
-            .run(&plan(RedriveCommand::default()), None, |_| {})
+            .run(&plan(ReprocessCommand::default()), None, |_| {})
             .await
             .unwrap();
         assert_eq!((summary.reprocessed, summary.send_failures), (0, 1));
@@ -984,9 +992,9 @@ mod tests {
                 dead_letter("invalid", Some(ErrorClass::Permanent), 0),
             ],
         );
-        let command = RedriveCommand {
+        let command = ReprocessCommand {
             dry_run: true,
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         };
         let summary = reprocessor.run(&plan(command), None, |_| {}).await.unwrap();
         assert_eq!((summary.reprocessed, summary.manual_review), (1, 1));
@@ -1005,9 +1013,9 @@ mod tests {
             .collect();
         reprocessor.queue().stock(DLQ, letters);
         let started = tokio::time::Instant::now();
-        let plan = plan(RedriveCommand {
+        let plan = plan(ReprocessCommand {
             rate_per_second: Some(10.0),
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         });
         let mut sent_at = Vec::new();
         let summary = reprocessor
@@ -1044,9 +1052,9 @@ mod tests {
         );
         let summary = reprocessor
             .run(
-                &plan(RedriveCommand {
+                &plan(ReprocessCommand {
                     copy: true,
-                    ..RedriveCommand::default()
+                    ..ReprocessCommand::default()
                 }),
                 None,
                 |_| {},
@@ -1068,7 +1076,7 @@ mod tests {
             .queue()
             .stock(DLQ, [dead_letter("moved", None, 0)]);
         let summary = reprocessor
-            .run(&plan(RedriveCommand::default()), None, |_| {})
+            .run(&plan(ReprocessCommand::default()), None, |_| {})
             .await
             .unwrap();
         assert_eq!((summary.manual_review, summary.reprocessed), (1, 0));
@@ -1078,9 +1086,9 @@ mod tests {
         reprocessor
             .queue()
             .stock(DLQ, [dead_letter("moved", None, 0)]);
-        let command = RedriveCommand {
+        let command = ReprocessCommand {
             destination: Some(ORIGIN_ARN.into()),
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         };
         let summary = reprocessor.run(&plan(command), None, |_| {}).await.unwrap();
         assert_eq!(summary.reprocessed, 1);
@@ -1106,9 +1114,9 @@ mod tests {
         reprocessor
             .queue()
             .stock(DLQ, [from_payments, dead_letter("unnamed", None, 0)]);
-        let plan = RedriveCommand {
+        let plan = ReprocessCommand {
             source: Some(DLQ.into()),
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         }
         .plan(&settings)
         .unwrap();
@@ -1155,7 +1163,7 @@ mod tests {
                 dead_letter("transient", Some(ErrorClass::Transient), 0),
             ],
         );
-        let command = RedriveCommand {
+        let command = ReprocessCommand {
             error_classes: vec![ErrorClass::Permanent],
             attribute: Some(AttributeFilter {
                 name: "tenant".into(),
@@ -1163,7 +1171,7 @@ mod tests {
             }),
             min_age: Some("30m".into()),
             force: true,
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         };
         let summary = reprocessor.run(&plan(command), None, |_| {}).await.unwrap();
         assert_eq!((summary.reprocessed, summary.filtered_out), (1, 2));
@@ -1178,7 +1186,7 @@ mod tests {
             .stock(DLQ, [dead_letter("due", Some(ErrorClass::Transient), 0)]);
         let soon = Some(Instant::now() + Duration::from_secs(20));
         let summary = reprocessor
-            .run(&plan(RedriveCommand::default()), soon, |_| {})
+            .run(&plan(ReprocessCommand::default()), soon, |_| {})
             .await
             .unwrap();
         assert_eq!((summary.reprocessed, summary.stopped_early), (1, false));
@@ -1189,7 +1197,7 @@ mod tests {
             .stock(DLQ, [dead_letter("due", Some(ErrorClass::Transient), 0)]);
         let summary = reprocessor
             .run(
-                &plan(RedriveCommand::default()),
+                &plan(ReprocessCommand::default()),
                 Some(Instant::now()),
                 |_| {},
             )
@@ -1207,10 +1215,10 @@ mod tests {
             (r#"{}"#, "source"),
         ];
         for (json, field) in bad {
-            let command: RedriveCommand = serde_json::from_str(json).unwrap();
+            let command: ReprocessCommand = serde_json::from_str(json).unwrap();
             assert_eq!(command.plan(&settings()).unwrap_err().name, field);
         }
-        let typo = serde_json::from_str::<RedriveCommand>(r#"{"dryrun":true}"#).unwrap_err();
+        let typo = serde_json::from_str::<ReprocessCommand>(r#"{"dryrun":true}"#).unwrap_err();
         assert!(
             typo.to_string().contains("unknown field `dryrun`"),
             "{typo}"
@@ -1219,11 +1227,11 @@ mod tests {
 
     #[test]
     fn the_summary_is_one_emf_line() {
-        let summary = RedriveSummary {
+        let summary = ReprocessSummary {
             source: DLQ.into(),
             examined: 3,
             reprocessed: 2,
-            ..RedriveSummary::default()
+            ..ReprocessSummary::default()
         };
         let line: serde_json::Value =
             serde_json::from_str(&summary.emf_line("redrive", NOW)).unwrap();

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redrive_core::config::{read_process_env, Env};
 use redrive_core::error::ConfigError;
-use redrive_core::redrive::RedrivePolicy;
+use redrive_core::reprocess_policy::ReprocessPolicy;
 
 /// Defaults of the DLQ reprocessor (a command may override the per-run ones).
 #[derive(Debug, Clone, PartialEq)]
@@ -16,7 +16,7 @@ pub struct ReprocessSettings {
     /// Where discarded messages are copied, when set.
     pub archive_url: Option<String>,
     /// What happens to each dead letter.
-    pub policy: RedrivePolicy,
+    pub policy: ReprocessPolicy,
     /// Messages examined per run at most.
     pub max_messages: u32,
     /// Messages re-sent per second at most.
@@ -51,7 +51,7 @@ impl ReprocessSettings {
             source_url: env.get("REDRIVE_REPROCESS_SOURCE_URL"),
             destination_arn,
             archive_url: env.get("REDRIVE_ARCHIVE_QUEUE_URL"),
-            policy: RedrivePolicy {
+            policy: ReprocessPolicy {
                 max_reprocess: env.whole("REDRIVE_REPROCESS_MAX", 3, 0..=100)?,
                 eligible_after: env
                     .duration("REDRIVE_REPROCESS_AFTER", Duration::from_secs(300))?,

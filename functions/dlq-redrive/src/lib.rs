@@ -1,11 +1,11 @@
-//! The DLQ reprocessor function. EventBridge Scheduler invokes it with a [`RedriveCommand`] as its
+//! The DLQ reprocessor function. EventBridge Scheduler invokes it with a [`ReprocessCommand`] as its
 //! input (or a plain scheduled event: the defaults from the environment); an operator can invoke it
-//! by hand with a command. It answers with the run's [`RedriveSummary`].
+//! by hand with a command. It answers with the run's [`ReprocessSummary`].
 use std::time::{Duration, Instant};
 
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
-use redrive::reprocess::{RedriveCommand, RedriveSummary, Reprocessor};
+use redrive::reprocess::{ReprocessCommand, ReprocessSummary, Reprocessor};
 use redrive::{ConfigError, PortError, QueuePort};
 
 #[derive(Debug, thiserror::Error)]
@@ -22,11 +22,11 @@ pub enum InvocationError {
 const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
 
 /// The command in `payload`: a command object, or an EventBridge scheduled event (defaults).
-pub fn command_of(payload: &str) -> Result<RedriveCommand, serde_json::Error> {
+pub fn command_of(payload: &str) -> Result<ReprocessCommand, serde_json::Error> {
     let value: serde_json::Value = serde_json::from_str(payload)?;
     // `detail-type` marks an EventBridge event; a command has no such field.
     if value.get("detail-type").is_some() {
-        Ok(RedriveCommand::default())
+        Ok(ReprocessCommand::default())
     } else {
         serde_json::from_value(value)
     }
@@ -38,7 +38,7 @@ pub async fn handle_invocation<Q: QueuePort>(
     reprocessor: &Reprocessor<Q>,
     settings: &ReprocessSettings,
     deadline_ms: u64,
-) -> Result<RedriveSummary, InvocationError> {
+) -> Result<ReprocessSummary, InvocationError> {
     let plan = command_of(payload)?.plan(settings)?;
     let now = SystemClock.now_ms();
     let deadline_ms = redrive::lambda::absolute_deadline(deadline_ms, now);
@@ -68,7 +68,7 @@ mod tests {
     fn a_scheduled_event_runs_with_the_defaults_and_a_command_is_read_as_given() {
         assert_eq!(
             command_of(&sample("scheduled-event.json")).unwrap(),
-            RedriveCommand::default()
+            ReprocessCommand::default()
         );
         let command = command_of(&sample("redrive-command.json")).unwrap();
         assert!(command.dry_run);

@@ -2,8 +2,8 @@
 # failures home under the redrive policy, and the two alarms every DLQ gets. Nothing here touches
 # the queues themselves or their consumers.
 
-module "redrive" {
-  source = "../../modules/redrive"
+module "recovery" {
+  source = "../../modules/recovery"
 
   name            = "billing"
   reprocessor_zip = startswith(var.reprocessor_zip, "/") ? var.reprocessor_zip : "${path.root}/${var.reprocessor_zip}"
@@ -30,4 +30,10 @@ module "dlq_alarm" {
   name            = "billing-${each.key}-dlq"
   queue_name      = each.value.dlq_name
   alarm_topic_arn = var.alarm_topic_arn
+}
+
+# Called "redrive" before 0.2: its resources keep their state under the new name.
+moved {
+  from = module.redrive
+  to   = module.recovery
 }

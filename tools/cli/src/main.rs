@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand};
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
 use redrive::reprocess::{
-    browse, export_line, AttributeFilter, Inventory, RedriveCommand, RedriveSummary, Reprocessor,
+    browse, export_line, AttributeFilter, Inventory, ReprocessCommand, ReprocessSummary,
+    Reprocessor,
 };
 use redrive::{ErrorClass, SqsQueue};
 
@@ -199,7 +200,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Redrive(args) => {
             let url = sqs.resolve(&args.queue).await?;
             let settings = ReprocessSettings::from_env()?;
-            let command = RedriveCommand {
+            let command = ReprocessCommand {
                 source: Some(url),
                 destination: args.destination,
                 max_messages: Some(args.max),
@@ -249,7 +250,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// A one-line progress bar on stderr.
-fn progress(summary: &RedriveSummary, max: u32) {
+fn progress(summary: &ReprocessSummary, max: u32) {
     const WIDTH: u32 = 30;
     let filled = (summary.examined.min(max) * WIDTH / max.max(1)) as usize;
     eprint!(

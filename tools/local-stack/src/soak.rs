@@ -18,8 +18,8 @@ use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
 use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom, MemoryStore};
 use redrive::port::{EntryFailure, ForwardingPort, QueuePort};
-use redrive::redrive::RedrivePolicy;
-use redrive::reprocess::{RedriveCommand, Reprocessor};
+use redrive::reprocess::{ReprocessCommand, Reprocessor};
+use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{
     CircuitBreaker, Message, Meta, PortError, Processor, ProcessorConfig, RecordError,
     RecordHandler, RetryPolicy,
@@ -641,7 +641,7 @@ pub async fn run<Q: SoakQueues>(
     *planned.group_order.lock().unwrap() = None;
     queue.heal();
     let settings = ReprocessSettings {
-        policy: RedrivePolicy {
+        policy: ReprocessPolicy {
             max_reprocess: config.reprocess_cap,
             eligible_after: Duration::ZERO,
             discard_kinds: Vec::new(),
@@ -652,10 +652,10 @@ pub async fn run<Q: SoakQueues>(
     };
     let reprocessor = Reprocessor::new(&queue, &settings).with_clock(clock.clone());
     for _ in 0..=config.reprocess_cap {
-        let plan = RedriveCommand {
+        let plan = ReprocessCommand {
             source: Some(dlq.to_owned()),
             destination: Some(source_arn.to_owned()),
-            ..RedriveCommand::default()
+            ..ReprocessCommand::default()
         }
         .plan(&settings)
         .map_err(|e| PortError::new("plan", e))?;

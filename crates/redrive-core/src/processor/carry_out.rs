@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::answer::fate_name;
-use super::decide::Decided;
+use super::decide::Ruling;
 use super::{Invocation, Item, Processor};
 use crate::backoff::MAX_DELAY_SECONDS;
 use crate::carry::{Destination, Outbox};
@@ -28,7 +28,7 @@ impl<Q: QueuePort> Processor<Q> {
     pub(super) async fn carry_out(
         &self,
         items: &[Item<'_>],
-        decided: &mut [Decided],
+        decided: &mut [Ruling],
         invocation: &Invocation<'_>,
         report: &mut BatchReport,
     ) {
@@ -88,7 +88,7 @@ impl<Q: QueuePort> Processor<Q> {
     fn outgoing<'r>(
         &self,
         items: &'r [Item<'r>],
-        decided: &mut [Decided],
+        decided: &mut [Ruling],
         failed_in: &Option<FailedIn>,
     ) -> Outgoing<'r> {
         let now = self.clock.now_ms();

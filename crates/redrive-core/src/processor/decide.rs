@@ -16,7 +16,7 @@ impl<Q: QueuePort> Processor<Q> {
         items: &[Item<'_>],
         handled: impl IntoIterator<Item = Outcome>,
         fifo: bool,
-    ) -> Vec<Decided> {
+    ) -> Vec<Ruling> {
         let mut judge = self.judge(fifo);
         let mut rng = self.rng();
         let now = self.clock.now_ms();
@@ -40,7 +40,7 @@ impl<Q: QueuePort> Processor<Q> {
 
 /// A record's fate and the error that led to it. The error is boxed: it is rare, and a slim
 /// decision is cheap to keep for each record of a large batch.
-pub(super) struct Decided {
+pub(super) struct Ruling {
     pub(super) fate: Fate,
     pub(super) error: Option<Box<RecordError>>,
 }
@@ -51,7 +51,7 @@ fn decide(
     history: History,
     item: &Item<'_>,
     outcome: Outcome,
-) -> Decided {
+) -> Ruling {
     let fate = judge.decide(item.group(), &outcome, history, || rng.f64());
     // A deferral dead-lettered is one that outlasted the age limit: it says so.
     let error = match outcome {
@@ -63,7 +63,7 @@ fn decide(
         Outcome::Failed(error) => Some(error),
         _ => None,
     };
-    Decided { fate, error }
+    Ruling { fate, error }
 }
 
 /// The failure a record is dead-lettered with when its deferrals outlast the age limit: transient,

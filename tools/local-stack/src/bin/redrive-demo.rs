@@ -18,8 +18,8 @@ use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::idempotency::{Idempotent, KeyFrom};
 use redrive::lambda::Bytes;
-use redrive::redrive::RedrivePolicy;
-use redrive::reprocess::{browse, RedriveCommand, RedriveSummary, Reprocessor};
+use redrive::reprocess::{browse, ReprocessCommand, ReprocessSummary, Reprocessor};
+use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{BatchReport, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
 use redrive_local::observe::{Observed, Sent};
 use redrive_local::poller::Poller;
@@ -354,10 +354,10 @@ async fn heal_and_redrive(
         .unwrap_or_default();
     let settings = ReprocessSettings {
         archive_url: Some(archive_url),
-        policy: RedrivePolicy {
+        policy: ReprocessPolicy {
             eligible_after: Duration::from_secs_f64(300.0 / scale),
             discard_kinds: vec!["malformed_body".into(), "invalid_order".into()],
-            ..RedrivePolicy::default()
+            ..ReprocessPolicy::default()
         },
         rate_per_second: 500.0,
         ..ReprocessSettings::from_lookup([], |_| None)?
@@ -374,20 +374,20 @@ async fn heal_and_redrive(
     }
     tokio::time::sleep(settings.policy.eligible_after).await;
     let steps = [
-        ("scheduled run", RedriveCommand::default()),
+        ("scheduled run", ReprocessCommand::default()),
         (
             "dlq redrive --error-class panic --force (after the bug fix)",
-            RedriveCommand {
+            ReprocessCommand {
                 error_classes: vec![redrive::ErrorClass::Panic],
                 force: true,
-                ..RedriveCommand::default()
+                ..ReprocessCommand::default()
             },
         ),
     ];
     let mut archived: BTreeMap<String, u32> = BTreeMap::new();
     for (step, command) in steps {
         for lane in lanes.iter_mut() {
-            let plan = RedriveCommand {
+            let plan = ReprocessCommand {
                 source: Some(lane.queue.dlq_url.clone()),
                 ..command.clone()
             }
@@ -442,7 +442,7 @@ async fn heal_and_redrive(
     Ok(())
 }
 
-fn print_summary(step: &str, queue: &str, summary: &RedriveSummary) {
+fn print_summary(step: &str, queue: &str, summary: &ReprocessSummary) {
     println!(
         "  {step:<58} {queue:<9} examined {:>3}: redriven {:>2}, archived {:>2}, review {:>2}, alert {}, not yet {}, send failures {}",
         summary.examined,

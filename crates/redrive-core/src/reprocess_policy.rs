@@ -1,5 +1,5 @@
 //! What the DLQ reprocessor does with one dead letter. Pure decisions, no I/O: the reprocessor
-//! (issue #4) reads a DLQ, asks [`RedrivePolicy::decide`] per message and carries the answer out
+//! (issue #4) reads a DLQ, asks [`ReprocessPolicy::decide`] per message and carries the answer out
 //! (re-send first, delete from the DLQ only after the send is confirmed).
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use crate::error::ErrorClass;
 
 /// What the reprocessor does with one dead letter.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum Disposition {
     /// Send back to the origin queue with `reprocessCount` + 1.
     Reprocess,
     /// Archive (log with full metadata, and send to the archive queue when there is one), then delete.
@@ -35,7 +35,7 @@ pub enum Decision {
 
 /// How dead letters are redriven.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RedrivePolicy {
+pub struct ReprocessPolicy {
     /// Redrives a message gets before it is alerted on instead.
     pub max_reprocess: u32,
     /// Wait after the last failure before the first redrive; doubled for each later one.
@@ -44,7 +44,7 @@ pub struct RedrivePolicy {
     pub discard_kinds: Vec<String>,
 }
 
-impl Default for RedrivePolicy {
+impl Default for ReprocessPolicy {
     fn default() -> Self {
         Self {
             max_reprocess: 3,
@@ -54,11 +54,11 @@ impl Default for RedrivePolicy {
     }
 }
 
-impl RedrivePolicy {
+impl ReprocessPolicy {
     /// The decision for a dead letter. `meta` is its `redrive` attribute (absent when SQS moved the
     /// message itself after maxReceiveCount); `sent_ms` is its SentTimestamp, used as the failure
     /// time when there is no metadata.
-    pub fn decide(&self, meta: Option<&Meta<'_>>, sent_ms: u64, now_ms: u64) -> Decision {
+    pub fn decide(&self, meta: Option<&Meta<'_>>, sent_ms: u64, now_ms: u64) -> Disposition {
         let (reprocessed, failed_at) =
             meta.map_or((0, sent_ms), |m| (m.reprocess_count, m.last_failure_at.0));
         if let Some(meta) = meta {
@@ -67,12 +67,12 @@ impl RedrivePolicy {
                 .iter()
                 .any(|kind| *kind == *meta.error_kind)
             {
-                return Decision::Discard {
+                return Disposition::Discard {
                     reason: format!("error kind {} is discarded by policy", meta.error_kind),
                 };
             }
             if meta.error_class != ErrorClass::Transient {
-                return Decision::ManualReview {
+                return Disposition::ManualReview {
                     reason: format!(
                         "{} error ({}): sending it again as it is will fail again",
                         meta.error_class, meta.error_kind
@@ -81,7 +81,7 @@ impl RedrivePolicy {
             }
         }
         if reprocessed >= self.max_reprocess {
-            return Decision::Alert {
+            return Disposition::Alert {
                 reason: format!(
                     "failed again after {reprocessed} redrives (cap {})",
                     self.max_reprocess
@@ -90,9 +90,9 @@ impl RedrivePolicy {
         }
         let eligible_at_ms = eligible_at(self.eligible_after, failed_at, reprocessed);
         if now_ms >= eligible_at_ms {
-            Decision::Reprocess
+            Disposition::Reprocess
         } else {
-            Decision::NotYet { eligible_at_ms }
+            Disposition::NotYet { eligible_at_ms }
         }
     }
 }
@@ -104,21 +104,29 @@ pub fn eligible_at(after: Duration, failed_at_ms: u64, redrives: u32) -> u64 {
     failed_at_ms.saturating_add(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX))
 }
 
-impl RedrivePolicy {
+impl ReprocessPolicy {
     /// The decision when an operator asks for a redrive (after fixing the cause): the class and the
     /// backoff no longer hold messages back, the cap still does.
-    pub fn decide_requested(&self, meta: Option<&Meta<'_>>) -> Decision {
+    pub fn decide_requested(&self, meta: Option<&Meta<'_>>) -> Disposition {
         match meta.map_or(0, |m| m.reprocess_count) {
-            reprocessed if reprocessed >= self.max_reprocess => Decision::Alert {
+            reprocessed if reprocessed >= self.max_reprocess => Disposition::Alert {
                 reason: format!(
                     "failed again after {reprocessed} redrives (cap {})",
                     self.max_reprocess
                 ),
             },
-            _ => Decision::Reprocess,
+            _ => Disposition::Reprocess,
         }
     }
 }
+
+/// The name before 0.2 (SQS's own queue attribute is called `RedrivePolicy` too).
+#[deprecated(since = "0.2.0", note = "renamed `ReprocessPolicy`")]
+pub type RedrivePolicy = ReprocessPolicy;
+
+/// The name before 0.2.
+#[deprecated(since = "0.2.0", note = "renamed `Disposition`")]
+pub type Decision = Disposition;
 
 #[cfg(test)]
 mod tests {
@@ -150,91 +158,94 @@ mod tests {
 
     #[test]
     fn transient_failures_are_redriven_after_a_growing_backoff() {
-        let policy = RedrivePolicy::default();
+        let policy = ReprocessPolicy::default();
         let first = meta(ErrorClass::Transient, "payment_timeout", 0);
         assert_eq!(
             policy.decide(Some(&first), 0, FAILED + 4 * MINUTE),
-            Decision::NotYet {
+            Disposition::NotYet {
                 eligible_at_ms: FAILED + 5 * MINUTE
             }
         );
         assert_eq!(
             policy.decide(Some(&first), 0, FAILED + 5 * MINUTE),
-            Decision::Reprocess
+            Disposition::Reprocess
         );
         let third = meta(ErrorClass::Transient, "payment_timeout", 2);
         assert_eq!(
             policy.decide(Some(&third), 0, FAILED + 19 * MINUTE),
-            Decision::NotYet {
+            Disposition::NotYet {
                 eligible_at_ms: FAILED + 20 * MINUTE
             }
         );
         assert_eq!(
             policy.decide(Some(&third), 0, FAILED + 20 * MINUTE),
-            Decision::Reprocess
+            Disposition::Reprocess
         );
     }
 
     #[test]
     fn the_reprocess_cap_turns_into_an_alert() {
-        let policy = RedrivePolicy::default();
+        let policy = ReprocessPolicy::default();
         let capped = meta(ErrorClass::Transient, "payment_timeout", 3);
         assert!(matches!(
             policy.decide(Some(&capped), 0, FAILED + 600 * MINUTE),
-            Decision::Alert { .. }
+            Disposition::Alert { .. }
         ));
     }
 
     #[test]
     fn permanent_errors_and_panics_are_never_redriven_automatically() {
-        let policy = RedrivePolicy::default();
+        let policy = ReprocessPolicy::default();
         for class in [ErrorClass::Permanent, ErrorClass::Panic] {
             let dead = meta(class, "invalid_order", 0);
             assert!(matches!(
                 policy.decide(Some(&dead), 0, FAILED + 600 * MINUTE),
-                Decision::ManualReview { .. }
+                Disposition::ManualReview { .. }
             ));
         }
     }
 
     #[test]
     fn discarded_kinds_are_archived_whatever_their_class() {
-        let policy = RedrivePolicy {
+        let policy = ReprocessPolicy {
             discard_kinds: vec!["malformed_body".into()],
-            ..RedrivePolicy::default()
+            ..ReprocessPolicy::default()
         };
         let dead = meta(ErrorClass::Permanent, "malformed_body", 0);
         assert!(matches!(
             policy.decide(Some(&dead), 0, FAILED),
-            Decision::Discard { .. }
+            Disposition::Discard { .. }
         ));
     }
 
     #[test]
     fn a_requested_redrive_skips_class_and_backoff_but_not_the_cap() {
-        let policy = RedrivePolicy::default();
+        let policy = ReprocessPolicy::default();
         let invalid = meta(ErrorClass::Permanent, "invalid_order", 0);
-        assert_eq!(policy.decide_requested(Some(&invalid)), Decision::Reprocess);
-        assert_eq!(policy.decide_requested(None), Decision::Reprocess);
+        assert_eq!(
+            policy.decide_requested(Some(&invalid)),
+            Disposition::Reprocess
+        );
+        assert_eq!(policy.decide_requested(None), Disposition::Reprocess);
         let capped = meta(ErrorClass::Transient, "payment_timeout", 3);
         assert!(matches!(
             policy.decide_requested(Some(&capped)),
-            Decision::Alert { .. }
+            Disposition::Alert { .. }
         ));
     }
 
     #[test]
     fn messages_moved_by_sqs_itself_count_from_their_sent_time() {
-        let policy = RedrivePolicy::default();
+        let policy = ReprocessPolicy::default();
         assert_eq!(
             policy.decide(None, FAILED, FAILED + MINUTE),
-            Decision::NotYet {
+            Disposition::NotYet {
                 eligible_at_ms: FAILED + 5 * MINUTE
             }
         );
         assert_eq!(
             policy.decide(None, FAILED, FAILED + 5 * MINUTE),
-            Decision::Reprocess
+            Disposition::Reprocess
         );
     }
 }
