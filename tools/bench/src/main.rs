@@ -437,12 +437,58 @@ fn main() -> Result<(), String> {
         "event: {RECORDS} records, {:.2} MB, {expected_failures} failing",
         event.len() as f64 / 1e6
     );
-
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .map_err(|e| e.to_string())?;
-    let mut ours = Ours::new(&runtime, event.as_bytes(), expected_failures);
+
+    let throughput = throughput(&runtime, &args, event.as_bytes(), &event_path)?;
+    let references = references(event.as_bytes(), expected_failures);
+    let io_measured = io_bound_rows(&runtime, &args)?;
+    let bootstrap = args
+        .bootstrap
+        .to_str()
+        .ok_or("bootstrap path is not UTF-8")?;
+    let startup_ms = startup_ms(bootstrap)?;
+    let function = function_on_event(bootstrap, event.as_bytes())?;
+    let zips = zip_sizes(&args.lambda_dir)?;
+
+    let mut table = Table::default();
+    table.throughput(&throughput, references);
+    table.io_bound(&io_measured);
+    table.function(&throughput, startup_ms, &function, &zips);
+    let results = format!(
+        "| measure | value | target | met |\n|---|---|---|---|\n{}",
+        table.0
+    );
+    println!("{results}");
+    let path = args.out.join("results.md");
+    std::fs::write(&path, &results).map_err(|e| e.to_string())?;
+    eprintln!("written to {}", path.display());
+    Ok(())
+}
+
+/// The throughput comparison: ours (report-only and with the retry scheduler), Powertools Python
+/// and TypeScript, each peer sample taken between two turns of ours.
+struct Throughput {
+    ours_ms: f64,
+    scheduled_ms: f64,
+    requests_per_resend: f64,
+    /// Python's fastest mode: name, median time, median ratio to ours.
+    python: (String, f64, f64),
+    /// Every TypeScript mode, and the fastest.
+    node_modes: Vec<(String, f64, f64)>,
+    node: (String, f64, f64),
+}
+
+fn throughput(
+    runtime: &tokio::runtime::Runtime,
+    args: &Args,
+    event: &[u8],
+    event_path: &Path,
+) -> Result<Throughput, String> {
+    let expected_failures = RECORDS / FAIL_EVERY;
+    let mut ours = Ours::new(runtime, event, expected_failures);
     let mut python = Peer::spawn(&args.python, &args.python_peer, &[event_path.as_os_str()])?;
     let mut node = Peer::spawn(
         Path::new("node"),
@@ -462,23 +508,29 @@ fn main() -> Result<(), String> {
             node_samples.add(node_run, (between + after) / 2.0);
         }
     }
-    drop((python, node));
-    let ours_ms = median(ours.report_only_ms.clone());
-    let scheduled_ms = median(ours.scheduled_ms.clone());
-    let requests_per_resend = ours.requests_per_resend;
-    let (python_name, python_ms, python_ratio) = python_samples.fastest();
-    let node_modes = node_samples.modes();
-    let (node_name, _, node_ratio) = node_samples.fastest();
-    let (naive_ms, raw_value_ms) = references(event.as_bytes(), expected_failures);
+    Ok(Throughput {
+        ours_ms: median(ours.report_only_ms.clone()),
+        scheduled_ms: median(ours.scheduled_ms.clone()),
+        requests_per_resend: ours.requests_per_resend,
+        python: python_samples.fastest(),
+        node_modes: node_samples.modes(),
+        node: node_samples.fastest(),
+    })
+}
 
-    // I/O-bound: the peers' I/O scripts sit beside their throughput scripts.
+/// The I/O-bound scenarios, ours and the peers' (their I/O scripts sit beside their throughput
+/// scripts).
+fn io_bound_rows(
+    runtime: &tokio::runtime::Runtime,
+    args: &Args,
+) -> Result<Vec<(&'static io_bound::Scenario, io_bound::Measured)>, String> {
     let io_python = args.python_peer.with_file_name("powertools_io.py");
     let io_node = args.node_peer.with_file_name("powertools_io.mjs");
     let mut io_measured = Vec::new();
     for scenario in io_bound::SCENARIOS {
         eprintln!("I/O-bound {}", scenario.label);
         let measured = io_bound::measure(
-            &runtime,
+            runtime,
             scenario,
             &args.out,
             &args.python,
@@ -487,12 +539,11 @@ fn main() -> Result<(), String> {
         )?;
         io_measured.push((scenario, measured));
     }
+    Ok(io_measured)
+}
 
-    // Start-up: exec of the release bootstrap until its first runtime API request.
-    let bootstrap = args
-        .bootstrap
-        .to_str()
-        .ok_or("bootstrap path is not UTF-8")?;
+/// Start-up: exec of the release bootstrap until its first runtime API request, median of 21.
+fn startup_ms(bootstrap: &str) -> Result<f64, String> {
     let mut startups = Vec::new();
     for _ in 0..21 {
         let api = runtime_api::RuntimeApi::bind().map_err(|e| e.to_string())?;
@@ -505,17 +556,27 @@ fn main() -> Result<(), String> {
         let _ = child.wait();
         startups.push(elapsed.as_secs_f64() * 1000.0);
     }
-    let startup_ms = median(startups);
+    Ok(median(startups))
+}
 
-    // The real function on the 10,000-record event (report-only: no SQS endpoint), through the
-    // runtime API as Lambda drives it: time per invocation, peak memory after the first and
-    // after the last (a warm container must not grow).
+/// The real function on the 10,000-record event, through the runtime API as Lambda drives it.
+struct FunctionRun {
+    /// Median time from serving the event to receiving the answer.
+    ms: f64,
+    /// Peak memory after the first invocation, and its growth over the others.
+    peak_kib: u64,
+    growth_kib: u64,
+}
+
+/// Runs the function on the event (report-only: no SQS endpoint) `BOOTSTRAP_INVOCATIONS` times;
+/// a warm container must not grow.
+fn function_on_event(bootstrap: &str, event: &[u8]) -> Result<FunctionRun, String> {
     let api = runtime_api::RuntimeApi::bind().map_err(|e| e.to_string())?;
     let mut child = api.spawn(bootstrap, &[]).map_err(|e| e.to_string())?;
     let invocations = api
-        .invoke(child.id(), event.as_bytes(), BOOTSTRAP_INVOCATIONS)
+        .invoke(child.id(), event, BOOTSTRAP_INVOCATIONS)
         .map_err(|e| e.to_string())?;
-    let bootstrap_ms = median(
+    let ms = median(
         invocations
             .times
             .iter()
@@ -535,9 +596,17 @@ fn main() -> Result<(), String> {
             "the bootstrap did not handle the event: {answered}"
         ));
     }
+    Ok(FunctionRun {
+        ms,
+        peak_kib,
+        growth_kib,
+    })
+}
 
-    let zips: Vec<(String, u64)> = std::fs::read_dir(&args.lambda_dir)
-        .map_err(|e| format!("{}: {e}", args.lambda_dir.display()))?
+/// Each function's release zip and its size.
+fn zip_sizes(lambda_dir: &Path) -> Result<Vec<(String, u64)>, String> {
+    Ok(std::fs::read_dir(lambda_dir)
+        .map_err(|e| format!("{}: {e}", lambda_dir.display()))?
         .filter_map(|entry| {
             let entry = entry.ok()?;
             let size = std::fs::metadata(entry.path().join("bootstrap.zip"))
@@ -545,44 +614,70 @@ fn main() -> Result<(), String> {
                 .len();
             Some((entry.file_name().to_string_lossy().into_owned(), size))
         })
-        .collect();
+        .collect())
+}
 
-    let mut table = String::new();
-    let mut row = |measure: &str, value: String, target: &str, met: bool| {
+/// The results table, a row per measure.
+#[derive(Default)]
+struct Table(String);
+
+impl Table {
+    fn row(&mut self, measure: &str, value: String, target: &str, met: bool) {
         let verdict = match (target, met) {
             ("-", _) => "",
             (_, true) => "yes",
             (_, false) => "**no**",
         };
-        table.push_str(&format!("| {measure} | {value} | {target} | {verdict} |\n"));
-    };
-    row(
-        "redrive, 10,000 records, report-only (median)",
-        format!("{ours_ms:.2} ms"),
-        "-",
-        true,
-    );
-    row(
-        &format!("{python_name} (median)"),
-        format!("{python_ms:.1} ms"),
-        "-",
-        true,
-    );
-    for (name, ms, _) in &node_modes {
+        self.0
+            .push_str(&format!("| {measure} | {value} | {target} | {verdict} |\n"));
+    }
+
+    fn throughput(&mut self, throughput: &Throughput, (naive_ms, raw_value_ms): (f64, f64)) {
+        let Throughput {
+            ours_ms,
+            scheduled_ms,
+            python: (python_name, python_ms, python_ratio),
+            node_modes,
+            node: (node_name, _, node_ratio),
+            ..
+        } = throughput;
+        let (ours_ms, scheduled_ms, python_ms, python_ratio, node_ratio) = (
+            *ours_ms,
+            *scheduled_ms,
+            *python_ms,
+            *python_ratio,
+            *node_ratio,
+        );
+        let mut row = |measure: &str, value: String, target: &str, met: bool| {
+            self.row(measure, value, target, met)
+        };
         row(
-            &format!("{name} (median)"),
-            format!("{ms:.1} ms"),
+            "redrive, 10,000 records, report-only (median)",
+            format!("{ours_ms:.2} ms"),
             "-",
             true,
         );
-    }
-    row(
+        row(
+            &format!("{python_name} (median)"),
+            format!("{python_ms:.1} ms"),
+            "-",
+            true,
+        );
+        for (name, ms, _) in node_modes {
+            row(
+                &format!("{name} (median)"),
+                format!("{ms:.1} ms"),
+                "-",
+                true,
+            );
+        }
+        row(
         &format!("speed-up over Powertools Python (median of {SAMPLES} runs' ratios to ours around each)"),
         format!("{python_ratio:.1}x"),
         "-",
         true,
     );
-    row(
+        row(
         &format!(
             "speed-up over {node_name} (faster mode; median of {SAMPLES} runs' ratios to ours around each)"
         ),
@@ -590,10 +685,34 @@ fn main() -> Result<(), String> {
         ">= 8x",
         node_ratio >= 8.0,
     );
-    for (scenario, measured) in &io_measured {
-        let floor = measured.floor_ms(scenario);
-        let ours = measured.ours_ms;
         row(
+            "redrive with the retry scheduler on (100 re-sends, in-memory SQS)",
+            format!("{scheduled_ms:.2} ms"),
+            "-",
+            true,
+        );
+        row(
+            "naive Rust loop: serde_json into aws_lambda_events (reference)",
+            format!("{naive_ms:.2} ms ({:.1}x ours)", naive_ms / ours_ms),
+            "-",
+            true,
+        );
+        row(
+            "lambda_runtime's parse into a RawValue, which the functions skip (reference)",
+            format!("{raw_value_ms:.2} ms"),
+            "-",
+            true,
+        );
+    }
+
+    fn io_bound(&mut self, io_measured: &[(&io_bound::Scenario, io_bound::Measured)]) {
+        let mut row = |measure: &str, value: String, target: &str, met: bool| {
+            self.row(measure, value, target, met)
+        };
+        for (scenario, measured) in io_measured {
+            let floor = measured.floor_ms(scenario);
+            let ours = measured.ours_ms;
+            row(
             &format!(
                 "I/O {}: redrive, REDRIVE_CONCURRENCY={} (median)",
                 scenario.label, scenario.concurrency
@@ -609,83 +728,78 @@ fn main() -> Result<(), String> {
             if scenario.fifo_groups.is_some() { "-" } else { "<= 1.1x floor" },
             ours <= 1.1 * floor,
         );
-        for (name, peer_ms) in &measured.peers {
-            let (target, met) = match scenario.fifo_groups {
-                Some(_) => (">= 8x", peer_ms / ours >= 8.0),
-                None if name.contains("TypeScript") => ("redrive no slower", ours <= *peer_ms),
-                None => ("-", true),
-            };
-            row(
-                &format!("I/O {}: {name} (median)", scenario.label),
-                format!("{peer_ms:.1} ms ({:.2}x redrive)", peer_ms / ours),
-                target,
-                met,
-            );
+            for (name, peer_ms) in &measured.peers {
+                let (target, met) = match scenario.fifo_groups {
+                    Some(_) => (">= 8x", peer_ms / ours >= 8.0),
+                    None if name.contains("TypeScript") => ("redrive no slower", ours <= *peer_ms),
+                    None => ("-", true),
+                };
+                row(
+                    &format!("I/O {}: {name} (median)", scenario.label),
+                    format!("{peer_ms:.1} ms ({:.2}x redrive)", peer_ms / ours),
+                    target,
+                    met,
+                );
+            }
         }
     }
-    row(
-        "redrive with the retry scheduler on (100 re-sends, in-memory SQS)",
-        format!("{scheduled_ms:.2} ms"),
-        "-",
-        true,
-    );
-    row(
-        "naive Rust loop: serde_json into aws_lambda_events (reference)",
-        format!("{naive_ms:.2} ms ({:.1}x ours)", naive_ms / ours_ms),
-        "-",
-        true,
-    );
-    row(
-        "lambda_runtime's parse into a RawValue, which the functions skip (reference)",
-        format!("{raw_value_ms:.2} ms"),
-        "-",
-        true,
-    );
-    row(
+
+    fn function(
+        &mut self,
+        throughput: &Throughput,
+        startup_ms: f64,
+        function: &FunctionRun,
+        zips: &[(String, u64)],
+    ) {
+        let requests_per_resend = throughput.requests_per_resend;
+        let FunctionRun {
+            ms: bootstrap_ms,
+            peak_kib,
+            growth_kib,
+        } = *function;
+        let mut row = |measure: &str, value: String, target: &str, met: bool| {
+            self.row(measure, value, target, met)
+        };
+        row(
         &format!("the sqs-consumer bootstrap through a local runtime API, event served to answer received (median of {BOOTSTRAP_INVOCATIONS})"),
         format!("{bootstrap_ms:.2} ms"),
         "-",
         true,
     );
-    row(
-        "SQS requests per re-sent message",
-        format!("{requests_per_resend:.2}"),
-        "<= 0.1, no deletes",
-        requests_per_resend <= 0.1,
-    );
-    row(
-        "start-up: exec to first runtime API request (median of 21)",
-        format!("{startup_ms:.2} ms"),
-        "<= 10 ms",
-        startup_ms <= 10.0,
-    );
-    row(
-        "peak memory of the bootstrap on the 10,000-record event",
-        format!("{:.1} MB", peak_kib as f64 / 1024.0),
-        "<= 64 MB",
-        peak_kib <= 64 * 1024,
-    );
-    row(
-        &format!(
-            "growth of that peak over {} more invocations",
-            BOOTSTRAP_INVOCATIONS - 1
-        ),
-        format!("{:.1} MB", growth_kib as f64 / 1024.0),
-        "-",
-        true,
-    );
-    for (name, size) in &zips {
         row(
-            &format!("release arm64 zip: {name}"),
-            format!("{:.2} MB", *size as f64 / 1e6),
-            "<= 2.5 MB",
-            *size <= 2_500_000,
+            "SQS requests per re-sent message",
+            format!("{requests_per_resend:.2}"),
+            "<= 0.1, no deletes",
+            requests_per_resend <= 0.1,
         );
+        row(
+            "start-up: exec to first runtime API request (median of 21)",
+            format!("{startup_ms:.2} ms"),
+            "<= 10 ms",
+            startup_ms <= 10.0,
+        );
+        row(
+            "peak memory of the bootstrap on the 10,000-record event",
+            format!("{:.1} MB", peak_kib as f64 / 1024.0),
+            "<= 64 MB",
+            peak_kib <= 64 * 1024,
+        );
+        row(
+            &format!(
+                "growth of that peak over {} more invocations",
+                BOOTSTRAP_INVOCATIONS - 1
+            ),
+            format!("{:.1} MB", growth_kib as f64 / 1024.0),
+            "-",
+            true,
+        );
+        for (name, size) in zips {
+            row(
+                &format!("release arm64 zip: {name}"),
+                format!("{:.2} MB", *size as f64 / 1e6),
+                "<= 2.5 MB",
+                *size <= 2_500_000,
+            );
+        }
     }
-    let results = format!("| measure | value | target | met |\n|---|---|---|---|\n{table}");
-    println!("{results}");
-    let path = args.out.join("results.md");
-    std::fs::write(&path, &results).map_err(|e| e.to_string())?;
-    eprintln!("written to {}", path.display());
-    Ok(())
 }

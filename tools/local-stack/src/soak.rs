@@ -503,7 +503,8 @@ impl RecordHandler for PlannedHandler {
     }
 }
 
-/// Runs the soak on `sqs` with the source queue `source` (whose DLQ is `dlq`).
+/// Runs the soak on `sqs` with the source queue `source` (whose DLQ is `dlq`): produce and
+/// consume with faults until the source is empty, heal and redrive the DLQ, then tally.
 pub async fn run<Q: SoakQueues>(
     sqs: Q,
     source: (&str, &str),
@@ -532,21 +533,7 @@ pub async fn run<Q: SoakQueues>(
     )
     .with_clock(clock.clone())
     .with_seed(config.seed);
-    let planned = PlannedHandler {
-        effects: Mutex::default(),
-        down: AtomicBool::new(true),
-        slow_for: config.slow_for,
-        group_order: Mutex::new(config.fifo_groups.map(|_| HashMap::new())),
-        out_of_order: AtomicU64::new(0),
-        outage: config.outage.as_ref().map(|outage| DownstreamOutage {
-            breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
-            heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),
-            clock: clock.clone(),
-        }),
-    };
-    // Containers: guards of their own around the one handler (whose effects are the invariant's
-    // ledger), sharing one store, as Lambda containers share a DynamoDB table. Each invocation
-    // goes to a container drawn at random, so the copies of a message reach different ones.
+    let planned = PlannedHandler::new(config, &clock);
     let store = Arc::new(match &config.idempotency_table {
         None => {
             SharedStore::Memory(MemoryStore::new(config.messages * 2).with_clock(clock.clone()))
@@ -555,161 +542,98 @@ pub async fn run<Q: SoakQueues>(
             SharedStore::DynamoDb(DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone()))
         }
     });
-    let containers: Vec<_> = (0..config.containers.get())
-        .map(|_| {
-            let mut guard =
-                Idempotent::new(&planned, store.clone(), KeyFrom::BodyField("/id".into()));
-            // A handler cut off at the deadline cannot release its claim: the lease is what
-            // frees it, so it is set to about the function timeout.
-            guard.lease = config.budget * 2;
-            guard
-        })
-        .collect();
-    let mut rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed);
-    let group_of = |n: usize| config.fifo_groups.map(|groups| format!("g-{}", n % groups));
-    let mut bodies = (0..config.messages).map(|n| {
-        // In the outage the downstream is the fault: every message would otherwise succeed.
-        let plan = match config.outage {
-            Some(_) => Plan::Ok,
-            None => Plan::draw(&mut rng),
-        }
-        .encode();
-        let body = match group_of(n) {
-            Some(group) => {
-                format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n},"group":"{group}"}}"#)
-            }
-            None => format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n}}}"#),
-        };
-        (n, body)
-    });
+    let containers = containers(&planned, &store, config);
     let mut report = SoakReport {
         messages: config.messages,
         ..SoakReport::default()
     };
-    let mut produced = 0;
     let mut drive = Driver {
         queue: &queue,
+        processor: &processor,
+        containers: &containers,
         url: source_url,
         arn: source_arn,
         rng: fastrand::Rng::with_seed(config.seed ^ 0xde1e7e),
         config,
         started_ms: clock.now_ms(),
     };
-
-    // Phase 1: produce and consume with faults until the source is empty.
-    loop {
-        let depth = queue.inner().depth(source_url).await?;
-        if produced < config.messages && depth < config.max_queued {
-            let batch: Vec<OutgoingMessage<'static>> = bodies
-                .by_ref()
-                .take((config.max_queued - depth).min(10))
-                .map(|(n, body)| OutgoingMessage {
-                    body: Text::from(body),
-                    attributes: Vec::new(),
-                    delay_seconds: 0,
-                    group_id: group_of(n).map(Text::from),
-                    deduplication_id: group_of(n).map(|_| Text::from(format!("m-{n}"))),
-                })
-                .collect();
-            produced += batch.len();
-            let refused = queue.inner().send_batch(source_url, &batch).await?;
-            assert!(
-                refused.is_empty(),
-                "the producer's own sends are not faulted"
-            );
-        }
-        if !drive.invoke(&processor, &containers, &mut report).await? {
-            if produced == config.messages && queue.inner().depth(source_url).await? == 0 {
-                break;
-            }
-            queue.inner().idle(source_url).await;
-        }
-    }
-
-    // Phase 2: the downstream and SQS heal; the DLQ is redriven under the policy until nothing
-    // more can go home (permanent failures stay for review).
-    let mut chains = queue.take_chains();
-    report.deferred_too_long = queue
-        .inner()
-        .read_all(dlq)
-        .await?
-        .iter()
-        .filter_map(|record| Meta::of(record).and_then(Result::ok))
-        .filter(|meta| &*meta.error_kind == "deferred_too_long")
-        .count();
-    planned.down.store(false, Ordering::SeqCst);
-    *planned.group_order.lock().unwrap() = None;
-    queue.heal();
-    let settings = ReprocessSettings {
-        policy: ReprocessPolicy {
-            max_reprocess: config.reprocess_cap,
-            eligible_after: Duration::ZERO,
-            discard_kinds: Vec::new(),
-        },
-        rate_per_second: 3000.0,
-        max_messages: 1_000_000,
-        ..ReprocessSettings::from_lookup([], |_| None).map_err(|e| PortError::new("settings", e))?
-    };
-    let reprocessor = Reprocessor::new(&queue, &settings).with_clock(clock.clone());
-    for _ in 0..=config.reprocess_cap {
-        let plan = ReprocessCommand {
-            source: Some(dlq.to_owned()),
-            destination: Some(source_arn.to_owned()),
-            ..ReprocessCommand::default()
-        }
-        .plan(&settings)
-        .map_err(|e| PortError::new("plan", e))?;
-        let summary = reprocessor.run(&plan, None, |_| {}).await?;
-        report.redriven += summary.reprocessed;
-        if summary.reprocessed == 0 {
-            break;
-        }
-        while queue.inner().depth(source_url).await? > 0 {
-            if !drive.invoke(&processor, &containers, &mut report).await? {
-                queue.inner().idle(source_url).await;
-            }
-        }
-    }
-
-    // The invariant.
-    for (id, copies) in queue.take_chains() {
-        let longest = chains.entry(id).or_default();
-        *longest = (*longest).max(copies);
-    }
-    report.longest_chain = chains.values().copied().max().unwrap_or(0);
-    report.chains_past_16 = chains.values().filter(|n| **n > LAMBDA_LOOP_LIMIT).count();
-    let effects = planned.effects.lock().unwrap().clone();
+    drive.produce_and_consume(&mut report).await?;
+    let chains = queue.take_chains();
+    drive.heal_and_redrive(&planned, dlq, &mut report).await?;
+    drive.tally(&planned, chains, dlq, &mut report).await?;
     report.duplicates_absorbed = containers.iter().map(Idempotent::duplicates).sum();
-    report.injected_send_failures = queue.injected.load(Ordering::Relaxed);
-    report.out_of_order = planned.out_of_order.load(Ordering::Relaxed);
-    report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
-    report.processed = effects.len();
-    let mut dead: BTreeMap<String, u32> = BTreeMap::new();
-    for record in queue.inner().take_all(dlq).await? {
-        let body: serde_json::Value =
-            serde_json::from_str(record.body.as_deref().unwrap_or_default()).unwrap_or_default();
-        let id = body["id"].as_str().unwrap_or_default().to_owned();
-        match Meta::of(&record).and_then(Result::ok) {
-            Some(meta) if meta.reprocess_count > config.reprocess_cap => report.beyond_cap += 1,
-            Some(_) => {}
-            None => report.in_dlq_without_metadata += 1,
-        }
-        *dead.entry(id).or_default() += 1;
-    }
-    report.duplicate_dead_letters = dead.values().map(|n| (*n - 1) as usize).sum();
-    let dead_not_processed = dead.keys().filter(|id| !effects.contains_key(*id)).count();
-    report.dead_and_processed = dead.len() - dead_not_processed;
-    report.in_dlq = dead.len();
-    report.still_queued = queue.inner().depth(source_url).await?;
-    report.lost = config
-        .messages
-        .saturating_sub(report.processed + dead_not_processed + report.still_queued);
     report.elapsed = started.elapsed();
     Ok(report)
 }
 
-struct Driver<'a, Q> {
+impl PlannedHandler {
+    fn new(config: &SoakConfig, clock: &Arc<dyn Clock>) -> Self {
+        Self {
+            effects: Mutex::default(),
+            down: AtomicBool::new(true),
+            slow_for: config.slow_for,
+            group_order: Mutex::new(config.fifo_groups.map(|_| HashMap::new())),
+            out_of_order: AtomicU64::new(0),
+            outage: config.outage.as_ref().map(|outage| DownstreamOutage {
+                breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
+                heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),
+                clock: clock.clone(),
+            }),
+        }
+    }
+}
+
+/// The Lambda containers: guards of their own around the one handler (whose effects are the
+/// invariant's ledger), sharing one store, as Lambda containers share a DynamoDB table. Each
+/// invocation goes to a container drawn at random, so the copies of a message reach different ones.
+fn containers<'h>(
+    planned: &'h PlannedHandler,
+    store: &Arc<SharedStore>,
+    config: &SoakConfig,
+) -> Vec<Idempotent<&'h PlannedHandler, Arc<SharedStore>>> {
+    (0..config.containers.get())
+        .map(|_| {
+            let mut guard =
+                Idempotent::new(planned, store.clone(), KeyFrom::BodyField("/id".into()));
+            // A handler cut off at the deadline cannot release its claim: the lease is what
+            // frees it, so it is set to about the function timeout.
+            guard.lease = config.budget * 2;
+            guard
+        })
+        .collect()
+}
+
+/// The soak's messages, each with its fault plan (none in the outage: there the downstream is
+/// the fault), in a message group on FIFO.
+fn messages(config: &SoakConfig) -> impl Iterator<Item = OutgoingMessage<'static>> + '_ {
+    let mut rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed);
+    (0..config.messages).map(move |n| {
+        let plan = match config.outage {
+            Some(_) => Plan::Ok,
+            None => Plan::draw(&mut rng),
+        }
+        .encode();
+        let group = config.fifo_groups.map(|groups| format!("g-{}", n % groups));
+        let body = match &group {
+            Some(group) => {
+                format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n},"group":"{group}"}}"#)
+            }
+            None => format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n}}}"#),
+        };
+        OutgoingMessage {
+            body: Text::from(body),
+            attributes: Vec::new(),
+            delay_seconds: 0,
+            deduplication_id: group.as_ref().map(|_| Text::from(format!("m-{n}"))),
+            group_id: group.map(Text::from),
+        }
+    })
+}
+
+struct Driver<'a, Q, H> {
     queue: &'a Faulty<Q>,
+    processor: &'a Processor<&'a Faulty<Q>>,
+    containers: &'a [H],
     url: &'a str,
     arn: &'a str,
     rng: fastrand::Rng,
@@ -717,16 +641,139 @@ struct Driver<'a, Q> {
     started_ms: u64,
 }
 
-impl<Q: SoakQueues> Driver<'_, Q> {
+impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
+    /// Phase 1: produce (keeping the source under `max_queued`) and consume with faults until the
+    /// source is empty.
+    async fn produce_and_consume(&mut self, report: &mut SoakReport) -> Result<(), PortError> {
+        let config = self.config;
+        let mut messages = messages(config);
+        let mut produced = 0;
+        loop {
+            let depth = self.queue.inner().depth(self.url).await?;
+            if produced < config.messages && depth < config.max_queued {
+                let batch: Vec<OutgoingMessage<'static>> = messages
+                    .by_ref()
+                    .take((config.max_queued - depth).min(10))
+                    .collect();
+                produced += batch.len();
+                let refused = self.queue.inner().send_batch(self.url, &batch).await?;
+                assert!(
+                    refused.is_empty(),
+                    "the producer's own sends are not faulted"
+                );
+            }
+            if !self.invoke(report).await? {
+                if produced == config.messages && self.queue.inner().depth(self.url).await? == 0 {
+                    return Ok(());
+                }
+                self.queue.inner().idle(self.url).await;
+            }
+        }
+    }
+
+    /// Phase 2: the downstream and SQS heal; the DLQ is redriven under the policy until nothing
+    /// more can go home (permanent failures stay for review).
+    async fn heal_and_redrive(
+        &mut self,
+        planned: &PlannedHandler,
+        dlq: &str,
+        report: &mut SoakReport,
+    ) -> Result<(), PortError> {
+        let queue = self.queue;
+        report.deferred_too_long = queue
+            .inner()
+            .read_all(dlq)
+            .await?
+            .iter()
+            .filter_map(|record| Meta::of(record).and_then(Result::ok))
+            .filter(|meta| &*meta.error_kind == "deferred_too_long")
+            .count();
+        planned.down.store(false, Ordering::SeqCst);
+        *planned.group_order.lock().unwrap() = None;
+        queue.heal();
+        let settings = ReprocessSettings {
+            policy: ReprocessPolicy {
+                max_reprocess: self.config.reprocess_cap,
+                eligible_after: Duration::ZERO,
+                discard_kinds: Vec::new(),
+            },
+            rate_per_second: 3000.0,
+            max_messages: 1_000_000,
+            ..ReprocessSettings::from_lookup([], |_| None)
+                .map_err(|e| PortError::new("settings", e))?
+        };
+        let reprocessor = Reprocessor::new(queue, &settings).with_clock(queue.inner().clock());
+        for _ in 0..=self.config.reprocess_cap {
+            let plan = ReprocessCommand {
+                source: Some(dlq.to_owned()),
+                destination: Some(self.arn.to_owned()),
+                ..ReprocessCommand::default()
+            }
+            .plan(&settings)
+            .map_err(|e| PortError::new("plan", e))?;
+            let summary = reprocessor.run(&plan, None, |_| {}).await?;
+            report.redriven += summary.reprocessed;
+            if summary.reprocessed == 0 {
+                return Ok(());
+            }
+            while queue.inner().depth(self.url).await? > 0 {
+                if !self.invoke(report).await? {
+                    queue.inner().idle(self.url).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The invariant's figures: every message processed, in the DLQ or still queued; effects
+    /// counted; the longest chain of re-sends.
+    async fn tally(
+        &self,
+        planned: &PlannedHandler,
+        mut chains: HashMap<String, u32>,
+        dlq: &str,
+        report: &mut SoakReport,
+    ) -> Result<(), PortError> {
+        let (queue, config) = (self.queue, self.config);
+        for (id, copies) in queue.take_chains() {
+            let longest = chains.entry(id).or_default();
+            *longest = (*longest).max(copies);
+        }
+        report.longest_chain = chains.values().copied().max().unwrap_or(0);
+        report.chains_past_16 = chains.values().filter(|n| **n > LAMBDA_LOOP_LIMIT).count();
+        let effects = planned.effects.lock().unwrap().clone();
+        report.injected_send_failures = queue.injected.load(Ordering::Relaxed);
+        report.out_of_order = planned.out_of_order.load(Ordering::Relaxed);
+        report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
+        report.processed = effects.len();
+        let mut dead: BTreeMap<String, u32> = BTreeMap::new();
+        for record in queue.inner().take_all(dlq).await? {
+            let body: serde_json::Value =
+                serde_json::from_str(record.body.as_deref().unwrap_or_default())
+                    .unwrap_or_default();
+            let id = body["id"].as_str().unwrap_or_default().to_owned();
+            match Meta::of(&record).and_then(Result::ok) {
+                Some(meta) if meta.reprocess_count > config.reprocess_cap => report.beyond_cap += 1,
+                Some(_) => {}
+                None => report.in_dlq_without_metadata += 1,
+            }
+            *dead.entry(id).or_default() += 1;
+        }
+        report.duplicate_dead_letters = dead.values().map(|n| (*n - 1) as usize).sum();
+        let dead_not_processed = dead.keys().filter(|id| !effects.contains_key(*id)).count();
+        report.dead_and_processed = dead.len() - dead_not_processed;
+        report.in_dlq = dead.len();
+        report.still_queued = queue.inner().depth(self.url).await?;
+        report.lost = config
+            .messages
+            .saturating_sub(report.processed + dead_not_processed + report.still_queued);
+        Ok(())
+    }
+
     /// One invocation as the event source mapping makes it, in a container drawn at random; false
     /// when nothing was visible.
-    async fn invoke<H: RecordHandler>(
-        &mut self,
-        processor: &Processor<&Faulty<Q>>,
-        containers: &[H],
-        report: &mut SoakReport,
-    ) -> Result<bool, PortError> {
-        let handler = &containers[self.rng.usize(..containers.len())];
+    async fn invoke(&mut self, report: &mut SoakReport) -> Result<bool, PortError> {
+        let handler = &self.containers[self.rng.usize(..self.containers.len())];
         let mut records = self
             .queue
             .receive(self.url, 10, self.config.visibility, Duration::ZERO)
@@ -741,7 +788,8 @@ impl<Q: SoakQueues> Driver<'_, Q> {
         let clock = self.queue.inner().clock();
         let deadline =
             clock.now_ms() + 5 + u64::try_from(self.config.budget.as_millis()).unwrap_or(0);
-        let processed = processor
+        let processed = self
+            .processor
             .process(handler, &records, deadline)
             .await
             .expect("records carry message ids");

@@ -471,6 +471,8 @@ fn progress(lanes: &[Lane], total: usize, elapsed: Duration) -> String {
     )
 }
 
+/// The demo's report, a section each; it fails when a message is unaccounted for or an order was
+/// charged twice.
 async fn report(
     client: &Client,
     topology: &Topology,
@@ -478,6 +480,20 @@ async fn report(
     scale: f64,
     elapsed: Duration,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    print_fates(lanes);
+    print_batch_durations(lanes);
+    // Alarms first: reading the DLQs below makes their messages invisible for a while.
+    print_alarms(client, topology, lanes, scale).await?;
+    let all_dead = account_for_every_message(client, lanes).await?;
+    print_attempts(lanes, &all_dead);
+    print_retry_delays(topology, lanes, scale)?;
+    print_dlq_contents(&all_dead)?;
+    println!("\ndemo run took {:.1}s", elapsed.as_secs_f64());
+    Ok(())
+}
+
+/// Each consumer's fates.
+fn print_fates(lanes: &[Lane]) {
     println!("\n== Fates (per record handled; a record handled again after a retry counts again)");
     println!(
         "{:<18}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
@@ -495,7 +511,10 @@ async fn report(
             r.records, r.done, r.retried, r.deferred, r.dead_lettered, r.given_back
         );
     }
+}
 
+/// How long batches took against handling their records one at a time.
+fn print_batch_durations(lanes: &[Lane]) {
     println!(
         "\n== Batch durations (every payment call takes {PAYMENT_LATENCY}; records in flight at once: REDRIVE_CONCURRENCY)"
     );
@@ -530,8 +549,15 @@ async fn report(
         );
     }
     println!("  (FIFO: one record per message group at a time; the groups run side by side)");
+}
 
-    // Alarms first: reading the DLQs below makes their messages invisible for a while.
+/// The tfvars' alarm rules evaluated on the local figures.
+async fn print_alarms(
+    client: &Client,
+    topology: &Topology,
+    lanes: &[Lane],
+    scale: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
     println!("\n== Alarms (rules from the tfvars, evaluated on the local figures)");
     let alarms = &topology.alarms;
     for lane in lanes {
@@ -578,7 +604,15 @@ async fn report(
             alarm(&format!("{key} {rule}"), value, threshold);
         }
     }
+    Ok(())
+}
 
+/// Where every message went: in = charged + duplicates absorbed + in DLQ + still queued, per
+/// consumer; the DLQs' messages (metadata and body) for the sections after.
+async fn account_for_every_message(
+    client: &Client,
+    lanes: &[Lane],
+) -> Result<Vec<DeadLetter>, Box<dyn std::error::Error>> {
     let mut all_dead = Vec::new();
     println!("\n== Where every message went");
     for lane in lanes {
@@ -604,7 +638,11 @@ async fn report(
         }
         all_dead.extend(dead);
     }
+    Ok(all_dead)
+}
 
+/// How many attempts each message took to its final fate.
+fn print_attempts(lanes: &[Lane], all_dead: &[DeadLetter]) {
     println!("\n== Attempts a message took to its final fate");
     let mut histogram: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
     for lane in lanes {
@@ -622,7 +660,14 @@ async fn report(
             "#".repeat((done + dead).div_ceil(4))
         );
     }
+}
 
+/// The delays the retries were scheduled with, against the policy.
+fn print_retry_delays(
+    topology: &Topology,
+    lanes: &[Lane],
+    scale: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
     println!("\n== Retry delays scheduled (DelaySeconds), against the policy (scaled {scale}x)");
     let policy = topology
         .settings(&lanes[0].queue.key, "unused", &[])?
@@ -640,10 +685,14 @@ async fn report(
         .map(|l| l.report.given_back)
         .sum();
     println!("  FIFO: {fifo_retries} records retried in place with ChangeMessageVisibility (no re-send, group order kept)");
+    Ok(())
+}
 
+/// The DLQs' messages by error class, and one as an example.
+fn print_dlq_contents(all_dead: &[DeadLetter]) -> Result<(), Box<dyn std::error::Error>> {
     println!("\n== DLQ contents by error class");
     let mut classes: BTreeMap<String, usize> = BTreeMap::new();
-    for (meta, _) in &all_dead {
+    for (meta, _) in all_dead {
         let key = meta
             .as_ref()
             .map_or("moved by SQS (no metadata)".to_owned(), |m| {
@@ -663,7 +712,6 @@ async fn report(
             indent(&serde_json::to_string_pretty(meta)?)
         );
     }
-    println!("\ndemo run took {:.1}s", elapsed.as_secs_f64());
     Ok(())
 }
 
@@ -729,10 +777,10 @@ async fn oldest_age_seconds(client: &Client, url: &str) -> Result<f64, redrive_l
 }
 
 /// The DLQ's messages with their metadata, read without consuming them.
-async fn read_dlq(
-    client: &Client,
-    url: &str,
-) -> Result<Vec<(Option<Meta<'static>>, String)>, redrive::PortError> {
+/// A DLQ message: its metadata (none when SQS moved it) and its body.
+type DeadLetter = (Option<Meta<'static>>, String);
+
+async fn read_dlq(client: &Client, url: &str) -> Result<Vec<DeadLetter>, redrive::PortError> {
     let records = browse(&SqsQueue::with_client(client.clone()), url, 10_000).await?;
     Ok(records
         .iter()
