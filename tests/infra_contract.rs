@@ -534,6 +534,31 @@ fn recursion(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// A scheduled reprocessor command names no `destination`: that would send every message of a DLQ
+/// to one queue, and one DLQ may serve several sources. The queue the schedule was made for is
+/// its `fallbackDestination`, for messages that name no origin.
+fn schedules(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for schedule in module.blocks("resource", "aws_scheduler_schedule") {
+            let input = child(schedule, "target")
+                .and_then(|target| attr(target, "input"))
+                .unwrap_or_default();
+            let names_destination = input
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|word| word == "destination");
+            if names_destination {
+                violations.push(format!(
+                    "{}: {}: the schedule's command names a destination: every message of the DLQ would go to that one queue; name it fallbackDestination",
+                    module.dir,
+                    label(schedule, 1)
+                ));
+            }
+        }
+    }
+    violations
+}
+
 /// A function invoked by an ARN taken from a failure record is named qualified (`:$LATEST`, a
 /// version, an alias), and IAM matches such an invoke only against a qualified resource: a grant
 /// on ARNs passed in must cover `<arn>:*` as well.
@@ -722,6 +747,7 @@ fn the_configuration_keeps_every_rule() {
         ("event targets", event_targets(&modules)),
         ("async failures", async_failures(&modules)),
         ("recursion", recursion(&modules)),
+        ("schedules", schedules(&modules)),
         ("module calls", module_calls(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
@@ -1330,6 +1356,19 @@ mod calls_against_roles {
             assert!(calls.iter().any(|(a, _)| *a == expected), "{calls:?}");
         }
     }
+}
+
+#[test]
+fn a_schedule_that_sends_a_whole_dlq_to_one_queue_is_caught() {
+    let one_queue = broken(
+        "modules/recovery/main.tf",
+        "fallbackDestination = each.value.origin_arn",
+        "destination = each.value.origin_arn",
+    );
+    assert_eq!(
+        schedules(&one_queue),
+        ["modules/recovery: reprocess: the schedule's command names a destination: every message of the DLQ would go to that one queue; name it fallbackDestination"]
+    );
 }
 
 #[test]

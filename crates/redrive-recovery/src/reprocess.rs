@@ -32,9 +32,15 @@ pub struct ReprocessCommand {
     /// URL of the DLQ to drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// Queue ARN every redriven message goes to, instead of the origin its metadata names.
+    /// Queue ARN every redriven message goes to, instead of the origin its metadata names (an
+    /// operator's choice: a DLQ shared by several queues goes to this one queue whole).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
+    /// Queue ARN for messages that name no origin (SQS moved them without metadata and without
+    /// `DeadLetterQueueSourceArn`), in place of `REDRIVE_REPROCESS_DESTINATION_ARN`. A schedule
+    /// sets this, never `destination`, so that a shared DLQ's messages go home each to its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_destination: Option<String>,
     /// Messages to examine at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<u32>,
@@ -85,7 +91,8 @@ pub struct Plan {
     pub source_url: String,
     /// Where every message goes, whatever it names (an operator's choice).
     pub destination_arn: Option<String>,
-    /// Where a message goes that names no origin (`REDRIVE_REPROCESS_DESTINATION_ARN`).
+    /// Where a message goes that names no origin (the command's `fallbackDestination`, else
+    /// `REDRIVE_REPROCESS_DESTINATION_ARN`).
     pub fallback_destination_arn: Option<String>,
     /// Messages to examine at most.
     pub max_messages: u32,
@@ -136,17 +143,20 @@ impl ReprocessCommand {
                     "no DLQ to drain: name one in the command or set REDRIVE_REPROCESS_SOURCE_URL",
                 )
             })?;
-        let destination_arn = match &self.destination {
+        let queue_arn = |field: &str, arn: &Option<String>| match arn {
             Some(arn) if !(arn.starts_with("arn:") && arn.contains(":sqs:")) => {
-                return Err(ConfigError::new(
-                    "destination",
+                Err(ConfigError::new(
+                    field,
                     arn,
                     "expected an SQS queue ARN (arn:aws:sqs:region:account:name)",
                 ))
             }
-            Some(arn) => Some(arn.clone()),
-            None => None,
+            arn => Ok(arn.clone()),
         };
+        let destination_arn = queue_arn("destination", &self.destination)?;
+        let fallback_destination_arn =
+            queue_arn("fallbackDestination", &self.fallback_destination)?
+                .or_else(|| defaults.destination_arn.clone());
         let rate_per_second = self.rate_per_second.unwrap_or(defaults.rate_per_second);
         if !(0.1..=3000.0).contains(&rate_per_second) {
             return Err(ConfigError::new(
@@ -158,7 +168,7 @@ impl ReprocessCommand {
         Ok(Plan {
             source_url,
             destination_arn,
-            fallback_destination_arn: defaults.destination_arn.clone(),
+            fallback_destination_arn,
             max_messages: self.max_messages.unwrap_or(defaults.max_messages).max(1),
             dry_run: self.dry_run,
             filter: Filter {
@@ -1143,6 +1153,45 @@ mod tests {
             ["unnamed"],
             "REDRIVE_REPROCESS_DESTINATION_ARN"
         );
+    }
+
+    /// A DLQ shared by two source queues, drained by the scheduled command (its fallback the
+    /// queue the schedule was made for): each message goes home to its own origin.
+    #[tokio::test]
+    async fn a_shared_dlq_sends_each_message_to_its_own_origin_and_only_unnamed_ones_to_the_fallback(
+    ) {
+        const PAYMENTS_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:payments";
+        const SHIPPING_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:shipping";
+        let reprocessor = reprocessor(&settings());
+        let failed = dead_letter("payments-1", Some(ErrorClass::Transient), 0);
+        let mut meta = Meta::of(&failed).unwrap().unwrap().into_owned();
+        meta.origin_queue_arn = Text::from(PAYMENTS_ARN);
+        let mut payments = dead_letter("payments-1", None, 0);
+        let annotated = annotate(&payments, meta).unwrap().into_owned();
+        payments.message_attributes = annotated.attributes.into_iter().collect();
+        let mut shipping = dead_letter("shipping-1", None, 0);
+        shipping.attributes.dead_letter_queue_source_arn = Some(Text::from(SHIPPING_ARN));
+        let unnamed = dead_letter("unnamed", None, 0);
+        reprocessor
+            .queue()
+            .stock(DLQ, [payments, shipping, unnamed]);
+        let command: ReprocessCommand = serde_json::from_str(&format!(
+            r#"{{"source":"{DLQ}","fallbackDestination":"{ORIGIN_ARN}"}}"#
+        ))
+        .unwrap();
+        let plan = command.plan(&settings()).unwrap();
+        let summary = reprocessor.run(&plan, None, |_| {}).await.unwrap();
+        assert_eq!(summary.reprocessed, 3);
+        let bodies = |url: &str| -> Vec<String> {
+            let sent = reprocessor.queue().sent_to(url);
+            sent.iter().map(|m| m.body.to_string()).collect()
+        };
+        let body = |id: &str| format!(r#"{{"id":"{id}"}}"#);
+        let payments_url = "https://sqs.local/123456789012/payments";
+        assert_eq!(bodies(payments_url), [body("payments-1")]);
+        let shipping_url = "https://sqs.local/123456789012/shipping";
+        assert_eq!(bodies(shipping_url), [body("shipping-1")]);
+        assert_eq!(bodies(ORIGIN), [body("unnamed")]);
     }
 
     #[tokio::test]

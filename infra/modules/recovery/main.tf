@@ -133,7 +133,9 @@ resource "aws_scheduler_schedule" "reprocess" {
   target {
     arn      = module.reprocessor.function_arn
     role_arn = aws_iam_role.scheduler.arn
-    input    = jsonencode({ source = each.value.url, destination = each.value.origin_arn })
+    # The queue the schedule is for is a fallback only: one DLQ may serve several sources, and each
+    # message goes home to the origin its metadata or DeadLetterQueueSourceArn names.
+    input = jsonencode({ source = each.value.url, fallbackDestination = each.value.origin_arn })
 
     retry_policy {
       maximum_retry_attempts       = 0
