@@ -74,10 +74,13 @@ enum Command {
 struct RedriveArgs {
     /// The DLQ: URL, ARN or name.
     queue: String,
-    /// Queue ARN to send to instead of each message's origin (needed for messages SQS moved
-    /// itself, which carry no origin).
+    /// Queue ARN to send every message to instead of each message's origin.
     #[arg(long)]
     destination: Option<String>,
+    /// Queue ARN for messages that name no origin (SQS moved them without
+    /// DeadLetterQueueSourceArn); the others go home to the origin they name.
+    #[arg(long)]
+    fallback_destination: Option<String>,
     /// Messages to examine at most.
     #[arg(long, default_value_t = 1000)]
     max: u32,
@@ -203,6 +206,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let command = ReprocessCommand {
                 source: Some(url),
                 destination: args.destination,
+                fallback_destination: args.fallback_destination,
                 max_messages: Some(args.max),
                 dry_run: args.dry_run,
                 error_classes: args.error_classes,
