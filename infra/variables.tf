@@ -94,8 +94,8 @@ variable "deadline_margin_seconds" {
   type        = number
 
   validation {
-    condition     = var.deadline_margin_seconds >= 0 && var.deadline_margin_seconds <= 60
-    error_message = "deadline_margin_seconds must be 0 to 60."
+    condition     = var.deadline_margin_seconds >= 1 && var.deadline_margin_seconds <= 60
+    error_message = "deadline_margin_seconds must be 1 to 60: the time left after the last record to send re-sends and dead letters before the function times out."
   }
 }
 

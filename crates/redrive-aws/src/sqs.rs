@@ -55,6 +55,19 @@ pub fn sdk_config_from_env() -> SdkConfig {
     config.build()
 }
 
+/// Timeouts of the calls that carry fates out (SendMessageBatch, ChangeMessageVisibilityBatch):
+/// the SDK sets none by default, and a stalled attempt must be retried, or the call given up,
+/// inside the default 2 s deadline margin. The carry-out itself stops at the deadline whatever
+/// the SDK does; these let a retry of a stalled attempt still land in time.
+fn carry_out_timeouts() -> aws_sdk_sqs::config::Builder {
+    let timeouts = aws_smithy_types::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_millis(800))
+        .operation_attempt_timeout(Duration::from_millis(900))
+        .operation_timeout(Duration::from_millis(1800))
+        .build();
+    aws_sdk_sqs::config::Builder::default().timeout_config(timeouts)
+}
+
 /// A set, non-empty environment variable.
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
@@ -275,6 +288,8 @@ impl QueuePort for SqsQueue {
             .send_message_batch()
             .queue_url(queue_url)
             .set_entries(Some(entries))
+            .customize()
+            .config_override(carry_out_timeouts())
             .send()
             .await
             .map_err(sdk_error(OPERATION))?;
@@ -305,6 +320,8 @@ impl QueuePort for SqsQueue {
             .change_message_visibility_batch()
             .queue_url(queue_url)
             .set_entries(Some(entries))
+            .customize()
+            .config_override(carry_out_timeouts())
             .send()
             .await
             .map_err(sdk_error(OPERATION))?;

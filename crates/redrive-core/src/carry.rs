@@ -1,12 +1,16 @@
 //! Carrying fates out: the one place that sends re-sent copies and dead letters, changes
 //! visibility and says which records it could not confirm. The batch processor, the Kinesis runner
 //! and the DLQ reprocessor all go through it, so what counts as a confirmed send is written once.
+use std::future::Future;
 use std::sync::Mutex;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
 
 use crate::envelope::{OutgoingMessage, MAX_MESSAGE_BYTES};
 use crate::error::PortError;
 use crate::lock;
-use crate::port::{QueuePort, VisibilityChange};
+use crate::port::{EntryFailure, QueuePort, VisibilityChange};
 
 /// Messages bound for one queue, each with the index of the record it belongs to, sent in as few
 /// SendMessageBatch calls as SQS's limits allow.
@@ -132,73 +136,153 @@ impl<Q: QueuePort> CarryOut<Q> {
         Ok(url)
     }
 
-    /// Sends each outbox to its destination in SendMessageBatch calls, one destination after the
-    /// other; a record counts as sent only when SQS confirmed its entry.
-    pub async fn send(&self, outboxes: &[(Destination<'_>, &Outbox<'_>)]) -> Unconfirmed {
+    /// Sends each outbox to its destination in SendMessageBatch calls, all at once but for a FIFO
+    /// queue's, which go one after the other so that a group's messages keep their order. A record
+    /// counts as sent only when SQS confirmed its entry before `deadline`; a call still out then
+    /// leaves its records unconfirmed (Lambda would otherwise fail the whole batch at its timeout).
+    pub async fn send(
+        &self,
+        outboxes: &[(Destination<'_>, &Outbox<'_>)],
+        deadline: Option<Instant>,
+    ) -> Unconfirmed {
         let mut unconfirmed = Unconfirmed::default();
+        let mut calls: Vec<(String, &[usize], &[OutgoingMessage<'_>])> = Vec::new();
+        let mut lanes: Vec<Vec<usize>> = Vec::new();
         for (destination, outbox) in outboxes.iter().filter(|(_, o)| !o.is_empty()) {
-            let url = match self.url(*destination).await {
+            let url = match by(deadline, self.url(*destination)).await {
                 Ok(url) => url,
                 Err(error) => {
                     unconfirmed.all(outbox.indexes.iter().copied(), &error.to_string());
                     continue;
                 }
             };
+            let first = calls.len();
             for call in outbox.calls() {
-                unconfirmed.requests += 1;
-                let indexes = &outbox.indexes[call.clone()];
-                match self.queue.send_batch(&url, &outbox.messages[call]).await {
-                    Ok(refused) => {
-                        for entry in refused {
-                            if let Some(&index) = indexes.get(entry.index) {
-                                let reason = format!("{}: {}", entry.code, entry.message);
-                                unconfirmed.records.push((index, reason));
-                            }
-                        }
-                    }
-                    Err(error) => unconfirmed.all(indexes.iter().copied(), &error.to_string()),
-                }
+                let entries = (&outbox.indexes[call.clone()], &outbox.messages[call]);
+                calls.push((url.clone(), entries.0, entries.1));
             }
+            let ids = first..calls.len();
+            if url.ends_with(".fifo") {
+                lanes.push(ids.collect());
+            } else {
+                lanes.extend(ids.map(|id| vec![id]));
+            }
+        }
+        let results = in_lanes(lanes, calls.len(), deadline, |id| {
+            let (url, _, messages) = &calls[id];
+            self.queue.send_batch(url, messages)
+        })
+        .await;
+        for ((_, indexes, _), result) in calls.iter().zip(results) {
+            unconfirmed.add(indexes, result);
         }
         unconfirmed
     }
 
     /// Changes the visibility of deliveries from `destination`, each with its record's index, in
-    /// ChangeMessageVisibilityBatch calls of 10.
+    /// ChangeMessageVisibilityBatch calls of 10, all at once and bounded by `deadline` as
+    /// [`CarryOut::send`] is.
     pub async fn change_visibility(
         &self,
         destination: Destination<'_>,
         changes: &[(usize, VisibilityChange<'_>)],
+        deadline: Option<Instant>,
     ) -> Unconfirmed {
         let mut unconfirmed = Unconfirmed::default();
         if changes.is_empty() {
             return unconfirmed;
         }
-        let url = match self.url(destination).await {
+        let url = match by(deadline, self.url(destination)).await {
             Ok(url) => url,
             Err(error) => {
                 unconfirmed.all(changes.iter().map(|(index, _)| *index), &error.to_string());
                 return unconfirmed;
             }
         };
-        for chunk in changes.chunks(10) {
-            unconfirmed.requests += 1;
-            let entries: Vec<VisibilityChange<'_>> =
-                chunk.iter().map(|(_, change)| *change).collect();
-            match self.queue.change_visibility_batch(&url, &entries).await {
-                Ok(refused) => {
-                    for entry in refused {
-                        if let Some((index, _)) = chunk.get(entry.index) {
-                            unconfirmed.records.push((*index, entry.code));
-                        }
-                    }
-                }
-                Err(error) => {
-                    unconfirmed.all(chunk.iter().map(|(index, _)| *index), &error.to_string())
-                }
-            }
+        let calls: Vec<(Vec<usize>, Vec<VisibilityChange<'_>>)> = changes
+            .chunks(10)
+            .map(|chunk| chunk.iter().copied().unzip())
+            .collect();
+        let lanes = (0..calls.len()).map(|id| vec![id]).collect();
+        let results = in_lanes(lanes, calls.len(), deadline, |id| {
+            self.queue.change_visibility_batch(&url, &calls[id].1)
+        })
+        .await;
+        for ((indexes, _), result) in calls.iter().zip(results) {
+            unconfirmed.add(indexes, result);
         }
         unconfirmed
+    }
+}
+
+/// What one batch call came to: SQS's answer, or `None` when it had not answered by the deadline.
+type CallResult = Option<Result<Vec<EntryFailure>, PortError>>;
+
+impl Unconfirmed {
+    /// Counts one call over the records `indexes` (in entry order) and notes those it did not confirm.
+    fn add(&mut self, indexes: &[usize], result: CallResult) {
+        match result {
+            Some(Ok(refused)) => {
+                self.requests += 1;
+                for entry in refused {
+                    if let Some(&index) = indexes.get(entry.index) {
+                        let reason = format!("{}: {}", entry.code, entry.message);
+                        self.records.push((index, reason));
+                    }
+                }
+            }
+            Some(Err(error)) => {
+                self.requests += 1;
+                self.all(indexes.iter().copied(), &error.to_string());
+            }
+            None => self.all(indexes.iter().copied(), NOT_BY_THE_DEADLINE),
+        }
+    }
+}
+
+const NOT_BY_THE_DEADLINE: &str = "SQS had not answered by the deadline";
+
+/// `call(id)` for every call id, the lanes side by side and each lane's calls one after the other,
+/// until `deadline`; each call's result, `None` for one that had not answered by then (a call not
+/// yet started counts as one that did not answer: it is not made).
+async fn in_lanes<'c, F, Fut>(
+    lanes: Vec<Vec<usize>>,
+    calls: usize,
+    deadline: Option<Instant>,
+    call: F,
+) -> Vec<CallResult>
+where
+    F: Fn(usize) -> Fut + 'c,
+    Fut: Future<Output = Result<Vec<EntryFailure>, PortError>> + 'c,
+{
+    let results: Mutex<Vec<CallResult>> = Mutex::new((0..calls).map(|_| None).collect());
+    let (call, results_ref) = (&call, &results);
+    let all = join_all(lanes.into_iter().map(|lane| async move {
+        for id in lane {
+            let result = call(id).await;
+            lock(results_ref)[id] = Some(result);
+        }
+    }));
+    let _ = by(deadline, async {
+        all.await;
+        Ok(())
+    })
+    .await;
+    results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `future`'s answer, or an error when `deadline` comes first.
+async fn by<T>(
+    deadline: Option<Instant>,
+    future: impl Future<Output = Result<T, PortError>>,
+) -> Result<T, PortError> {
+    match deadline {
+        None => future.await,
+        Some(deadline) => tokio::time::timeout_at(deadline, future)
+            .await
+            .unwrap_or_else(|_| Err(PortError::new("SQS", NOT_BY_THE_DEADLINE))),
     }
 }
 
@@ -249,10 +333,13 @@ mod tests {
         let to_dlq = outbox(&bodies, 0);
         let to_source = outbox(&["again"], 12);
         let unconfirmed = carry
-            .send(&[
-                (Destination::Arn(SOURCE_ARN), &to_source),
-                (Destination::Dlq, &to_dlq),
-            ])
+            .send(
+                &[
+                    (Destination::Arn(SOURCE_ARN), &to_source),
+                    (Destination::Dlq, &to_dlq),
+                ],
+                None,
+            )
             .await;
         assert_eq!(unconfirmed.requests, 3);
         assert_eq!(
@@ -269,12 +356,12 @@ mod tests {
         let carry = CarryOut::new(RecordingQueue::default(), Some(DLQ.to_owned()));
         carry.queue().fail_calls_to(DLQ);
         let to_dlq = outbox(&["a", "b"], 3);
-        let unconfirmed = carry.send(&[(Destination::Dlq, &to_dlq)]).await;
+        let unconfirmed = carry.send(&[(Destination::Dlq, &to_dlq)], None).await;
         let indexes: Vec<usize> = unconfirmed.records.iter().map(|(i, _)| *i).collect();
         assert_eq!(indexes, [3, 4]);
 
         let report_only = CarryOut::new(RecordingQueue::default(), None);
-        let unconfirmed = report_only.send(&[(Destination::Dlq, &to_dlq)]).await;
+        let unconfirmed = report_only.send(&[(Destination::Dlq, &to_dlq)], None).await;
         assert_eq!(unconfirmed.records.len(), 2);
         assert!(unconfirmed.records[0].1.contains("no DLQ is configured"));
         assert!(report_only.queue().calls().is_empty());
@@ -296,7 +383,7 @@ mod tests {
             })
             .collect();
         let unconfirmed = carry
-            .change_visibility(Destination::Arn(SOURCE_ARN), &changes)
+            .change_visibility(Destination::Arn(SOURCE_ARN), &changes, None)
             .await;
         assert_eq!(
             unconfirmed,

@@ -393,11 +393,12 @@ impl Settings {
         })?;
 
         let deadline_margin = duration("REDRIVE_DEADLINE_MARGIN", Duration::from_secs(2))?;
-        if deadline_margin > Duration::from_secs(60) {
+        if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&deadline_margin) {
             return Err(ConfigError::new(
                 "REDRIVE_DEADLINE_MARGIN",
                 &format!("{deadline_margin:?}"),
-                "at most 60s",
+                "between 1s and 60s: the time left after the last record to send the batch's \
+                 re-sends and dead letters before Lambda's timeout",
             ));
         }
         let concurrency = env.whole(
@@ -555,6 +556,10 @@ mod tests {
                 "REDRIVE_DEFER_MAX_AGE",
             ),
             (&[("REDRIVE_CONCURRENCY", "0")], "REDRIVE_CONCURRENCY"),
+            (
+                &[("REDRIVE_DEADLINE_MARGIN", "500ms")],
+                "REDRIVE_DEADLINE_MARGIN",
+            ),
             (&[("REDRIVE_CONCURRENCY", "10001")], "REDRIVE_CONCURRENCY"),
             (&[("REDRIVE_CONCURRENCY", "many")], "REDRIVE_CONCURRENCY"),
         ];

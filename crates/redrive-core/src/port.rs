@@ -156,6 +156,7 @@ pub struct RecordingQueue {
     stock: Mutex<Vec<(String, SqsRecord<'static>)>>,
     refuse_body: Mutex<Option<String>>,
     fail_calls_to: Mutex<Option<String>>,
+    stall_calls_to: Mutex<Option<String>>,
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -225,6 +226,12 @@ impl RecordingQueue {
         *self.fail_calls_to.lock().unwrap() = Some(queue_url.to_owned());
     }
 
+    /// Never answer a call to `queue_url` (a stalled connection, a throttled endpoint that
+    /// holds the request): the call is recorded, its future stays pending.
+    pub fn stall_calls_to(&self, queue_url: &str) {
+        *self.stall_calls_to.lock().unwrap() = Some(queue_url.to_owned());
+    }
+
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.calls.lock().unwrap().clone()
@@ -245,7 +252,11 @@ impl RecordingQueue {
             .collect()
     }
 
-    fn check_call(&self, queue_url: &str, operation: &'static str) -> Result<(), PortError> {
+    async fn check_call(&self, queue_url: &str, operation: &'static str) -> Result<(), PortError> {
+        let stalls = self.stall_calls_to.lock().unwrap().as_deref() == Some(queue_url);
+        if stalls {
+            std::future::pending::<()>().await;
+        }
         match self.fail_calls_to.lock().unwrap().as_deref() {
             Some(url) if url == queue_url => Err(PortError::new(operation, "injected failure")),
             _ => Ok(()),
@@ -278,7 +289,7 @@ impl QueuePort for RecordingQueue {
             queue_url: queue_url.to_owned(),
             messages: owned,
         });
-        self.check_call(queue_url, "SendMessageBatch")?;
+        self.check_call(queue_url, "SendMessageBatch").await?;
         let refuse = self.refuse_body.lock().unwrap().clone();
         Ok(messages
             .iter()
@@ -313,7 +324,8 @@ impl QueuePort for RecordingQueue {
             queue_url: queue_url.to_owned(),
             changes,
         });
-        self.check_call(queue_url, "ChangeMessageVisibilityBatch")?;
+        self.check_call(queue_url, "ChangeMessageVisibilityBatch")
+            .await?;
         Ok(Vec::new())
     }
 
@@ -325,7 +337,7 @@ impl QueuePort for RecordingQueue {
         _wait: Duration,
     ) -> Result<Vec<SqsRecord<'static>>, PortError> {
         assert!(max <= 10, "ReceiveMessage takes at most 10");
-        self.check_call(queue_url, "ReceiveMessage")?;
+        self.check_call(queue_url, "ReceiveMessage").await?;
         let mut stock = self.stock.lock().unwrap();
         let mut received = Vec::new();
         while received.len() < max as usize {
@@ -354,7 +366,7 @@ impl QueuePort for RecordingQueue {
             queue_url: queue_url.to_owned(),
             receipt_handles: receipt_handles.iter().map(|h| h.to_string()).collect(),
         });
-        self.check_call(queue_url, "DeleteMessageBatch")?;
+        self.check_call(queue_url, "DeleteMessageBatch").await?;
         Ok(Vec::new())
     }
 }

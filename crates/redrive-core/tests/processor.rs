@@ -512,6 +512,37 @@ async fn a_refused_entry_or_a_failed_call_gives_the_record_back() {
     );
 }
 
+/// A DLQ call that never answers (a stalled connection; the SDK sets no timeout of its own) must
+/// not run the invocation past Lambda's timeout, which would fail the whole batch: the carry-out
+/// stops at the deadline less the answer's reserve (200 ms with the 2 s margin), the stalled dead
+/// letter is given back and the re-send that was confirmed stands.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_send_gives_its_record_back_before_the_deadline() {
+    let processor = processor(RetryPolicy::default());
+    processor.queue().stall_calls_to(DLQ);
+    let handler = handler();
+    let json = event(vec![
+        record("m-1", "transient"),
+        record("m-2", "permanent"),
+        record("m-3", "ok"),
+    ]);
+    let started = tokio::time::Instant::now();
+    let processed = tokio::time::timeout(
+        Duration::from_millis(DEADLINE - NOW),
+        run(&processor, &handler, &json),
+    )
+    .await
+    .expect("answered before the Lambda deadline");
+    assert_eq!(failures(&processed), ["m-2"]);
+    assert_eq!(processed.report.send_failures, 1);
+    assert_eq!(processor.queue().sent_to(SOURCE).len(), 1, "m-1's retry");
+    let took = started.elapsed();
+    assert!(
+        took <= Duration::from_millis(DEADLINE - NOW - 200),
+        "answered {took:?} after the start, within the deadline less the reserve"
+    );
+}
+
 #[tokio::test]
 async fn sends_are_batched_ten_at_a_time() {
     let processor = processor(RetryPolicy::default());

@@ -250,6 +250,10 @@ pub type RedriveCommand = ReprocessCommand;
 #[deprecated(since = "0.2.0", note = "renamed `ReprocessSummary`")]
 pub type RedriveSummary = ReprocessSummary;
 
+/// How long a batch begun before a run's stop time may still send: the function stops starting
+/// batches 10 s before its deadline, and a send cut off leaves its message in the DLQ.
+const SEND_GRACE: Duration = Duration::from_secs(5);
+
 /// How long received messages stay hidden while a run decides about them.
 const HOLD: Duration = Duration::from_secs(120);
 
@@ -336,12 +340,16 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 }
                 batch.push(self.examine(record, plan, &mut summary));
             }
-            self.carry_out(&batch, plan, &mut summary, &mut left).await;
+            let deadline = stop_at.map(|at| tokio::time::Instant::from_std(at + SEND_GRACE));
+            self.carry_out(&batch, plan, deadline, &mut summary, &mut left)
+                .await;
             progress(&summary);
             let sent = summary.reprocessed + summary.discarded;
             let due = Duration::from_secs_f64(f64::from(sent) / plan.rate_per_second);
-            if !plan.dry_run && due > started.elapsed() {
-                tokio::time::sleep(due - started.elapsed()).await;
+            // The clock is read once: read twice, the wait could come out negative and panic.
+            let wait = due.saturating_sub(started.elapsed());
+            if !plan.dry_run && !wait.is_zero() {
+                tokio::time::sleep(wait).await;
             }
         };
         make_visible(self.queue(), &plan.source_url, &left).await;
@@ -416,6 +424,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
         &self,
         batch: &[Examined],
         plan: &Plan,
+        deadline: Option<tokio::time::Instant>,
         summary: &mut ReprocessSummary,
         left: &mut Vec<String>,
     ) {
@@ -485,7 +494,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
         if let Some(url) = &self.archive_url {
             sends.push((Destination::Url(url), &archive));
         }
-        let failed = self.carry.send(&sends).await.records;
+        let failed = self.carry.send(&sends, deadline).await.records;
         let refused: HashSet<usize> = failed.iter().map(|(index, _)| *index).collect();
         for outbox in outboxes.values() {
             for &index in outbox.indexes.iter().filter(|i| !refused.contains(i)) {

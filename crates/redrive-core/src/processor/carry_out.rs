@@ -3,6 +3,8 @@
 //! given back.
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::answer::fate_name;
 use super::decide::Ruling;
 use super::{Invocation, Item, Processor};
@@ -18,13 +20,18 @@ use crate::fate::{Fate, GiveBackReason};
 use crate::metrics::BatchReport;
 use crate::port::{QueuePort, VisibilityChange};
 
+/// Time kept after carrying the fates out to answer Lambda: the partial batch response is
+/// serialised and posted to the runtime API.
+const ANSWER_RESERVE: Duration = Duration::from_millis(200);
+
 /// When a failure is recorded (ms since the epoch) and in which invocation.
 type Failure<'f> = (u64, &'f Option<FailedIn>);
 
 impl<Q: QueuePort> Processor<Q> {
     /// Carries the fates out through the one carry-out: re-sent copies and dead letters
-    /// (batched), then FIFO visibility changes. Every send SQS did not confirm turns its record
-    /// into a give-back (a batchItemFailure).
+    /// (batched) and FIFO visibility changes, side by side and over by the carry deadline. Every
+    /// send SQS did not confirm by then turns its record into a give-back (a batchItemFailure),
+    /// never into a whole-batch failure.
     pub(super) async fn carry_out(
         &self,
         items: &[Item<'_>],
@@ -35,12 +42,18 @@ impl<Q: QueuePort> Processor<Q> {
         let failed_in = invocation.failed_in();
         let outgoing = self.outgoing(items, decided, &failed_in);
         let source = self.source(items);
+        let deadline = self.carry_deadline(invocation.deadline_ms);
         let sends = [
             (source, &outgoing.to_source),
             (Destination::Dlq, &outgoing.to_dlq),
         ];
-        let unconfirmed = self.carry.send(&sends).await;
-        report.sqs_requests += unconfirmed.requests;
+        let (unconfirmed, unchanged) = futures_util::future::join(
+            self.carry.send(&sends, deadline),
+            self.carry
+                .change_visibility(source, &outgoing.visibility, deadline),
+        )
+        .await;
+        report.sqs_requests += unconfirmed.requests + unchanged.requests;
         for (index, reason) in unconfirmed.records {
             let fate = &mut decided[index].fate;
             tracing::error!(
@@ -55,11 +68,6 @@ impl<Q: QueuePort> Processor<Q> {
                 visibility: None,
             };
         }
-        let unchanged = self
-            .carry
-            .change_visibility(source, &outgoing.visibility)
-            .await;
-        report.sqs_requests += unchanged.requests;
         for (index, reason) in unchanged.records {
             tracing::warn!(
                 message_id = items[index].id,
@@ -67,6 +75,17 @@ impl<Q: QueuePort> Processor<Q> {
                 "visibility not changed: the record reappears after its visibility timeout",
             );
         }
+    }
+
+    /// When carrying fates out must be over: the Lambda deadline less the time to answer (a
+    /// quarter of the deadline margin at the most). `None` for a deadline too far off to wait for.
+    pub(super) fn carry_deadline(&self, deadline_ms: u64) -> Option<Instant> {
+        let reserve = ANSWER_RESERVE.min(self.config.deadline_margin / 4);
+        let reserve = u64::try_from(reserve.as_millis()).unwrap_or(u64::MAX);
+        let left = deadline_ms
+            .saturating_sub(reserve)
+            .saturating_sub(self.clock.now_ms());
+        Instant::now().checked_add(Duration::from_millis(left))
     }
 
     /// The queue the batch came from: the configured one, else the one its records name.

@@ -59,7 +59,12 @@ impl<Q: QueuePort> Processor<Q> {
             match fate {
                 StreamFate::Done => report.done += 1,
                 StreamFate::DeadLetter => match self
-                    .dead_letter_now(&item, outcome.error(), &failed_in, &mut report)
+                    .dead_letter_now(
+                        &item,
+                        outcome.error(),
+                        (&failed_in, invocation.deadline_ms),
+                        &mut report,
+                    )
                     .await
                 {
                     Ok(()) => report.dead_lettered += 1,
@@ -101,7 +106,7 @@ impl<Q: QueuePort> Processor<Q> {
         &self,
         item: &Item<'_>,
         error: Option<&RecordError>,
-        failed_in: &Option<FailedIn>,
+        (failed_in, deadline_ms): (&Option<FailedIn>, u64),
         report: &mut BatchReport,
     ) -> Result<(), String> {
         let message = self
@@ -109,7 +114,11 @@ impl<Q: QueuePort> Processor<Q> {
             .map_err(|too_large| too_large.to_string())?;
         let mut outbox = Outbox::default();
         outbox.push(0, message);
-        let unconfirmed = self.carry.send(&[(Destination::Dlq, &outbox)]).await;
+        let deadline = self.carry_deadline(deadline_ms);
+        let unconfirmed = self
+            .carry
+            .send(&[(Destination::Dlq, &outbox)], deadline)
+            .await;
         report.sqs_requests += unconfirmed.requests;
         if let Some((_, reason)) = unconfirmed.records.into_iter().next() {
             return Err(reason);

@@ -27,8 +27,18 @@ struct Args {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args = <Args as clap::Parser>::parse();
-    // Panics are one of the injected faults; the processor catches them, so keep them quiet.
-    std::panic::set_hook(Box::new(|_| {}));
+    // Panics are one of the injected faults (`bug on <id>`); the processor catches them, so keep
+    // them quiet. Any other panic is a defect: say where, or the run would end with a bare 101.
+    let report_panic = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let injected = info
+            .payload()
+            .downcast_ref::<String>()
+            .is_some_and(|message| message.starts_with("bug on "));
+        if !injected {
+            report_panic(info);
+        }
+    }));
     let mut broken = false;
     for &seed in &args.seeds {
         // Each run on a standard queue, then on a FIFO queue whose messages are dealt round groups.
