@@ -204,7 +204,12 @@ pub struct Idempotent<H, S> {
     /// would trip it.
     pub check_payload: bool,
     duplicates: AtomicU64,
+    unconfirmed_completions: AtomicU64,
 }
+
+/// Tries of a `complete` after the effect, the first retry after this wait, doubled each time.
+const COMPLETE_TRIES: u32 = 3;
+const COMPLETE_RETRY_WAIT: Duration = Duration::from_millis(50);
 
 impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
     /// Wraps `inner`: its effect happens once per key read from each message by `key`, as `store` remembers.
@@ -217,6 +222,7 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
             keep: Duration::from_secs(14 * 24 * 3600),
             check_payload: false,
             duplicates: AtomicU64::new(0),
+            unconfirmed_completions: AtomicU64::new(0),
         }
     }
 
@@ -233,6 +239,38 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
     /// Duplicates absorbed so far (messages whose key was already done).
     pub fn duplicates(&self) -> u64 {
         self.duplicates.load(Ordering::Relaxed)
+    }
+
+    /// Completions the store did not confirm after every try: their effect happened, so the
+    /// message counted as done, and a duplicate after the lease would run it again.
+    pub fn unconfirmed_completions(&self) -> u64 {
+        self.unconfirmed_completions.load(Ordering::Relaxed)
+    }
+
+    /// Marks `key` done after the effect, retried in place: failing the record now would let a
+    /// later delivery claim the key once the lease lapses and run the effect again.
+    async fn complete(&self, message: &Message<'_>, key: &str, payload: Option<u64>) {
+        let mut wait = COMPLETE_RETRY_WAIT;
+        for attempt in 1..=COMPLETE_TRIES {
+            match self.store.complete(key, payload, self.keep).await {
+                Ok(()) => return,
+                Err(error) if attempt == COMPLETE_TRIES => {
+                    self.unconfirmed_completions.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        message_id = message.id(),
+                        key,
+                        %error,
+                        lease_s = self.lease.as_secs(),
+                        "the effect happened but the idempotency store did not record it: the \
+                         message is done; a duplicate arriving after the lease would run it again",
+                    );
+                }
+                Err(_) => {
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+            }
+        }
     }
 
     fn key_of(&self, message: &Message<'_>) -> Result<String, RecordError> {
@@ -279,22 +317,20 @@ impl<H: RecordHandler, S: IdempotencyStore> RecordHandler for Idempotent<H, S> {
                 return Ok(());
             }
             Claim::InProgress => {
-                // Another delivery of the same message is running: look again later.
-                return Err(RecordError::transient(
-                    "idempotency_in_progress",
-                    format!("{key} is being handled by another delivery"),
-                ));
+                // Another delivery holds the claim: not a failure of this one. Wait for its lease
+                // without spending an attempt; by then it is done, or it crashed and the claim
+                // has lapsed.
+                return Err(RecordError::defer("idempotency_in_progress", self.lease));
             }
             Claim::Claimed => {}
         }
         // A panic is caught here too, so that its claim is released like any failure's (the
         // processor would catch it too, but past the release, leaving the key held for a lease).
         match crate::processor::caught(self.inner.handle(message)).await {
-            Ok(()) => self
-                .store
-                .complete(&key, payload, self.keep)
-                .await
-                .map_err(store_error),
+            Ok(()) => {
+                self.complete(message, &key, payload).await;
+                Ok(())
+            }
             Err(error) => {
                 if let Err(release) = self.store.release(&key).await {
                     tracing::warn!(
@@ -560,6 +596,103 @@ mod tests {
             .unwrap();
         assert_eq!(processed.report.dead_lettered, 0);
         assert_eq!(unchecked.duplicates(), 2, "b is taken for a duplicate");
+    }
+
+    fn guarded_processor() -> crate::processor::Processor<crate::port::RecordingQueue> {
+        use crate::processor::{Processor, ProcessorConfig};
+        let config = ProcessorConfig {
+            dlq_url: Some("https://sqs.local/123456789012/dlq".into()),
+            source_queue_url: Some("https://sqs.local/123456789012/q".into()),
+            ..ProcessorConfig::default()
+        };
+        Processor::new(crate::port::RecordingQueue::default(), config)
+    }
+
+    fn counting() -> Counting {
+        Counting {
+            effects: Mutex::default(),
+            fail_first: Mutex::new(false),
+        }
+    }
+
+    /// A delivery that finds the claim held waits for the holder's lease, deferred without
+    /// spending an attempt: spending them, five in about 30 s dead-lettered it while its holder
+    /// could still finish, and the reprocessor later ran the effect a second time.
+    #[tokio::test]
+    async fn a_claim_held_by_another_delivery_is_waited_for_without_spending_an_attempt() {
+        let store = Arc::new(MemoryStore::new(10));
+        let mut guard = Idempotent::new(counting(), store.clone(), KeyFrom::MessageId);
+        guard.lease = Duration::from_secs(90);
+        let held = store.claim("m-1", None, guard.lease).await.unwrap();
+        assert_eq!(held, Claim::Claimed, "another delivery holds it");
+        let processor = guarded_processor();
+        let records = [record("m-1", "order-1", None)];
+        let processed = processor
+            .process(&guard, &records, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert_eq!(
+            (processed.report.deferred, processed.report.retried),
+            (1, 0)
+        );
+        let copy = &processor
+            .queue()
+            .sent_to("https://sqs.local/123456789012/q")[0];
+        let meta: crate::Meta<'_> =
+            serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
+        assert_eq!((meta.attempts, copy.delay_seconds), (0, 90));
+        assert!(guard.inner().effects.lock().unwrap().is_empty());
+    }
+
+    /// Completes nothing: the store's write fails after the effect.
+    struct CompleteFails(MemoryStore, AtomicU64);
+    impl IdempotencyStore for CompleteFails {
+        async fn claim(
+            &self,
+            key: &str,
+            payload: Option<u64>,
+            lease: Duration,
+        ) -> Result<Claim, PortError> {
+            self.0.claim(key, payload, lease).await
+        }
+        async fn complete(&self, _: &str, _: Option<u64>, _: Duration) -> Result<(), PortError> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            Err(PortError::new(
+                "PutItem",
+                "ProvisionedThroughputExceededException",
+            ))
+        }
+        async fn release(&self, key: &str) -> Result<(), PortError> {
+            self.0.release(key).await
+        }
+    }
+
+    /// The effect happened, so a `complete` the store does not confirm (tried three times) leaves
+    /// the message done: failing it would have a later delivery claim the lapsed key and run the
+    /// effect again.
+    #[tokio::test(start_paused = true)]
+    async fn a_complete_that_fails_after_the_effect_leaves_the_message_done() {
+        let guard = Idempotent::new(
+            counting(),
+            CompleteFails(MemoryStore::new(10), AtomicU64::new(0)),
+            KeyFrom::MessageId,
+        );
+        let processor = guarded_processor();
+        let records = [record("m-1", "order-1", None)];
+        let processed = processor
+            .process(&guard, &records, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert_eq!(processed.report.done, 1);
+        assert!(processed.response.batch_item_failures.is_empty());
+        assert!(processor.queue().calls().is_empty(), "no retry copy");
+        assert_eq!(
+            guard.store.1.load(Ordering::Relaxed),
+            3,
+            "tried three times"
+        );
+        assert_eq!(guard.unconfirmed_completions(), 1);
+        assert_eq!(guard.inner().effects.lock().unwrap()["order-1"], 1);
     }
 
     #[test]
