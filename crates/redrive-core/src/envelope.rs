@@ -102,6 +102,11 @@ pub struct Meta<'a> {
     /// the first failure, so that a message sent home after an outage gets the whole limit again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redriven_at: Option<Timestamp>,
+    /// When it was sent to the DLQ: set on every dead letter and on nothing else, so that a dead
+    /// letter SQS moves back as it is (a move task) is recognised whatever its attempts, and
+    /// counted as redriven against the reprocess cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_lettered_at: Option<Timestamp>,
     /// The invocation of the latest failure, for finding its logs and trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_in: Option<FailedIn>,
@@ -301,6 +306,7 @@ mod tests {
             error_message: Text::from(message.to_owned()),
             reprocess_count: 0,
             redriven_at: None,
+            dead_lettered_at: None,
             failed_in: None,
             attributes: None,
         }

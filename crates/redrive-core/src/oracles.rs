@@ -59,6 +59,7 @@ pub fn sqs_event(bytes: &[u8]) {
                 error_message: Text::from("fuzz"),
                 reprocess_count: 0,
                 redriven_at: None,
+                dead_lettered_at: None,
                 failed_in: None,
                 attributes: None,
             },

@@ -151,6 +151,7 @@ mod tests {
             error_message: Text::from("boom"),
             reprocess_count,
             redriven_at: None,
+            dead_lettered_at: None,
             failed_in: None,
             attributes: None,
         }

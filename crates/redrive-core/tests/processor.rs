@@ -397,6 +397,36 @@ async fn a_record_deferred_past_the_age_limit_is_dead_lettered_as_transient() {
     );
 }
 
+/// A permanent failure's dead letter (one attempt spent) moved back by a move task, and failing
+/// again: it is recognised as moved back, so the dead letter it becomes counts the round against
+/// the reprocess cap; before, only a dead letter with its attempts used up was, and a permanent
+/// one went round and round uncounted.
+#[tokio::test]
+async fn a_permanent_dead_letter_moved_back_counts_against_the_reprocess_cap() {
+    let processor = processor(RetryPolicy::default());
+    let handler = handler();
+    run(
+        &processor,
+        &handler,
+        &event(vec![record("m-1", "permanent")]),
+    )
+    .await;
+    let dead = meta_of(&processor.queue().sent_to(DLQ)[0]);
+    assert_eq!((dead.attempts, dead.reprocess_count), (1, 0));
+    let mut moved = record("m-moved", "permanent");
+    moved["messageAttributes"]["redrive"] = serde_json::json!({
+        "stringValue": serde_json::to_string(&dead).unwrap(), "dataType": "String"
+    });
+    let processed = run(&processor, &handler, &event(vec![moved])).await;
+    assert_eq!(processed.report.dead_lettered, 1);
+    let again = meta_of(processor.queue().sent_to(DLQ).last().unwrap());
+    assert_eq!((again.attempts, again.reprocess_count), (1, 1));
+    assert_eq!(
+        again.redriven_at,
+        Some(redrive_core::envelope::Timestamp(NOW))
+    );
+}
+
 #[tokio::test]
 async fn a_dead_letter_moved_back_by_sqs_gets_a_fresh_set_of_attempts_and_counts_as_redriven() {
     let processor = processor(RetryPolicy::default());

@@ -767,6 +767,7 @@ fn redriven<'r>(
                 error_message: Text::from("moved to the DLQ by SQS after maxReceiveCount receives"),
                 reprocess_count: 0,
                 redriven_at: None,
+                dead_lettered_at: None,
                 failed_in: None,
                 attributes: None,
             }
@@ -774,6 +775,7 @@ fn redriven<'r>(
     };
     meta.attempts = 0;
     meta.due_at = None;
+    meta.dead_lettered_at = None;
     meta.reprocess_count += 1;
     meta.redriven_at = Some(Timestamp(now));
     let count = meta.reprocess_count;
@@ -867,6 +869,7 @@ mod tests {
                 error_message: Text::from("timed out"),
                 reprocess_count,
                 redriven_at: None,
+                dead_lettered_at: None,
                 failed_in: None,
                 attributes: None,
             };

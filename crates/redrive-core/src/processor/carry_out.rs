@@ -188,7 +188,9 @@ impl<Q: QueuePort> Processor<Q> {
         error: Option<&RecordError>,
         attempts: u32,
     ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
-        let mut message = annotate(item.record, self.meta(item, failure, error, attempts, None))?;
+        let mut meta = self.meta(item, failure, error, attempts, None);
+        meta.dead_lettered_at = Some(Timestamp(failure.0));
+        let mut message = annotate(item.record, meta)?;
         if self.dlq_url().is_some_and(|url| url.ends_with(".fifo")) {
             // A FIFO DLQ needs a group and a deduplication id; the message id is unique per message.
             message.group_id = Some(Text::from(item.group().unwrap_or("redrive")));
@@ -219,12 +221,14 @@ impl<Q: QueuePort> Processor<Q> {
             error_message: Text::default(),
             reprocess_count: 0,
             redriven_at: None,
+            dead_lettered_at: None,
             failed_in: None,
             attributes: None,
         });
         meta.v = META_VERSION;
         meta.attempts = attempts;
         meta.due_at = due_at;
+        meta.dead_lettered_at = None;
         if let Some(error) = error {
             meta.last_failure_at = Timestamp(now);
             meta.failed_in = failed_in.clone();

@@ -267,7 +267,7 @@ impl<Q: QueuePort> Processor<Q> {
                 record.receive_count().saturating_sub(1)
             } else {
                 meta.as_deref_mut().map_or(0, |meta| {
-                    self.give_fresh_attempts_if_used_up(id, meta);
+                    self.recognise_moved_back(id, meta);
                     meta.attempts
                 })
             };
@@ -281,13 +281,17 @@ impl<Q: QueuePort> Processor<Q> {
         Ok((items, any_fifo))
     }
 
-    /// A record of a standard queue arrives with its attempts used up only when SQS moved it back
-    /// from the DLQ (a move task re-sends a dead letter as it is): it gets a fresh set of attempts
-    /// and counts as redriven, as if the reprocessor had sent it home.
-    fn give_fresh_attempts_if_used_up(&self, id: &str, meta: &mut Meta<'_>) {
-        if meta.attempts < self.config.retry.max_attempts {
+    /// A dead letter that SQS moved back to a standard queue (a move task re-sends it as it is) is
+    /// known by its `deadLetteredAt`, or, written before that mark, by its attempts used up: it
+    /// gets a fresh set of attempts and counts as redriven, as if the reprocessor had sent it
+    /// home, so the reprocess cap sees every round, a permanent failure's too.
+    fn recognise_moved_back(&self, id: &str, meta: &mut Meta<'_>) {
+        let moved_back =
+            meta.dead_lettered_at.is_some() || meta.attempts >= self.config.retry.max_attempts;
+        if !moved_back {
             return;
         }
+        meta.dead_lettered_at = None;
         meta.attempts = 0;
         meta.reprocess_count = meta.reprocess_count.saturating_add(1);
         meta.redriven_at = Some(Timestamp(self.clock.now_ms()));
