@@ -168,6 +168,9 @@ impl<Q: QueuePort> CarryOut<Q> {
                 lanes.extend(ids.map(|id| vec![id]));
             }
         }
+        if calls.is_empty() {
+            return unconfirmed;
+        }
         let results = in_lanes(lanes, calls.len(), deadline, |id| {
             let (url, _, messages) = &calls[id];
             self.queue.send_batch(url, messages)
