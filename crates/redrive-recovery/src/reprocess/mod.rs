@@ -2,188 +2,29 @@
 //! re-sent to its origin (reprocess), archived and deleted (discard), or left where it is (manual
 //! review, alert, not yet, filtered out). A message is deleted from the DLQ only after SQS has
 //! confirmed the copy; whatever is left is made visible again when the run ends.
+mod command;
+mod inventory;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+#[allow(deprecated)]
+pub use command::RedriveCommand;
+pub use command::{AttributeFilter, Filter, Plan, ReprocessCommand};
+pub use inventory::{browse, export_line, Inventory};
 
 use crate::settings::ReprocessSettings;
-use redrive_core::backoff::parse_duration;
+use inventory::make_visible;
 use redrive_core::carry::{CarryOut, Destination, Outbox};
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
-use redrive_core::error::{ConfigError, ErrorClass, PortError};
+use redrive_core::error::{ErrorClass, PortError};
 use redrive_core::event::{SqsRecord, Text};
-use redrive_core::port::{QueuePort, VisibilityChange};
+use redrive_core::port::QueuePort;
 use redrive_core::reprocess_policy::{Disposition, ReprocessPolicy};
-
-/// What to redrive, as a Lambda invocation payload or from the operator CLI. Every field is
-/// optional; absent ones take the function's defaults ([`ReprocessSettings`]).
-///
-/// ```json
-/// {"source": "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq",
-///  "maxMessages": 100, "dryRun": true, "errorClasses": ["transient"], "minAge": "10m",
-///  "attribute": {"name": "tenant", "value": "acme"}, "ratePerSecond": 10}
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ReprocessCommand {
-    /// URL of the DLQ to drain.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-    /// Queue ARN every redriven message goes to, instead of the origin its metadata names (an
-    /// operator's choice: a DLQ shared by several queues goes to this one queue whole).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub destination: Option<String>,
-    /// Queue ARN for messages that name no origin (SQS moved them without metadata and without
-    /// `DeadLetterQueueSourceArn`), in place of `REDRIVE_REPROCESS_DESTINATION_ARN`. A schedule
-    /// sets this, never `destination`, so that a shared DLQ's messages go home each to its own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fallback_destination: Option<String>,
-    /// Messages to examine at most.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_messages: Option<u32>,
-    /// Decide and count, but send, delete and archive nothing.
-    #[serde(default)]
-    pub dry_run: bool,
-    /// Only these error classes.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub error_classes: Vec<ErrorClass>,
-    /// Only these error kinds.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub error_kinds: Vec<String>,
-    /// Only messages whose last failure is at least this old (`10m`, `2h`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_age: Option<String>,
-    /// Only messages whose last failure is at most this old.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_age: Option<String>,
-    /// Only messages with this attribute value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attribute: Option<AttributeFilter>,
-    /// Messages re-sent per second at most.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_per_second: Option<f64>,
-    /// The operator has fixed the cause: redrive what the policy would leave for review (permanent
-    /// errors, backoff not passed). The reprocess cap still holds.
-    #[serde(default)]
-    pub force: bool,
-    /// Send copies and delete nothing: the DLQ keeps every message (a replay into a test queue).
-    #[serde(default)]
-    pub copy: bool,
-}
-
-/// Only messages with this String attribute value (original attributes, packed ones included).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct AttributeFilter {
-    /// The attribute.
-    pub name: String,
-    /// Its value.
-    pub value: String,
-}
-
-/// A checked command with every default filled in.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    /// URL of the DLQ to drain.
-    pub source_url: String,
-    /// Where every message goes, whatever it names (an operator's choice).
-    pub destination_arn: Option<String>,
-    /// Where a message goes that names no origin (the command's `fallbackDestination`, else
-    /// `REDRIVE_REPROCESS_DESTINATION_ARN`).
-    pub fallback_destination_arn: Option<String>,
-    /// Messages to examine at most.
-    pub max_messages: u32,
-    /// Decide and count, change nothing.
-    pub dry_run: bool,
-    /// Which messages the run takes.
-    pub filter: Filter,
-    /// Messages re-sent per second at most.
-    pub rate_per_second: f64,
-    /// Redrive what the policy would leave (the cap still holds).
-    pub force: bool,
-    /// Delete nothing from the DLQ ([`ReprocessCommand::copy`]).
-    pub copy: bool,
-}
-
-/// Which dead letters a run takes; empty lists take all.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Filter {
-    /// Only these error classes.
-    pub classes: Vec<ErrorClass>,
-    /// Only these error kinds.
-    pub kinds: Vec<String>,
-    /// Only messages whose last failure is at least this old.
-    pub min_age: Option<Duration>,
-    /// Only messages whose last failure is at most this old.
-    pub max_age: Option<Duration>,
-    /// Only messages with this attribute value.
-    pub attribute: Option<AttributeFilter>,
-}
-
-impl ReprocessCommand {
-    /// The plan of this command, the settings filling in what it leaves out; refuses bad values with the field named.
-    pub fn plan(&self, defaults: &ReprocessSettings) -> Result<Plan, ConfigError> {
-        let age = |field: &str, text: &Option<String>| match text {
-            None => Ok(None),
-            Some(text) => parse_duration(text).map(Some).ok_or_else(|| {
-                ConfigError::new(field, text, "expected a duration such as 30s, 10m or 2h")
-            }),
-        };
-        let source_url = self
-            .source
-            .clone()
-            .or_else(|| defaults.source_url.clone())
-            .ok_or_else(|| {
-                ConfigError::new(
-                    "source",
-                    "",
-                    "no DLQ to drain: name one in the command or set REDRIVE_REPROCESS_SOURCE_URL",
-                )
-            })?;
-        let queue_arn = |field: &str, arn: &Option<String>| match arn {
-            Some(arn) if !(arn.starts_with("arn:") && arn.contains(":sqs:")) => {
-                Err(ConfigError::new(
-                    field,
-                    arn,
-                    "expected an SQS queue ARN (arn:aws:sqs:region:account:name)",
-                ))
-            }
-            arn => Ok(arn.clone()),
-        };
-        let destination_arn = queue_arn("destination", &self.destination)?;
-        let fallback_destination_arn =
-            queue_arn("fallbackDestination", &self.fallback_destination)?
-                .or_else(|| defaults.destination_arn.clone());
-        let rate_per_second = self.rate_per_second.unwrap_or(defaults.rate_per_second);
-        if !(0.1..=3000.0).contains(&rate_per_second) {
-            return Err(ConfigError::new(
-                "ratePerSecond",
-                &rate_per_second.to_string(),
-                "expected 0.1 to 3000 messages per second",
-            ));
-        }
-        Ok(Plan {
-            source_url,
-            destination_arn,
-            fallback_destination_arn,
-            max_messages: self.max_messages.unwrap_or(defaults.max_messages).max(1),
-            dry_run: self.dry_run,
-            filter: Filter {
-                classes: self.error_classes.clone(),
-                kinds: self.error_kinds.clone(),
-                min_age: age("minAge", &self.min_age)?,
-                max_age: age("maxAge", &self.max_age)?,
-                attribute: self.attribute.clone(),
-            },
-            rate_per_second,
-            force: self.force,
-            copy: self.copy,
-        })
-    }
-}
 
 /// What a run did (or, in a dry run, would do). `examined` = the sum of the decisions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -241,10 +82,6 @@ impl ReprocessSummary {
         )
     }
 }
-
-/// The name before 0.2.
-#[deprecated(since = "0.2.0", note = "renamed `ReprocessCommand`")]
-pub type RedriveCommand = ReprocessCommand;
 
 /// The name before 0.2.
 #[deprecated(since = "0.2.0", note = "renamed `ReprocessSummary`")]
@@ -548,188 +385,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
     }
 }
 
-/// Reads up to `max` messages without consuming them: each is hidden while the queue is read, and
-/// all are made visible again before this returns (also when a call failed).
-pub async fn browse<Q: QueuePort>(
-    queue: &Q,
-    queue_url: &str,
-    max: u32,
-) -> Result<Vec<SqsRecord<'static>>, PortError> {
-    let mut records: Vec<SqsRecord<'static>> = Vec::new();
-    let mut seen = HashSet::new();
-    let outcome = loop {
-        if records.len() >= max as usize {
-            break Ok(());
-        }
-        let want = (max - records.len() as u32).min(10);
-        match queue
-            .receive(queue_url, want, HOLD, Duration::from_secs(1))
-            .await
-        {
-            Ok(batch) if batch.is_empty() => break Ok(()),
-            Ok(batch) => records.extend(batch.into_iter().filter(|record| {
-                seen.insert(record.message_id.as_deref().unwrap_or_default().to_owned())
-            })),
-            Err(error) => break Err(error),
-        }
-    };
-    let handles: Vec<&str> = records
-        .iter()
-        .filter_map(|record| record.receipt_handle.as_deref())
-        .collect();
-    make_visible(queue, queue_url, &handles).await;
-    outcome.map(|()| records)
-}
-
-/// Makes messages this process holds visible again. A failure loses nothing: they reappear when
-/// their hold runs out.
-async fn make_visible<Q: QueuePort>(queue: &Q, queue_url: &str, handles: &[impl AsRef<str>]) {
-    for chunk in handles.chunks(10) {
-        let changes: Vec<VisibilityChange<'_>> = chunk
-            .iter()
-            .map(|handle| VisibilityChange {
-                receipt_handle: handle.as_ref(),
-                timeout: Duration::ZERO,
-            })
-            .collect();
-        if let Err(error) = queue.change_visibility_batch(queue_url, &changes).await {
-            tracing::warn!(
-                %error,
-                queue_url,
-                hold_seconds = HOLD.as_secs(),
-                "could not make messages visible early",
-            );
-        }
-    }
-}
-
-/// What a DLQ holds: counts by error class, kind and origin, and the age of the last failures.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Inventory {
-    /// Messages read.
-    pub messages: u32,
-    /// Messages per error class.
-    pub by_class: BTreeMap<String, u32>,
-    /// Messages per error kind.
-    pub by_kind: BTreeMap<String, u32>,
-    /// Messages per origin queue.
-    pub by_origin: BTreeMap<String, u32>,
-    /// Messages per number of earlier redrives.
-    pub by_reprocess_count: BTreeMap<u32, u32>,
-    /// Age of the last failure: `<1h`, `1h-1d`, `1d-7d`, `>7d`.
-    pub age: BTreeMap<&'static str, u32>,
-}
-
-impl Inventory {
-    /// The figures of `records`, their ages taken at `now_ms`.
-    pub fn of(records: &[SqsRecord<'_>], now_ms: u64) -> Self {
-        const HOUR: u64 = 3_600_000;
-        let mut inventory = Self::default();
-        for record in records {
-            let meta = Meta::of(record).and_then(Result::ok);
-            let failed_at = meta.as_ref().map(|m| m.last_failure_at.0).or_else(|| {
-                record
-                    .attributes
-                    .sent_timestamp
-                    .as_deref()
-                    .and_then(|t| t.parse().ok())
-            });
-            let count = |map: &mut BTreeMap<String, u32>, key: &str| {
-                *map.entry(key.to_owned()).or_default() += 1;
-            };
-            inventory.messages += 1;
-            count(
-                &mut inventory.by_class,
-                meta.as_ref().map_or("none", |m| m.error_class.as_str()),
-            );
-            count(
-                &mut inventory.by_kind,
-                meta.as_ref().map_or("(no metadata)", |m| &m.error_kind),
-            );
-            let origin = meta
-                .as_ref()
-                .map_or("(no metadata)", |m| &m.origin_queue_arn);
-            count(
-                &mut inventory.by_origin,
-                origin.rsplit(':').next().unwrap_or(origin),
-            );
-            *inventory
-                .by_reprocess_count
-                .entry(meta.as_ref().map_or(0, |m| m.reprocess_count))
-                .or_default() += 1;
-            let age = now_ms.saturating_sub(failed_at.unwrap_or(now_ms));
-            let bucket = match age {
-                a if a < HOUR => "<1h",
-                a if a < 24 * HOUR => "1h-1d",
-                a if a < 7 * 24 * HOUR => "1d-7d",
-                _ => ">7d",
-            };
-            *inventory.age.entry(bucket).or_default() += 1;
-        }
-        inventory
-    }
-}
-
-/// One message as `export` writes it (a JSON line): the original attributes, unpacked, and the
-/// metadata parsed.
-pub fn export_line(record: &SqsRecord<'_>) -> String {
-    let meta = Meta::of(record);
-    let attributes: BTreeMap<&str, &redrive_core::event::MessageAttribute<'_>> = meta
-        .as_ref()
-        .and_then(|m| m.as_ref().ok())
-        .and_then(|m| m.attributes.as_ref())
-        .unwrap_or(&record.message_attributes)
-        .iter()
-        .filter(|(name, _)| &***name != redrive_core::envelope::META_ATTRIBUTE)
-        .map(|(name, value)| (&**name, value))
-        .collect();
-    let meta = match &meta {
-        Some(Ok(meta)) => serde_json::to_value(meta).unwrap_or_default(),
-        Some(Err(error)) => {
-            serde_json::json!({ "unreadable": error.to_string(), "raw": meta_text(record) })
-        }
-        None => serde_json::Value::Null,
-    };
-    serde_json::json!({
-        "messageId": record.message_id,
-        "sentTimestamp": record.attributes.sent_timestamp,
-        "receiveCount": record.attributes.approximate_receive_count,
-        "groupId": record.attributes.message_group_id,
-        "body": record.body,
-        "attributes": attributes,
-        "redrive": meta,
-    })
-    .to_string()
-}
-
-impl Filter {
-    fn admits(&self, record: &SqsRecord<'_>, meta: Option<&Meta<'_>>, age: u64) -> bool {
-        let age = Duration::from_millis(age);
-        (self.classes.is_empty() || meta.is_some_and(|m| self.classes.contains(&m.error_class)))
-            && (self.kinds.is_empty()
-                || meta.is_some_and(|m| self.kinds.iter().any(|k| *k == *m.error_kind)))
-            && self.min_age.is_none_or(|min| age >= min)
-            && self.max_age.is_none_or(|max| age <= max)
-            && self.attribute.as_ref().is_none_or(|wanted| {
-                original_attribute(record, meta, &wanted.name) == Some(wanted.value.as_str())
-            })
-    }
-}
-
-/// A String attribute of the original message, also when it was packed into the metadata.
-fn original_attribute<'r>(
-    record: &'r SqsRecord<'r>,
-    meta: Option<&'r Meta<'r>>,
-    name: &str,
-) -> Option<&'r str> {
-    meta.and_then(|m| m.attributes.as_ref())
-        .and_then(|packed| packed.get(name))
-        .or_else(|| record.message_attributes.get(name))
-        .and_then(|value| value.string_value.as_deref())
-}
-
-fn meta_text<'r>(record: &'r SqsRecord<'r>) -> &'r str {
+pub(super) fn meta_text<'r>(record: &'r SqsRecord<'r>) -> &'r str {
     record
         .message_attributes
         .get(redrive_core::envelope::META_ATTRIBUTE)
