@@ -160,6 +160,14 @@ impl<'a> Meta<'a> {
     }
 }
 
+/// Whether SQS takes `body` as a message body: it refuses characters outside #x9 | #xA | #xD |
+/// #x20–#xD7FF | #xE000–#xFFFD | #x10000–#x10FFFF (control characters, U+FFFE, U+FFFF).
+pub fn sqs_accepts(body: &str) -> bool {
+    body.chars().all(|c| {
+        matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+    })
+}
+
 /// Cuts `text` to at most `max` bytes at a character boundary, marking the cut.
 pub fn truncate(text: &str, max: usize) -> Cow<'_, str> {
     if text.len() <= max {

@@ -294,15 +294,23 @@ impl QueuePort for RecordingQueue {
         Ok(messages
             .iter()
             .enumerate()
-            .filter(|(_, message)| {
-                refuse
+            .filter_map(|(index, message)| {
+                // As SQS does: a body with characters it does not take is refused.
+                let (code, why) = if !crate::envelope::sqs_accepts(&message.body) {
+                    ("InvalidMessageContents", "invalid characters")
+                } else if refuse
                     .as_deref()
                     .is_some_and(|needle| message.body.contains(needle))
-            })
-            .map(|(index, _)| EntryFailure {
-                index,
-                code: "InternalError".into(),
-                message: "injected".into(),
+                {
+                    ("InternalError", "injected")
+                } else {
+                    return None;
+                };
+                Some(EntryFailure {
+                    index,
+                    code: code.into(),
+                    message: why.into(),
+                })
             })
             .collect())
     }

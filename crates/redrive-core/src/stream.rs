@@ -65,11 +65,57 @@ pub struct KinesisData<'a> {
 /// Attribute of a stream record's DLQ copy that keeps its partition key.
 pub const PARTITION_KEY_ATTRIBUTE: &str = "partitionKey";
 
+/// [`DATA_ENCODING_ATTRIBUTE`] of a dead letter whose body is a pointer to the record in its
+/// stream (stream ARN, shard and sequence number), for data SQS cannot carry.
+pub const POINTER_ENCODING: &str = "pointer";
+
 impl KinesisRecord<'_> {
     /// The record as the handlers see messages: the data decoded as the body, the sequence number
     /// as the id, the partition key as an attribute. Data that is not UTF-8 keeps its base64 text
     /// as the body, marked by [`DATA_ENCODING_ATTRIBUTE`] (handlers read it with
     /// [`crate::Message::data`]); data that is not base64 fails with a permanent `malformed_data`.
+    /// The record for its dead letter when SQS refuses its text: the data's base64, marked
+    /// [`DATA_ENCODING_ATTRIBUTE`] `base64`, with the partition key.
+    pub(crate) fn as_encoded(&self) -> SqsRecord<'static> {
+        let (mut record, _) = self.as_message();
+        let data = self.kinesis.data.as_deref().unwrap_or_default();
+        record.body = Some(Body::from(data.to_owned()));
+        record.message_attributes.insert(
+            Text::from(DATA_ENCODING_ATTRIBUTE),
+            MessageAttribute {
+                string_value: Some(Text::from("base64")),
+                binary_value: None,
+                data_type: Text::from("String"),
+            },
+        );
+        record
+    }
+
+    /// The record for its dead letter when its data cannot fit in an SQS message even encoded:
+    /// where to read it (stream, partition key, sequence number, arrival), marked
+    /// [`DATA_ENCODING_ATTRIBUTE`] [`POINTER_ENCODING`]. The data itself stays in the stream for
+    /// the stream's retention.
+    pub(crate) fn as_pointer(&self) -> SqsRecord<'static> {
+        let (mut record, _) = self.as_message();
+        let pointer = serde_json::json!({
+            "streamArn": self.event_source_arn.as_deref(),
+            "partitionKey": self.kinesis.partition_key.as_deref(),
+            "sequenceNumber": self.kinesis.sequence_number.as_deref(),
+            "approximateArrivalTimestamp": self.kinesis.approximate_arrival_timestamp,
+            "dataBytes": self.kinesis.data.as_deref().map_or(0, |data| data.len() / 4 * 3),
+        });
+        record.body = Some(Body::from(pointer.to_string()));
+        record.message_attributes.insert(
+            Text::from(DATA_ENCODING_ATTRIBUTE),
+            MessageAttribute {
+                string_value: Some(Text::from(POINTER_ENCODING)),
+                binary_value: None,
+                data_type: Text::from("String"),
+            },
+        );
+        record
+    }
+
     pub(crate) fn as_message(&self) -> (SqsRecord<'static>, Option<RecordError>) {
         let data = self.kinesis.data.as_deref().unwrap_or_default();
         let (body, binary, error) = match BASE64.decode(data) {
@@ -277,6 +323,46 @@ mod tests {
         let dead = &processor.queue().sent_to(DLQ)[0];
         assert_eq!(&*dead.body, BASE64.encode([0xc3]));
         assert_eq!(dead.attribute(DATA_ENCODING_ATTRIBUTE), Some("base64"));
+    }
+
+    /// Refuses every record: each one is dead-lettered.
+    struct RefuseAll;
+    impl RecordHandler for RefuseAll {
+        async fn handle(&self, _message: &Message<'_>) -> Result<(), RecordError> {
+            Err(RecordError::permanent("invalid", "refused"))
+        }
+    }
+
+    /// Text SQS refuses (a NUL, U+FFFF) is dead-lettered as the data's base64, and data that
+    /// cannot fit even so as a pointer to the record: before, the send was refused (or the copy
+    /// too large), the batch stopped at the record, and its data went with the stream's retention.
+    #[tokio::test]
+    async fn data_sqs_cannot_carry_is_dead_lettered_encoded_or_as_a_pointer() {
+        let processor = processor(Some(DLQ));
+        let control = record("1", "a\u{0}b\u{ffff}");
+        let mut huge = record("2", "");
+        huge.kinesis.data = Some(Text::from(BASE64.encode(vec![0xff_u8; 800 * 1024])));
+        let processed = processor
+            .process_stream(&RefuseAll, &[control, huge, record("3", "fine")], LATER)
+            .await
+            .unwrap();
+        assert_eq!(checkpoint(&processed), None, "nothing holds the shard");
+        assert_eq!(processed.report.dead_lettered, 3);
+        let dead = processor.queue().sent_to(DLQ);
+        assert!(dead.iter().all(|m| crate::envelope::sqs_accepts(&m.body)));
+        assert_eq!(&*dead[0].body, BASE64.encode("a\u{0}b\u{ffff}"));
+        assert_eq!(dead[0].attribute(DATA_ENCODING_ATTRIBUTE), Some("base64"));
+        let pointer: serde_json::Value = serde_json::from_str(&dead[1].body).unwrap();
+        assert_eq!(pointer["sequenceNumber"], "2");
+        assert_eq!(
+            pointer["streamArn"],
+            "arn:aws:kinesis:us-east-1:123456789012:stream/s"
+        );
+        assert_eq!(
+            dead[1].attribute(DATA_ENCODING_ATTRIBUTE),
+            Some(POINTER_ENCODING)
+        );
+        assert_eq!(&*dead[2].body, "fine", "text SQS takes stays text");
     }
 
     #[tokio::test]

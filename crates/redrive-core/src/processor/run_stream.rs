@@ -3,8 +3,9 @@
 use super::{caught, deadline_error, Invocation, Item, Processed, Processor, RecordHandler};
 use crate::carry::{Destination, Outbox};
 use crate::clock::Cutoff;
-use crate::envelope::FailedIn;
+use crate::envelope::{sqs_accepts, FailedIn, OutgoingMessage};
 use crate::error::{BatchError, RecordError};
+use crate::event::SqsRecord;
 use crate::fate::{Outcome, StreamFate};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
@@ -60,7 +61,7 @@ impl<Q: QueuePort> Processor<Q> {
                 StreamFate::Done => report.done += 1,
                 StreamFate::DeadLetter => match self
                     .dead_letter_now(
-                        &item,
+                        (&item, kinesis),
                         outcome.error(),
                         (&failed_in, invocation.deadline_ms),
                         &mut report,
@@ -102,16 +103,40 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// Sends one record to the DLQ through the carry-out; the reason when SQS did not confirm it.
+    /// Text SQS refuses goes as the data's base64, and data too large even so as a pointer to the
+    /// record in its stream: a record that cannot be dead-lettered would hold the shard.
     async fn dead_letter_now(
         &self,
-        item: &Item<'_>,
+        (item, kinesis): (&Item<'_>, &KinesisRecord<'_>),
         error: Option<&RecordError>,
         (failed_in, deadline_ms): (&Option<FailedIn>, u64),
         report: &mut BatchReport,
     ) -> Result<(), String> {
-        let message = self
-            .dead_letter(item, (self.now_ms(), failed_in), error, 1)
-            .map_err(|too_large| too_large.to_string())?;
+        let dead_letter = |record: &SqsRecord<'_>| {
+            let item = Item {
+                record,
+                id: item.id,
+                meta: None,
+                attempts_before: item.attempts_before,
+            };
+            self.dead_letter(&item, (self.now_ms(), failed_in), error, 1)
+                .map(OutgoingMessage::into_owned)
+        };
+        let message = match dead_letter(item.record) {
+            Ok(message) if sqs_accepts(&message.body) => message,
+            _ => match dead_letter(&kinesis.as_encoded()) {
+                Ok(message) => message,
+                Err(too_large) => {
+                    tracing::warn!(
+                        sequence_number = item.id,
+                        size = too_large.size,
+                        "record too large for an SQS message: dead-lettered as a pointer; its data \
+                         stays in the stream for the stream's retention",
+                    );
+                    dead_letter(&kinesis.as_pointer()).map_err(|too_large| too_large.to_string())?
+                }
+            },
+        };
         let mut outbox = Outbox::default();
         outbox.push(0, message);
         let deadline = self.carry_deadline(deadline_ms);
