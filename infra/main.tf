@@ -60,6 +60,9 @@ module "consumer" {
     REDRIVE_IDEMPOTENCY_TABLE = module.idempotency[each.key].table_name
     REDRIVE_IDEMPOTENCY_KEY   = each.value.idempotency_key
     REDRIVE_IDEMPOTENCY_LEASE = "${each.value.function_timeout_seconds + 60}s"
+    # A duplicate can come back as late as the source's retention plus the DLQ's (a copy
+    # dead-lettered, then redriven), and a day for the redrive's backoff: the key outlives both.
+    REDRIVE_IDEMPOTENCY_TTL = "${each.value.message_retention_seconds + each.value.dlq_message_retention_seconds + 86400}s"
   })
   extra_statements               = each.value.idempotency_key == null ? [] : [module.idempotency[each.key].access_statement]
   max_attempts                   = var.retry.max_attempts

@@ -51,10 +51,13 @@ fn parse(sources: &[(String, String)]) -> Vec<Module> {
 /// `sources` with `from` replaced by `to` in the file whose path ends with `file`.
 fn broken(file: &str, from: &str, to: &str) -> Vec<Module> {
     let mut copy = sources();
-    let (_, text) = copy
-        .iter_mut()
-        .find(|(path, _)| path.ends_with(file))
+    // The file of that exact path if there is one (the root's `main.tf`), else the first ending so.
+    let at = copy
+        .iter()
+        .position(|(path, _)| path == file)
+        .or_else(|| copy.iter().position(|(path, _)| path.ends_with(file)))
         .expect("file");
+    let text = &mut copy[at].1;
     assert!(text.contains(from), "{file} no longer contains {from:?}");
     *text = text.replacen(from, to, 1);
     parse(&copy)
@@ -534,6 +537,41 @@ fn recursion(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// A consumer behind the shared idempotency store remembers a done key at least as long as a
+/// duplicate can come back: the source's retention plus the DLQ's (a copy dead-lettered, then
+/// redriven). The code's default (14 d) is shorter than that path with the tfvars' queues.
+fn idempotency_window(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for call in module.calls("sqs-consumer") {
+            let environment = attr(call, "environment").unwrap_or_default();
+            if !environment.contains("REDRIVE_IDEMPOTENCY_TABLE") {
+                continue;
+            }
+            let ttl = environment
+                .split("REDRIVE_IDEMPOTENCY_TTL")
+                .nth(1)
+                .and_then(|rest| rest.split('\n').next())
+                .unwrap_or_default();
+            let covers = ["message_retention_seconds", "dlq_message_retention_seconds"]
+                .iter()
+                .all(|retention| ttl.contains(retention));
+            if !covers {
+                let dir = if module.dir.is_empty() {
+                    "infra"
+                } else {
+                    &module.dir
+                };
+                violations.push(format!(
+                    "{dir}: module {}: REDRIVE_IDEMPOTENCY_TTL does not cover the source's and the DLQ's retention, so a redriven duplicate can outlive its key",
+                    label(call, 0)
+                ));
+            }
+        }
+    }
+    violations
+}
+
 /// A scheduled reprocessor command names no `destination`: that would send every message of a DLQ
 /// to one queue, and one DLQ may serve several sources. The queue the schedule was made for is
 /// its `fallbackDestination`, for messages that name no origin.
@@ -748,6 +786,7 @@ fn the_configuration_keeps_every_rule() {
         ("async failures", async_failures(&modules)),
         ("recursion", recursion(&modules)),
         ("schedules", schedules(&modules)),
+        ("idempotency window", idempotency_window(&modules)),
         ("module calls", module_calls(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
@@ -1356,6 +1395,19 @@ mod calls_against_roles {
             assert!(calls.iter().any(|(a, _)| *a == expected), "{calls:?}");
         }
     }
+}
+
+#[test]
+fn an_idempotency_window_shorter_than_a_duplicates_path_is_caught() {
+    let short = broken(
+        "main.tf",
+        "+ each.value.dlq_message_retention_seconds + 86400}s",
+        "}s",
+    );
+    assert_eq!(
+        idempotency_window(&short),
+        ["infra: module consumer: REDRIVE_IDEMPOTENCY_TTL does not cover the source's and the DLQ's retention, so a redriven duplicate can outlive its key"]
+    );
 }
 
 #[test]
