@@ -85,6 +85,9 @@ pub struct SoakConfig {
     /// Share of SendMessageBatch calls that fail as a whole, and of entries refused.
     pub failed_calls: f64,
     pub refused_entries: f64,
+    /// Share of SendMessageBatch calls that never answer (a stalled connection), half of them
+    /// after SQS took the messages: the carry-out's deadline must cut them off.
+    pub stalled_calls: f64,
     /// Share of handled batches whose delete is lost (they are delivered again).
     pub lost_deletes: f64,
     pub max_receive_count: u32,
@@ -172,6 +175,9 @@ pub struct SoakReport {
     pub beyond_cap: usize,
     pub invocations: u64,
     pub injected_send_failures: u64,
+    /// SendMessageBatch calls that never answered, and those of them SQS had carried out.
+    pub stalled_calls: u64,
+    pub stalled_after_delivery: u64,
     pub lost_deletes: u64,
     /// FIFO: effects that came before an earlier message of their group's (before the redrive,
     /// which brings dead letters home out of order by nature).
@@ -260,6 +266,11 @@ impl fmt::Display for SoakReport {
             "  injected send failures      {:>8}  (whole calls and refused entries)",
             self.injected_send_failures
         )?;
+        writeln!(
+            f,
+            "  stalled sends               {:>8}  (never answered, {} after SQS took them: cut off at the deadline, given back)",
+            self.stalled_calls, self.stalled_after_delivery
+        )?;
         writeln!(f, "  lost deletes (redelivered)  {:>8}", self.lost_deletes)?;
         writeln!(
             f,
@@ -316,14 +327,19 @@ pub trait SoakQueues: QueuePort {
     fn clock(&self) -> Arc<dyn Clock>;
 }
 
-/// A port decorator that fails sends: whole calls and single entries, seeded.
+/// A port decorator that fails sends: whole calls and single entries, and calls that never
+/// answer (before or after SQS took the messages), seeded.
 pub struct Faulty<Q> {
     inner: Q,
     rng: Mutex<fastrand::Rng>,
     failed_calls: f64,
     refused_entries: f64,
+    stalled_calls: f64,
     enabled: AtomicBool,
     injected: AtomicU64,
+    /// Stalled calls, and those of them that SQS had carried out before they stalled.
+    stalls: AtomicU64,
+    stalls_after_delivery: AtomicU64,
     /// Copies that reached `source` per message (the `id` in its body): its chain of re-sends.
     source: String,
     chains: Mutex<HashMap<String, u32>>,
@@ -336,11 +352,21 @@ impl<Q: QueuePort> Faulty<Q> {
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             failed_calls,
             refused_entries,
+            stalled_calls: 0.0,
             enabled: AtomicBool::new(true),
             injected: AtomicU64::new(0),
+            stalls: AtomicU64::new(0),
+            stalls_after_delivery: AtomicU64::new(0),
             source: String::new(),
             chains: Mutex::default(),
         }
+    }
+
+    /// Lets this share of SendMessageBatch calls stall.
+    #[must_use]
+    pub fn stalling(mut self, share: f64) -> Self {
+        self.stalled_calls = share;
+        self
     }
 
     /// Counts the copies sent to `source_url`, per message.
@@ -376,6 +402,14 @@ impl<Q: QueuePort> ForwardingPort for Faulty<Q> {
         queue_url: &str,
         messages: &[OutgoingMessage<'_>],
     ) -> Result<Vec<EntryFailure>, PortError> {
+        if self.draw(self.stalled_calls) {
+            self.stalls.fetch_add(1, Ordering::Relaxed);
+            if self.draw(0.5) {
+                self.stalls_after_delivery.fetch_add(1, Ordering::Relaxed);
+                self.inner.send_batch(queue_url, messages).await?;
+            }
+            std::future::pending::<()>().await;
+        }
         if self.draw(self.failed_calls) {
             self.injected
                 .fetch_add(messages.len() as u64, Ordering::Relaxed);
@@ -520,6 +554,7 @@ pub async fn run<Q: SoakQueues>(
         config.failed_calls,
         config.refused_entries,
     )
+    .stalling(config.stalled_calls)
     .counting_chains_to(source_url);
     let processor = Processor::new(
         &queue,
@@ -743,6 +778,8 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report.chains_past_16 = chains.values().filter(|n| **n > LAMBDA_LOOP_LIMIT).count();
         let effects = planned.effects.lock().unwrap().clone();
         report.injected_send_failures = queue.injected.load(Ordering::Relaxed);
+        report.stalled_calls = queue.stalls.load(Ordering::Relaxed);
+        report.stalled_after_delivery = queue.stalls_after_delivery.load(Ordering::Relaxed);
         report.out_of_order = planned.out_of_order.load(Ordering::Relaxed);
         report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
         report.processed = effects.len();
@@ -903,6 +940,7 @@ impl SoakConfig {
             max_queued: 200,
             failed_calls: 0.01,
             refused_entries: 0.01,
+            stalled_calls: 0.005,
             lost_deletes: 0.01,
             max_receive_count: 10,
             visibility: Duration::from_secs(30),
@@ -952,6 +990,7 @@ impl SoakConfig {
         Self {
             failed_calls: 0.05,
             refused_entries: 0.05,
+            stalled_calls: 0.01,
             lost_deletes: 0.05,
             visibility: Duration::from_secs(2),
             retry: RetryPolicy {

@@ -24,15 +24,24 @@ fn check(report: &SoakReport) {
         "every message is processed or in the DLQ: {report}"
     );
     assert!(
-        report.dead_and_processed <= report.lost_deletes as usize,
-        "a message both done and dead-lettered needs a lost delete: {report}"
+        report.stalled_calls > 0,
+        "sends stalled and were cut off: {report}"
+    );
+    assert!(
+        report.dead_and_processed <= (report.lost_deletes + report.stalled_after_delivery) as usize,
+        "a message both done and dead-lettered needs a lost delete, or a dead letter SQS took \
+         whose answer never came: {report}"
     );
 }
 
-/// On a standard queue a message is processed or in the DLQ, never both.
+/// On a standard queue a message is processed or in the DLQ, never both, but for a dead letter
+/// SQS took whose answer never came: given back, the record may then succeed.
 fn check_standard(report: &SoakReport) {
     check(report);
-    assert_eq!(report.dead_and_processed, 0, "{report}");
+    assert!(
+        report.dead_and_processed <= report.stalled_after_delivery as usize,
+        "{report}"
+    );
 }
 
 /// On FIFO, effects also came in each group's order.
