@@ -335,6 +335,8 @@ pub struct Faulty<Q> {
     failed_calls: f64,
     refused_entries: f64,
     stalled_calls: f64,
+    /// The stalls' own draws, so that adding them left the other faults' sequence as it was.
+    stall_rng: Mutex<fastrand::Rng>,
     enabled: AtomicBool,
     injected: AtomicU64,
     /// Stalled calls, and those of them that SQS had carried out before they stalled.
@@ -353,6 +355,7 @@ impl<Q: QueuePort> Faulty<Q> {
             failed_calls,
             refused_entries,
             stalled_calls: 0.0,
+            stall_rng: Mutex::new(fastrand::Rng::with_seed(seed ^ 0x57a11)),
             enabled: AtomicBool::new(true),
             injected: AtomicU64::new(0),
             stalls: AtomicU64::new(0),
@@ -402,9 +405,12 @@ impl<Q: QueuePort> ForwardingPort for Faulty<Q> {
         queue_url: &str,
         messages: &[OutgoingMessage<'_>],
     ) -> Result<Vec<EntryFailure>, PortError> {
-        if self.draw(self.stalled_calls) {
+        let stall = |share: f64| {
+            self.enabled.load(Ordering::SeqCst) && self.stall_rng.lock().unwrap().f64() < share
+        };
+        if stall(self.stalled_calls) {
             self.stalls.fetch_add(1, Ordering::Relaxed);
-            if self.draw(0.5) {
+            if stall(0.5) {
                 self.stalls_after_delivery.fetch_add(1, Ordering::Relaxed);
                 self.inner.send_batch(queue_url, messages).await?;
             }

@@ -24,10 +24,6 @@ fn check(report: &SoakReport) {
         "every message is processed or in the DLQ: {report}"
     );
     assert!(
-        report.stalled_calls > 0,
-        "sends stalled and were cut off: {report}"
-    );
-    assert!(
         report.dead_and_processed <= (report.lost_deletes + report.stalled_after_delivery) as usize,
         "a message both done and dead-lettered needs a lost delete, or a dead letter SQS took \
          whose answer never came: {report}"
@@ -53,11 +49,11 @@ fn check_fifo(report: &SoakReport) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_messages_in_memory_on_two_seeds() {
     for seed in [1, 2] {
-        check_standard(
-            &run_in_memory(&SoakConfig::memory(10_000, seed))
-                .await
-                .unwrap(),
-        );
+        let report = run_in_memory(&SoakConfig::memory(10_000, seed))
+            .await
+            .unwrap();
+        check_standard(&report);
+        assert!(report.stalled_calls > 0, "sends stalled: {report}");
     }
 }
 
@@ -68,6 +64,7 @@ async fn fifo_groups_keep_their_order_in_memory() {
             .await
             .unwrap();
         check_fifo(&report);
+        assert!(report.stalled_calls > 0, "sends stalled: {report}");
     }
 }
 

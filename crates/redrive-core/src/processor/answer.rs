@@ -12,9 +12,9 @@ use crate::metrics::BatchReport;
 
 /// The partial batch response (every give-back listed), with each fate and error counted in
 /// `report` and every record that did not succeed logged.
-pub(super) fn answer(items: &[Item<'_>], decided: &[Ruling], mut report: BatchReport) -> Processed {
+pub(super) fn answer(items: &[Item<'_>], rulings: &[Ruling], mut report: BatchReport) -> Processed {
     let mut response = SqsBatchResponse::default();
-    for (item, Ruling { fate, error }) in items.iter().zip(decided) {
+    for (item, Ruling { fate, error }) in items.iter().zip(rulings) {
         report.count_fate(fate, delay_seconds(fate));
         if *fate == Fate::Done && item.attempts_before > 0 {
             report.done_after_retry += 1;

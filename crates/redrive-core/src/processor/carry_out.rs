@@ -35,12 +35,12 @@ impl<Q: QueuePort> Processor<Q> {
     pub(super) async fn carry_out(
         &self,
         items: &[Item<'_>],
-        decided: &mut [Ruling],
+        rulings: &mut [Ruling],
         invocation: &Invocation<'_>,
         report: &mut BatchReport,
     ) {
         let failed_in = invocation.failed_in();
-        let outgoing = self.outgoing(items, decided, &failed_in);
+        let outgoing = self.outgoing(items, rulings, &failed_in);
         let source = self.source(items);
         let deadline = self.carry_deadline(invocation.deadline_ms);
         let sends = [
@@ -55,7 +55,7 @@ impl<Q: QueuePort> Processor<Q> {
         .await;
         report.sqs_requests += unconfirmed.requests + unchanged.requests;
         for (index, reason) in unconfirmed.records {
-            let fate = &mut decided[index].fate;
+            let fate = &mut rulings[index].fate;
             tracing::error!(
                 message_id = items[index].id,
                 fate = fate_name(fate),
@@ -107,15 +107,15 @@ impl<Q: QueuePort> Processor<Q> {
     fn outgoing<'r>(
         &self,
         items: &'r [Item<'r>],
-        decided: &mut [Ruling],
+        rulings: &mut [Ruling],
         failed_in: &Option<FailedIn>,
     ) -> Outgoing<'r> {
         let now = self.clock.now_ms();
         let mut outgoing = Outgoing::default();
-        for (index, (item, decided)) in items.iter().zip(decided).enumerate() {
-            let error = decided.error.as_deref();
+        for (index, (item, ruling)) in items.iter().zip(rulings).enumerate() {
+            let error = ruling.error.as_deref();
             let failure = (now, failed_in);
-            let (outbox, message) = match decided.fate {
+            let (outbox, message) = match ruling.fate {
                 Fate::Retry { attempts, delay } => (
                     &mut outgoing.to_source,
                     self.copy(item, failure, error, attempts, delay),
@@ -151,7 +151,7 @@ impl<Q: QueuePort> Processor<Q> {
                         size = too_large.size,
                         "cannot annotate the message within SQS's size limit: given back for the queue's redrive policy",
                     );
-                    decided.fate = Fate::GiveBack {
+                    ruling.fate = Fate::GiveBack {
                         reason: GiveBackReason::TooLarge,
                         visibility: None,
                     }

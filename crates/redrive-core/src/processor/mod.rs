@@ -224,14 +224,14 @@ impl<Q: QueuePort> Processor<Q> {
         fifo: bool,
         invocation: &Invocation<'_>,
     ) -> Processed {
-        let mut decided = self.decide_all(items, handled, fifo);
+        let mut rulings = self.decide_all(items, handled, fifo);
         let mut report = BatchReport {
             records: u32::try_from(items.len()).unwrap_or(u32::MAX),
             ..BatchReport::default()
         };
-        self.carry_out(items, &mut decided, invocation, &mut report)
+        self.carry_out(items, &mut rulings, invocation, &mut report)
             .await;
-        answer(items, &decided, report)
+        answer(items, &rulings, report)
     }
 
     /// The records as the processor handles them, and whether any comes from a FIFO queue (found
