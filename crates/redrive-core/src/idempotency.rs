@@ -207,9 +207,8 @@ pub struct Idempotent<H, S> {
     unconfirmed_completions: AtomicU64,
 }
 
-/// Tries of a `complete` after the effect, the first retry after this wait, doubled each time.
+/// Tries of a `complete` after the effect.
 const COMPLETE_TRIES: u32 = 3;
-const COMPLETE_RETRY_WAIT: Duration = Duration::from_millis(50);
 
 impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
     /// Wraps `inner`: its effect happens once per key read from each message by `key`, as `store` remembers.
@@ -247,10 +246,11 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
         self.unconfirmed_completions.load(Ordering::Relaxed)
     }
 
-    /// Marks `key` done after the effect, retried in place: failing the record now would let a
-    /// later delivery claim the key once the lease lapses and run the effect again.
+    /// Marks `key` done after the effect, retried in place at once: failing the record now would
+    /// let a later delivery claim the key once the lease lapses and run the effect again. No wait
+    /// between tries (the store's client backs off within each call): a wait could outlast the
+    /// record's time, and a record cut off here has had its effect without its key done.
     async fn complete(&self, message: &Message<'_>, key: &str, payload: Option<u64>) {
-        let mut wait = COMPLETE_RETRY_WAIT;
         for attempt in 1..=COMPLETE_TRIES {
             match self.store.complete(key, payload, self.keep).await {
                 Ok(()) => return,
@@ -265,10 +265,7 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
                          message is done; a duplicate arriving after the lease would run it again",
                     );
                 }
-                Err(_) => {
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
+                Err(_) => {}
             }
         }
     }

@@ -88,6 +88,9 @@ pub struct SoakConfig {
     /// Share of SendMessageBatch calls that never answer (a stalled connection), half of them
     /// after SQS took the messages: the carry-out's deadline must cut them off.
     pub stalled_calls: f64,
+    /// Share of idempotency store calls (claim, complete, release) that fail, half of them after
+    /// the write took effect (the answer lost), as a throttled or timed-out DynamoDB call does.
+    pub store_faults: f64,
     /// Share of handled batches whose delete is lost (they are delivered again).
     pub lost_deletes: f64,
     pub max_receive_count: u32,
@@ -148,6 +151,64 @@ impl IdempotencyStore for SharedStore {
     }
 }
 
+/// The shared store behind seeded faults: a call fails, before or after its write took effect.
+struct FaultyStore {
+    inner: SharedStore,
+    rng: Mutex<fastrand::Rng>,
+    share: f64,
+    injected: AtomicU64,
+}
+
+impl FaultyStore {
+    /// `None` to go ahead; else whether the write is to take effect before the failure.
+    fn fault(&self) -> Option<bool> {
+        let mut rng = self.rng.lock().unwrap();
+        (rng.f64() < self.share).then(|| rng.bool())
+    }
+
+    async fn call<T>(
+        &self,
+        operation: &'static str,
+        call: impl std::future::Future<Output = Result<T, PortError>>,
+    ) -> Result<T, PortError> {
+        let Some(applied) = self.fault() else {
+            return call.await;
+        };
+        self.injected.fetch_add(1, Ordering::Relaxed);
+        if applied {
+            call.await?;
+        }
+        Err(PortError::new(
+            operation,
+            "injected: ProvisionedThroughputExceededException",
+        ))
+    }
+}
+
+impl IdempotencyStore for FaultyStore {
+    async fn claim(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        lease: Duration,
+    ) -> Result<Claim, PortError> {
+        self.call("PutItem", self.inner.claim(key, payload, lease))
+            .await
+    }
+    async fn complete(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        keep: Duration,
+    ) -> Result<(), PortError> {
+        self.call("PutItem", self.inner.complete(key, payload, keep))
+            .await
+    }
+    async fn release(&self, key: &str) -> Result<(), PortError> {
+        self.call("DeleteItem", self.inner.release(key)).await
+    }
+}
+
 /// The long-outage scenario's downstream.
 #[derive(Debug, Clone)]
 pub struct Outage {
@@ -178,6 +239,10 @@ pub struct SoakReport {
     /// SendMessageBatch calls that never answered, and those of them SQS had carried out.
     pub stalled_calls: u64,
     pub stalled_after_delivery: u64,
+    /// Idempotency store calls failed, and completions the store never confirmed (the message
+    /// counted as done).
+    pub store_faults: u64,
+    pub unconfirmed_completions: u64,
     pub lost_deletes: u64,
     /// FIFO: effects that came before an earlier message of their group's (before the redrive,
     /// which brings dead letters home out of order by nature).
@@ -270,6 +335,11 @@ impl fmt::Display for SoakReport {
             f,
             "  stalled sends               {:>8}  (never answered, {} after SQS took them: cut off at the deadline, given back)",
             self.stalled_calls, self.stalled_after_delivery
+        )?;
+        writeln!(
+            f,
+            "  store calls failed          {:>8}  (claim, complete, release; completions never confirmed: {})",
+            self.store_faults, self.unconfirmed_completions
         )?;
         writeln!(f, "  lost deletes (redelivered)  {:>8}", self.lost_deletes)?;
         writeln!(
@@ -575,13 +645,18 @@ pub async fn run<Q: SoakQueues>(
     .with_clock(clock.clone())
     .with_seed(config.seed);
     let planned = PlannedHandler::new(config, &clock);
-    let store = Arc::new(match &config.idempotency_table {
-        None => {
-            SharedStore::Memory(MemoryStore::new(config.messages * 2).with_clock(clock.clone()))
-        }
-        Some(table) => {
-            SharedStore::DynamoDb(DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone()))
-        }
+    let store = Arc::new(FaultyStore {
+        inner: match &config.idempotency_table {
+            None => {
+                SharedStore::Memory(MemoryStore::new(config.messages * 2).with_clock(clock.clone()))
+            }
+            Some(table) => {
+                SharedStore::DynamoDb(DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone()))
+            }
+        },
+        rng: Mutex::new(fastrand::Rng::with_seed(config.seed ^ 0xd1d0)),
+        share: config.store_faults,
+        injected: AtomicU64::new(0),
     });
     let containers = containers(&planned, &store, config);
     let mut report = SoakReport {
@@ -603,6 +678,11 @@ pub async fn run<Q: SoakQueues>(
     drive.heal_and_redrive(&planned, dlq, &mut report).await?;
     drive.tally(&planned, chains, dlq, &mut report).await?;
     report.duplicates_absorbed = containers.iter().map(Idempotent::duplicates).sum();
+    report.store_faults = store.injected.load(Ordering::Relaxed);
+    report.unconfirmed_completions = containers
+        .iter()
+        .map(Idempotent::unconfirmed_completions)
+        .sum();
     report.elapsed = started.elapsed();
     Ok(report)
 }
@@ -629,9 +709,9 @@ impl PlannedHandler {
 /// invocation goes to a container drawn at random, so the copies of a message reach different ones.
 fn containers<'h>(
     planned: &'h PlannedHandler,
-    store: &Arc<SharedStore>,
+    store: &Arc<FaultyStore>,
     config: &SoakConfig,
-) -> Vec<Idempotent<&'h PlannedHandler, Arc<SharedStore>>> {
+) -> Vec<Idempotent<&'h PlannedHandler, Arc<FaultyStore>>> {
     (0..config.containers.get())
         .map(|_| {
             let mut guard =
@@ -947,6 +1027,7 @@ impl SoakConfig {
             failed_calls: 0.01,
             refused_entries: 0.01,
             stalled_calls: 0.005,
+            store_faults: 0.01,
             lost_deletes: 0.01,
             max_receive_count: 10,
             visibility: Duration::from_secs(30),
@@ -997,6 +1078,7 @@ impl SoakConfig {
             failed_calls: 0.05,
             refused_entries: 0.05,
             stalled_calls: 0.01,
+            store_faults: 0.02,
             lost_deletes: 0.05,
             visibility: Duration::from_secs(2),
             retry: RetryPolicy {

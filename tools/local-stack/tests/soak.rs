@@ -54,6 +54,7 @@ async fn ten_thousand_messages_in_memory_on_two_seeds() {
             .unwrap();
         check_standard(&report);
         assert!(report.stalled_calls > 0, "sends stalled: {report}");
+        assert!(report.store_faults > 0, "store calls failed: {report}");
     }
 }
 
@@ -65,6 +66,7 @@ async fn fifo_groups_keep_their_order_in_memory() {
             .unwrap();
         check_fifo(&report);
         assert!(report.stalled_calls > 0, "sends stalled: {report}");
+        assert!(report.store_faults > 0, "store calls failed: {report}");
     }
 }
 
