@@ -251,23 +251,22 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
     /// between tries (the store's client backs off within each call): a wait could outlast the
     /// record's time, and a record cut off here has had its effect without its key done.
     async fn complete(&self, message: &Message<'_>, key: &str, payload: Option<u64>) {
-        for attempt in 1..=COMPLETE_TRIES {
+        let mut last_error = None;
+        for _ in 0..COMPLETE_TRIES {
             match self.store.complete(key, payload, self.keep).await {
                 Ok(()) => return,
-                Err(error) if attempt == COMPLETE_TRIES => {
-                    self.unconfirmed_completions.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        message_id = message.id(),
-                        key,
-                        %error,
-                        lease_s = self.lease.as_secs(),
-                        "the effect happened but the idempotency store did not record it: the \
-                         message is done; a duplicate arriving after the lease would run it again",
-                    );
-                }
-                Err(_) => {}
+                Err(error) => last_error = Some(error),
             }
         }
+        self.unconfirmed_completions.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            message_id = message.id(),
+            key,
+            error = last_error.map(|error| error.to_string()),
+            lease_s = self.lease.as_secs(),
+            "the effect happened but the idempotency store did not record it: the message is \
+             done; a duplicate arriving after the lease would run it again",
+        );
     }
 
     fn key_of(&self, message: &Message<'_>) -> Result<String, RecordError> {

@@ -70,24 +70,13 @@ pub const PARTITION_KEY_ATTRIBUTE: &str = "partitionKey";
 pub const POINTER_ENCODING: &str = "pointer";
 
 impl KinesisRecord<'_> {
-    /// The record as the handlers see messages: the data decoded as the body, the sequence number
-    /// as the id, the partition key as an attribute. Data that is not UTF-8 keeps its base64 text
-    /// as the body, marked by [`DATA_ENCODING_ATTRIBUTE`] (handlers read it with
-    /// [`crate::Message::data`]); data that is not base64 fails with a permanent `malformed_data`.
     /// The record for its dead letter when SQS refuses its text: the data's base64, marked
     /// [`DATA_ENCODING_ATTRIBUTE`] `base64`, with the partition key.
     pub(crate) fn as_encoded(&self) -> SqsRecord<'static> {
         let (mut record, _) = self.as_message();
         let data = self.kinesis.data.as_deref().unwrap_or_default();
         record.body = Some(Body::from(data.to_owned()));
-        record.message_attributes.insert(
-            Text::from(DATA_ENCODING_ATTRIBUTE),
-            MessageAttribute {
-                string_value: Some(Text::from("base64")),
-                binary_value: None,
-                data_type: Text::from("String"),
-            },
-        );
+        mark_encoding(&mut record, "base64");
         record
     }
 
@@ -105,17 +94,14 @@ impl KinesisRecord<'_> {
             "dataBytes": self.kinesis.data.as_deref().map_or(0, |data| data.len() / 4 * 3),
         });
         record.body = Some(Body::from(pointer.to_string()));
-        record.message_attributes.insert(
-            Text::from(DATA_ENCODING_ATTRIBUTE),
-            MessageAttribute {
-                string_value: Some(Text::from(POINTER_ENCODING)),
-                binary_value: None,
-                data_type: Text::from("String"),
-            },
-        );
+        mark_encoding(&mut record, POINTER_ENCODING);
         record
     }
 
+    /// The record as the handlers see messages: the data decoded as the body, the sequence number
+    /// as the id, the partition key as an attribute. Data that is not UTF-8 keeps its base64 text
+    /// as the body, marked by [`DATA_ENCODING_ATTRIBUTE`] (handlers read it with
+    /// [`crate::Message::data`]); data that is not base64 fails with a permanent `malformed_data`.
     pub(crate) fn as_message(&self) -> (SqsRecord<'static>, Option<RecordError>) {
         let data = self.kinesis.data.as_deref().unwrap_or_default();
         let (body, binary, error) = match BASE64.decode(data) {
@@ -143,14 +129,7 @@ impl KinesisRecord<'_> {
             .approximate_arrival_timestamp
             .map(|seconds| Text::from(((seconds * 1000.0) as u64).to_string()));
         if binary {
-            record.message_attributes.insert(
-                Text::from(DATA_ENCODING_ATTRIBUTE),
-                MessageAttribute {
-                    string_value: Some(Text::from("base64")),
-                    binary_value: None,
-                    data_type: Text::from("String"),
-                },
-            );
+            mark_encoding(&mut record, "base64");
         }
         if let Some(key) = &self.kinesis.partition_key {
             let attribute = MessageAttribute {
@@ -164,6 +143,18 @@ impl KinesisRecord<'_> {
         }
         (record, error)
     }
+}
+
+/// Marks what a record's body holds ([`DATA_ENCODING_ATTRIBUTE`]): `base64` or a pointer.
+fn mark_encoding(record: &mut SqsRecord<'static>, encoding: &'static str) {
+    record.message_attributes.insert(
+        Text::from(DATA_ENCODING_ATTRIBUTE),
+        MessageAttribute {
+            string_value: Some(Text::from(encoding)),
+            binary_value: None,
+            data_type: Text::from("String"),
+        },
+    );
 }
 
 #[cfg(test)]
