@@ -10,7 +10,9 @@ locals {
     dlq_redrive         = "${local.lambda_dir}/dlq-redrive/bootstrap.zip"
     eventbridge_redrive = "${local.lambda_dir}/eventbridge-redrive/bootstrap.zip"
   }
-  event_redrive_timeout_seconds = 30
+  event_consumer_timeout_seconds = 30
+  # The redrive waits for the consumer it invokes, then carries its batch out.
+  event_redrive_timeout_seconds = local.event_consumer_timeout_seconds + 30
 
   # The environment the consumers read (redrive::Settings); the same values the local stack uses.
   function_environment = merge(
@@ -91,6 +93,7 @@ module "events" {
   name                             = "${var.name_prefix}-orders-events"
   event_pattern                    = jsonencode({ source = var.events.sources, "detail-type" = var.events.detail_types })
   consumer_zip                     = local.zips.event_consumer
+  function_timeout_seconds         = local.event_consumer_timeout_seconds
   environment                      = local.function_environment
   log_retention_days               = var.log_retention_days
   target_retry_attempts            = var.events.target_retry_attempts
@@ -143,9 +146,10 @@ module "recovery" {
     target-dlq        = module.events.target_dlq_arn
     consumer-failures = module.events.consumer_failures_dlq_arn
   }
-  sqs_target_arns      = [module.events.target_queue_arn]
-  function_target_arns = [module.events.consumer_function_arn]
-  alarm_topic_arn      = module.alerts.topic_arn
+  sqs_target_arns                 = [module.events.target_queue_arn]
+  function_target_arns            = [module.events.consumer_function_arn]
+  function_target_timeout_seconds = local.event_consumer_timeout_seconds
+  alarm_topic_arn                 = module.alerts.topic_arn
 }
 
 # Called "redrive" before 0.2: its resources keep their state under the new name.

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use aws_sdk_sqs::types::MessageAttributeValue;
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
 use redrive::config::{EventRedriveSettings, ReprocessSettings};
 use redrive::eventbridge::{EventRedrive, RecordingInvoker};
 use redrive::reprocess::{ReprocessCommand, ReprocessSummary, Reprocessor};
@@ -187,6 +187,17 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
     let (audit_url, audit_arn) = create(format!("{prefix}-audit")).await;
     let (dlq_url, dlq_arn) = create(format!("{prefix}-bus-dlq")).await;
     let (parked_url, _) = create(format!("{prefix}-parked")).await;
+    let ledger_url = client
+        .create_queue()
+        .queue_name(format!("{prefix}-ledger.fifo"))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .attributes(QueueAttributeName::ContentBasedDeduplication, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let ledger_arn = queue_arn(&client, &ledger_url).await.unwrap();
     let function = "arn:aws:lambda:us-east-1:123456789012:function:orders-events";
     let event = |order: &str| {
         format!(
@@ -197,6 +208,7 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
         ("o-sqs", audit_arn.as_str(), "THROTTLING"),
         ("o-lambda", function, "THROTTLING"),
         ("o-denied", function, "NO_PERMISSIONS"),
+        ("o-fifo", ledger_arn.as_str(), "THROTTLING"),
     ];
     for (order, target, code) in failures {
         let attribute = |value: &str| {
@@ -239,9 +251,13 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
         SqsQueue::with_client(client.clone()),
         RecordingInvoker::default(),
         // Redriven at once: the wait after a failure is shown in functions/eventbridge-redrive.
-        EventRedriveSettings::from_lookup(["REDRIVE_REPROCESS_AFTER"], |name| {
-            (name == "REDRIVE_REPROCESS_AFTER").then(|| "0s".into())
-        })
+        EventRedriveSettings::from_lookup(
+            ["REDRIVE_REPROCESS_AFTER", "REDRIVE_FIFO_TARGET_GROUPS"],
+            |name| match name {
+                "REDRIVE_REPROCESS_AFTER" => Some("0s".into()),
+                _ => Some(format!("{ledger_arn}=ledger-7")),
+            },
+        )
         .unwrap(),
     );
     let queue = QueuePair {
@@ -267,7 +283,7 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
         }
     };
     let mut deleted = 0;
-    while deleted < 3 {
+    while deleted < 4 {
         let poll = poller.poll(Duration::from_secs(1), invoke).await.unwrap();
         assert_eq!(poll.given_back, 0);
         deleted += poll.deleted;
@@ -294,12 +310,39 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
         Some(event("o-sqs").as_str()),
         "the event byte for byte"
     );
+    let ledger = client
+        .receive_message()
+        .queue_url(&ledger_url)
+        .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(
+        ledger
+            .iter()
+            .map(|m| {
+                (
+                    m.body().unwrap_or_default(),
+                    m.attributes()
+                        .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+                        .map(String::as_str),
+                )
+            })
+            .collect::<Vec<_>>(),
+        [(event("o-fifo").as_str(), Some("ledger-7"))],
+        "the event byte for byte, in the group its rule target gives it"
+    );
     let invokes = handler.lambda().invokes();
     assert_eq!(invokes.len(), 1);
-    let payload: serde_json::Value = serde_json::from_str(&invokes[0].1).unwrap();
     assert_eq!(
-        (invokes[0].0.as_str(), payload["detail"]["orderId"].as_str()),
-        (function, Some("o-lambda"))
+        (
+            invokes[0].function_arn.as_str(),
+            invokes[0].payload.as_str()
+        ),
+        (function, event("o-lambda").as_str()),
+        "the event byte for byte"
     );
     let parked = take(parked_url.clone()).await;
     assert_eq!(parked.len(), 1);
@@ -340,6 +383,6 @@ async fn eventbridge_dlq_messages_go_to_their_own_target_and_parked_codes_stay_p
     assert_eq!((poll.received, poll.deleted), (1, 1));
     let invokes = handler.lambda().invokes();
     assert_eq!(invokes.len(), 2);
-    assert!(invokes[1].1.contains("o-denied"));
+    assert!(invokes[1].payload.contains("o-denied"));
     assert_eq!(depth(&client, &parked_url).await.unwrap(), (0, 0, 0));
 }

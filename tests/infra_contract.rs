@@ -1100,7 +1100,7 @@ mod calls_against_roles {
     use redrive::config::{EventRedriveSettings, ReprocessSettings};
     use redrive::error::PortError;
     use redrive::event::SqsRecord;
-    use redrive::eventbridge::{EventRedrive, InvokePort, RecordingInvoker};
+    use redrive::eventbridge::{EventRedrive, InvokePort, RecordingInvoker, Reply};
     use redrive::port::{ForwardingPort, QueuePort, RecordingQueue};
     use redrive::reprocess::{ReprocessCommand, Reprocessor};
     use redrive::{ErrorClass, Processor, ProcessorConfig, SqsEvent};
@@ -1138,9 +1138,16 @@ mod calls_against_roles {
     }
 
     impl<P: InvokePort> InvokePort for Audited<P> {
-        async fn invoke_async(&self, function_arn: &str, payload: &str) -> Result<(), PortError> {
+        async fn invoke(
+            &self,
+            function_arn: &str,
+            payload: &str,
+            client_context: &str,
+        ) -> Result<Reply, PortError> {
             self.note("lambda:InvokeFunction", function_arn);
-            self.inner.invoke_async(function_arn, payload).await
+            self.inner
+                .invoke(function_arn, payload, client_context)
+                .await
         }
     }
 

@@ -83,6 +83,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "REDRIVE_PARKED_ERROR_CODES",
         "NO_PERMISSIONS,NO_RESOURCE,RESOURCE_NOT_FOUND,FAILED_TO_ASSUME_ROLE,INVALID_PARAMETER,INVALID_JSON",
     ),
+    (
+        "REDRIVE_FIFO_TARGET_GROUPS",
+        "(none) queue-arn=message-group,...: the group each FIFO queue target's rule sets",
+    ),
 ];
 
 /// Reads and checks variables for every settings type, the recovery crate's too: unknown
@@ -244,7 +248,7 @@ pub struct IdempotencySettings {
 
 impl IdempotencySettings {
     /// Wraps `inner` as these settings say: key source, lease and how long a done key is kept.
-    pub fn wrap<H: RecordHandler, S: IdempotencyStore>(
+    pub fn wrap<H: RecordHandler, S: IdempotencyStore + 'static>(
         &self,
         inner: H,
         store: S,

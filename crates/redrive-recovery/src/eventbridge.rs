@@ -8,8 +8,14 @@
 //!   `requestPayload` is the event (asynchronous invocations, as EventBridge makes them).
 //!
 //! A `PutEvents` back onto the bus would reach every matching rule and duplicate the event at the
-//! targets that already had it, so the event goes straight to the failed target: SendMessage for an
-//! SQS target, an asynchronous Invoke for a Lambda target. Any other target is parked.
+//! targets that already had it, so the event goes straight to the failed target, its bytes
+//! unchanged: SendMessage for an SQS target (in the message group the rule gives it, for a FIFO
+//! queue), a synchronous Invoke for a Lambda target. Any other target is parked.
+//!
+//! The Invoke is synchronous so that the function's answer comes back here: a function error is
+//! this record's failure, retried by the processor and parked when its attempts are used up. An
+//! asynchronous Invoke would send a failure to the on-failure destination again, a loop that only
+//! a mark in the event could break.
 //!
 //! Fates come from the [`redrive_core::Processor`]: delivered events are done; a delivery that fails is
 //! transient (retried with backoff); parked events are permanent failures, sent to the redrive
@@ -31,9 +37,14 @@ use redrive_core::port::QueuePort;
 use redrive_core::processor::{Message, RecordHandler};
 use redrive_core::reprocess_policy::eligible_at;
 
-/// Top-level field the redrive adds to an event it re-invokes a function with: how often the
-/// event was redriven. The loop guard reads it back from the next invocation record.
-pub const REDRIVE_COUNT_FIELD: &str = "redrive-count";
+/// Key in the `custom` map of the client context a redelivered function is invoked with: which
+/// redelivery this is (`"1"` for the first). The event itself is passed unchanged.
+pub const REDRIVE_COUNT_KEY: &str = "redrive-count";
+
+/// The client context (JSON, before Lambda's base64) of the `count`th redelivery.
+pub fn client_context(count: u32) -> String {
+    serde_json::json!({ "custom": { REDRIVE_COUNT_KEY: count.to_string() } }).to_string()
+}
 
 /// Prefix of the Lambda `errorType` a function reports for a failure retrying cannot fix (see
 /// [`error_type`]); invocation records carrying it are parked, not redriven.
@@ -48,15 +59,32 @@ pub fn error_type(error: &RecordError) -> String {
     }
 }
 
+/// How a function answered a synchronous invoke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// It returned without an error.
+    Succeeded,
+    /// It failed (Lambda set `X-Amz-Function-Error`), with the `errorType` and `errorMessage` of
+    /// its error payload when it had them.
+    Failed {
+        /// The function's `errorType`.
+        error_type: Option<String>,
+        /// The function's `errorMessage`.
+        error_message: Option<String>,
+    },
+}
+
 /// The one port for Lambda calls.
 pub trait InvokePort: Send + Sync {
-    /// Invoke with InvocationType `Event`: Lambda queues the payload and answers 202, as it does
-    /// for EventBridge. `Err` when Lambda did not accept it.
-    fn invoke_async(
+    /// Invoke with InvocationType `RequestResponse` and wait for the function's answer. `payload`
+    /// is passed as it is; `client_context` (JSON) reaches the function's context. `Err` when
+    /// Lambda did not run the function (throttled, missing, not allowed).
+    fn invoke(
         &self,
         function_arn: &str,
         payload: &str,
-    ) -> impl Future<Output = Result<(), PortError>> + Send;
+        client_context: &str,
+    ) -> impl Future<Output = Result<Reply, PortError>> + Send;
 }
 
 /// An event that failed to reach a target, as one of the two sources delivers it.
@@ -197,27 +225,29 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
         target_arn: &str,
         event: &str,
     ) -> Result<(), RecordError> {
-        let redriven = redrive_count(event)?;
-        if redriven >= self.settings.max_redrives {
-            return Err(RecordError::permanent(
-                "redrive_cap",
-                format!(
-                    "redriven {redriven} times already (cap {}): parked so it cannot loop",
-                    self.settings.max_redrives
-                ),
-            ));
-        }
-        if let Some(wait) = self.not_due_for(message, redriven) {
+        if let Some(wait) = self.not_due_for(message) {
             return Err(RecordError::defer("redrive_not_due", wait));
         }
         match target_kind(target_arn) {
             Some(Target::Queue) => self.send(target_arn, event).await,
             Some(Target::Function) => {
-                let payload = with_redrive_count(event, redriven + 1)?;
-                self.lambda
-                    .invoke_async(target_arn, &payload)
+                let redelivery = message.meta().map_or(0, |meta| meta.attempts) + 1;
+                let reply = self
+                    .lambda
+                    .invoke(target_arn, event, &client_context(redelivery))
                     .await
-                    .map_err(|error| delivery_error("invoke_failed", error))
+                    .map_err(|error| delivery_error("invoke_failed", error))?;
+                match reply {
+                    Reply::Succeeded => Ok(()),
+                    Reply::Failed {
+                        error_type,
+                        error_message,
+                    } => Err(function_error(
+                        target_arn,
+                        error_type.as_deref(),
+                        error_message.as_deref(),
+                    )),
+                }
             }
             None => Err(RecordError::permanent(
                 "unsupported_target",
@@ -231,10 +261,10 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
     }
 
     /// How long the event must still wait: `REDRIVE_REPROCESS_AFTER` after its failure (the time the
-    /// failure was written to the queue), doubled per earlier redrive. Only a first arrival waits: a
-    /// copy carries metadata because it has waited already, was retried after a failed delivery,
-    /// or was sent back by an operator.
-    fn not_due_for(&self, message: &Message<'_>, redriven: u32) -> Option<Duration> {
+    /// failure was written to the queue). Only a first arrival waits: a copy carries metadata
+    /// because it has waited already, was retried after a failed delivery, or was sent back by an
+    /// operator.
+    fn not_due_for(&self, message: &Message<'_>) -> Option<Duration> {
         if message.meta().is_some() {
             return None;
         }
@@ -246,27 +276,45 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
             .as_deref()
             .and_then(|sent| sent.parse().ok())
             .unwrap_or(now);
-        let due = eligible_at(self.settings.eligible_after, failed_at, redriven);
+        let due = eligible_at(self.settings.eligible_after, failed_at, 0);
         (due > now).then(|| Duration::from_millis(due - now))
     }
 
-    /// The original event, byte for byte, as the body EventBridge would have sent.
+    /// The original event, byte for byte, as the body EventBridge would have sent; to a FIFO queue
+    /// in the message group the rule's target names (`REDRIVE_FIFO_TARGET_GROUPS`), deduplicated by
+    /// the event's id.
     async fn send(&self, queue_arn: &str, event: &str) -> Result<(), RecordError> {
+        let group_id = if queue_arn.ends_with(".fifo") {
+            let group = self.settings.fifo_group(queue_arn).ok_or_else(|| {
+                RecordError::permanent(
+                    "fifo_group_unknown",
+                    format!(
+                        "target {queue_arn} is a FIFO queue and REDRIVE_FIFO_TARGET_GROUPS names no \
+                         message group for it; set the group its rule target uses, then redrive \
+                         the parked event"
+                    ),
+                )
+            })?;
+            Some(Text::from(group))
+        } else {
+            None
+        };
         let url = self
             .queue
             .queue_url(queue_arn)
             .await
             .map_err(|error| delivery_error("send_failed", error))?;
-        let fifo = queue_arn.ends_with(".fifo");
-        let id = serde_json::from_str::<EventId<'_>>(event)
-            .ok()
-            .map(|e| e.id.into_owned());
+        let deduplication_id = group_id.is_some().then(|| {
+            serde_json::from_str::<EventId<'_>>(event)
+                .map(|e| e.id)
+                .unwrap_or_default()
+        });
         let message = OutgoingMessage {
             body: Text::from(event),
             attributes: Vec::new(),
             delay_seconds: 0,
-            group_id: fifo.then(|| Text::from("redrive")),
-            deduplication_id: fifo.then(|| id.unwrap_or_default()),
+            group_id,
+            deduplication_id,
         };
         match self.queue.send_batch(&url, &[message]).await {
             Ok(refused) if refused.is_empty() => Ok(()),
@@ -322,16 +370,16 @@ impl<Q: QueuePort, L: InvokePort> RecordHandler for EventRedrive<Q, L> {
                 event,
                 ..
             } => {
-                if let Some(error_type) = error_type
+                // The function's error on its last asynchronous try: what it called permanent
+                // is parked; anything else is tried again.
+                if error_type
                     .as_deref()
-                    .filter(|t| t.starts_with(PERMANENT_ERROR_TYPE))
+                    .is_some_and(|t| t.starts_with(PERMANENT_ERROR_TYPE))
                 {
-                    return Err(RecordError::permanent(
-                        "function_permanent_error",
-                        format!(
-                            "{function_arn} failed with {error_type}: {}",
-                            error_message.as_deref().unwrap_or_default()
-                        ),
+                    return Err(function_error(
+                        &function_arn,
+                        error_type.as_deref(),
+                        error_message.as_deref(),
                     ));
                 }
                 self.redeliver(message, &function_arn, event).await
@@ -353,24 +401,23 @@ fn target_kind(arn: &str) -> Option<Target> {
     }
 }
 
-/// How often an event was redriven (the [`REDRIVE_COUNT_FIELD`] it carries; 0 without one).
-pub fn redrive_count(event: &str) -> Result<u32, RecordError> {
-    #[derive(Deserialize)]
-    struct Count {
-        #[serde(rename = "redrive-count", default)]
-        count: u32,
+/// A function's own error: permanent when its `errorType` says so ([`error_type`]), transient
+/// otherwise (retried, then parked when the attempts are used up).
+fn function_error(
+    function_arn: &str,
+    error_type: Option<&str>,
+    error_message: Option<&str>,
+) -> RecordError {
+    let message = format!(
+        "{function_arn} failed with {}: {}",
+        error_type.unwrap_or("an error"),
+        error_message.unwrap_or_default()
+    );
+    if error_type.is_some_and(|t| t.starts_with(PERMANENT_ERROR_TYPE)) {
+        RecordError::permanent("function_permanent_error", message)
+    } else {
+        RecordError::transient("function_error", message)
     }
-    serde_json::from_str::<Count>(event)
-        .map(|c| c.count)
-        .map_err(|error| RecordError::permanent("malformed_event", error))
-}
-
-/// The event with its [`REDRIVE_COUNT_FIELD`] set to `count`; every other field unchanged.
-fn with_redrive_count(event: &str, count: u32) -> Result<String, RecordError> {
-    let mut fields: serde_json::Map<String, serde_json::Value> = serde_json::from_str(event)
-        .map_err(|error| RecordError::permanent("malformed_event", error))?;
-    fields.insert(REDRIVE_COUNT_FIELD.into(), count.into());
-    Ok(serde_json::Value::Object(fields).to_string())
 }
 
 /// Missing targets and missing permissions do not heal by retrying; anything else may.
@@ -390,30 +437,54 @@ fn delivery_error(kind: &'static str, error: PortError) -> RecordError {
 }
 
 #[cfg(any(test, feature = "test-util"))]
-/// Records every invoke and accepts it, unless told to refuse a function. For tests: moto cannot
-/// run Lambda code without Docker.
+/// One invoke a [`RecordingInvoker`] ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invoke {
+    /// The function named.
+    pub function_arn: String,
+    /// The payload, as passed.
+    pub payload: String,
+    /// The client context (JSON).
+    pub client_context: String,
+}
+
+#[cfg(any(test, feature = "test-util"))]
+/// Records every invoke and answers it: the function succeeds unless told to fail, and Lambda runs
+/// it unless told to refuse. For tests: moto cannot run Lambda code without Docker.
 #[derive(Default)]
 pub struct RecordingInvoker {
-    invokes: std::sync::Mutex<Vec<(String, String)>>,
+    invokes: std::sync::Mutex<Vec<Invoke>>,
     refused: std::sync::Mutex<Option<(String, String)>>,
+    failures: std::sync::Mutex<Option<(String, String, u32)>>,
 }
 
 #[cfg(any(test, feature = "test-util"))]
 impl RecordingInvoker {
-    /// Refuse every invoke of `function_arn` with `message` (an AWS error text).
+    /// Lambda refuses every invoke of `function_arn` with `message` (an AWS error text).
     pub fn refuse(&self, function_arn: &str, message: &str) {
         *self.refused.lock().unwrap() = Some((function_arn.to_owned(), message.to_owned()));
     }
 
-    /// `(function ARN, payload)` of every accepted invoke, in order.
-    pub fn invokes(&self) -> Vec<(String, String)> {
+    /// The function `function_arn` fails its next `times` invokes with `error_type`.
+    pub fn fail(&self, function_arn: &str, error_type: &str, times: u32) {
+        *self.failures.lock().unwrap() =
+            Some((function_arn.to_owned(), error_type.to_owned(), times));
+    }
+
+    /// Every invoke Lambda ran, in order.
+    pub fn invokes(&self) -> Vec<Invoke> {
         self.invokes.lock().unwrap().clone()
     }
 }
 
 #[cfg(any(test, feature = "test-util"))]
 impl InvokePort for RecordingInvoker {
-    async fn invoke_async(&self, function_arn: &str, payload: &str) -> Result<(), PortError> {
+    async fn invoke(
+        &self,
+        function_arn: &str,
+        payload: &str,
+        client_context: &str,
+    ) -> Result<Reply, PortError> {
         if let Some((_, message)) = self
             .refused
             .lock()
@@ -423,10 +494,21 @@ impl InvokePort for RecordingInvoker {
         {
             return Err(PortError::new("Invoke", message));
         }
-        self.invokes
-            .lock()
-            .unwrap()
-            .push((function_arn.to_owned(), payload.to_owned()));
-        Ok(())
+        self.invokes.lock().unwrap().push(Invoke {
+            function_arn: function_arn.to_owned(),
+            payload: payload.to_owned(),
+            client_context: client_context.to_owned(),
+        });
+        let mut failures = self.failures.lock().unwrap();
+        match failures.as_mut() {
+            Some((arn, error_type, times)) if arn == function_arn && *times > 0 => {
+                *times -= 1;
+                Ok(Reply::Failed {
+                    error_type: Some(error_type.clone()),
+                    error_message: Some("failed as told".into()),
+                })
+            }
+            _ => Ok(Reply::Succeeded),
+        }
     }
 }

@@ -83,11 +83,12 @@ pub const DEFAULT_PARKED_ERROR_CODES: &[&str] = &[
 pub struct EventRedriveSettings {
     /// EventBridge error codes whose events are parked, not redriven.
     pub parked_error_codes: Vec<String>,
-    /// Redrives an event gets before it is parked (the loop guard).
-    pub max_redrives: u32,
-    /// Wait after an event's failure before it is redriven, doubled per earlier redrive
-    /// (`REDRIVE_REPROCESS_AFTER`, as for the DLQ reprocessor).
+    /// Wait after an event's failure before it is redriven (`REDRIVE_REPROCESS_AFTER`, as for the
+    /// DLQ reprocessor).
     pub eligible_after: Duration,
+    /// The message group of each FIFO queue target, `(queue ARN, group)`, as the rule's target
+    /// sets it (`REDRIVE_FIFO_TARGET_GROUPS`: `arn=group,...`).
+    pub fifo_target_groups: Vec<(String, String)>,
 }
 
 impl EventRedriveSettings {
@@ -102,6 +103,12 @@ impl EventRedriveSettings {
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
         let env = Env::new(names, lookup)?;
+        let fifo_target_groups = env
+            .list("REDRIVE_FIFO_TARGET_GROUPS")
+            .unwrap_or_default()
+            .iter()
+            .map(|pair| fifo_target_group(pair))
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             parked_error_codes: env.list("REDRIVE_PARKED_ERROR_CODES").unwrap_or_else(|| {
                 DEFAULT_PARKED_ERROR_CODES
@@ -109,8 +116,33 @@ impl EventRedriveSettings {
                     .map(|code| code.to_string())
                     .collect()
             }),
-            max_redrives: env.whole("REDRIVE_REPROCESS_MAX", 3, 0..=100)?,
             eligible_after: env.duration("REDRIVE_REPROCESS_AFTER", Duration::from_secs(300))?,
+            fifo_target_groups,
         })
     }
+
+    /// The message group the rule gives the FIFO queue target `queue_arn`.
+    pub fn fifo_group(&self, queue_arn: &str) -> Option<&str> {
+        self.fifo_target_groups
+            .iter()
+            .find(|(arn, _)| arn == queue_arn)
+            .map(|(_, group)| group.as_str())
+    }
+}
+
+/// One `arn=group` of `REDRIVE_FIFO_TARGET_GROUPS`.
+fn fifo_target_group(pair: &str) -> Result<(String, String), ConfigError> {
+    let invalid = |reason: &str| ConfigError::new("REDRIVE_FIFO_TARGET_GROUPS", pair, reason);
+    let (arn, group) = pair
+        .split_once('=')
+        .ok_or_else(|| invalid("expected queue-arn=message-group"))?;
+    if !arn.starts_with("arn:") || !arn.contains(":sqs:") || !arn.ends_with(".fifo") {
+        return Err(invalid(
+            "expected a FIFO queue ARN (arn:aws:sqs:region:account:name.fifo)",
+        ));
+    }
+    if group.is_empty() || group.len() > 128 {
+        return Err(invalid("a message group id is 1 to 128 characters"));
+    }
+    Ok((arn.to_owned(), group.to_owned()))
 }

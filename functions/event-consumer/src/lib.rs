@@ -1,13 +1,15 @@
 //! The `orders` EventBridge consumer. An EventBridge rule invokes it asynchronously with an order
 //! event; a failure goes back to Lambda, which retries it (0 to 2 times) and then writes an
 //! invocation record to the function's on-failure destination. The record's `errorType` tells the
-//! EventBridge redrive whether sending the event again can help (`redrive.permanent.*`: no).
+//! EventBridge redrive whether sending the event again can help (`redrive.permanent.*`: no). The
+//! redrive invokes it with the event unchanged and says which redelivery it is in the client
+//! context.
 use std::borrow::Cow;
 
-use lambda_runtime::Diagnostic;
+use lambda_runtime::{Context, Diagnostic};
 use orders::PaymentGateway;
 use orders::{Order, OrdersHandler};
-use redrive::eventbridge::error_type;
+use redrive::eventbridge::{error_type, REDRIVE_COUNT_KEY};
 use redrive::RecordError;
 use serde::Deserialize;
 
@@ -20,10 +22,17 @@ pub struct OrderEvent<'a> {
     pub detail_type: Cow<'a, str>,
     #[serde(borrow)]
     pub detail: Order<'a>,
-    /// Set by the EventBridge redrive when it re-invokes with this event
-    /// (`redrive::eventbridge::REDRIVE_COUNT_FIELD`).
-    #[serde(rename = "redrive-count", default)]
-    pub redrive_count: u32,
+}
+
+/// Which redelivery of its event an invocation is: 0 from EventBridge, 1 on the EventBridge
+/// redrive's first, as its client context says.
+pub fn redrive_count(context: &Context) -> u32 {
+    context
+        .client_context
+        .as_ref()
+        .and_then(|client| client.custom.get(REDRIVE_COUNT_KEY))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A failed invocation. Lambda reports it with the `errorType` from [`error_type`].
@@ -40,20 +49,21 @@ impl From<EventError> for Diagnostic {
     }
 }
 
-/// Handles one order event: parse, validate, charge.
+/// Handles one order event, its `redrive_count`th redelivery: parse, validate, charge.
 pub async fn handle_event<P: PaymentGateway>(
     payload: &str,
+    redrive_count: u32,
     orders: &OrdersHandler<P>,
 ) -> Result<(), EventError> {
     let event: OrderEvent<'_> = serde_json::from_str(payload)
         .map_err(|error| RecordError::permanent("malformed_event", error))?;
-    let result = orders.charge(&event.detail, event.redrive_count + 1).await;
+    let result = orders.charge(&event.detail, redrive_count + 1).await;
     if let Err(error) = &result {
         tracing::error!(
             event_id = %event.id,
             detail_type = %event.detail_type,
             order_id = %event.detail.order_id,
-            redrive_count = event.redrive_count,
+            redrive_count,
             error_class = %error.class(),
             error_kind = error.kind(),
             error = error.message(),

@@ -1,4 +1,4 @@
-use event_consumer::{handle_event, EventError};
+use event_consumer::{handle_event, redrive_count, EventError};
 use lambda_runtime::{service_fn, LambdaEvent};
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
@@ -16,7 +16,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let orders = &orders;
     lambda_runtime::run(service_fn(
         move |event: LambdaEvent<Box<RawValue>>| async move {
-            handle_event(event.payload.get(), orders).await?;
+            handle_event(event.payload.get(), redrive_count(&event.context), orders).await?;
             Ok::<_, EventError>(())
         },
     ))

@@ -1,8 +1,8 @@
 //! The sample order event through the real handler: what Lambda reports for each outcome.
 use std::path::Path;
 
-use event_consumer::handle_event;
-use lambda_runtime::Diagnostic;
+use event_consumer::{handle_event, redrive_count};
+use lambda_runtime::{Context, Diagnostic};
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
 use redrive::{BreakerSettings, CircuitBreaker};
@@ -31,7 +31,15 @@ async fn invoke(
     orders: &OrdersHandler<SimulatedPayments>,
     event: &serde_json::Value,
 ) -> Result<(), Diagnostic> {
-    handle_event(&event.to_string(), orders)
+    invoke_in(orders, event, &Context::default()).await
+}
+
+async fn invoke_in(
+    orders: &OrdersHandler<SimulatedPayments>,
+    event: &serde_json::Value,
+    context: &Context,
+) -> Result<(), Diagnostic> {
+    handle_event(&event.to_string(), redrive_count(context), orders)
         .await
         .map_err(Diagnostic::from)
 }
@@ -39,13 +47,16 @@ async fn invoke(
 #[tokio::test]
 async fn a_transient_failure_is_reported_as_transient_and_succeeds_when_redriven() {
     let orders = orders();
-    let mut event = sample_event();
+    let event = sample_event();
     let error = invoke(&orders, &event).await.unwrap_err();
     assert_eq!(error.error_type, "redrive.transient.payment_timeout");
     assert!(orders.payments().charged().is_empty());
 
-    event["redrive-count"] = 1.into();
-    invoke(&orders, &event).await.unwrap();
+    // The event unchanged; the redrive's client context, as Lambda hands it to the runtime.
+    let mut redriven = Context::default();
+    redriven.client_context =
+        Some(serde_json::from_str(&redrive::eventbridge::client_context(1)).unwrap());
+    invoke_in(&orders, &event, &redriven).await.unwrap();
     assert_eq!(orders.payments().charged(), [("o-1003".to_owned(), 2)]);
 }
 

@@ -2,12 +2,14 @@
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
 use aws_sdk_lambda::Client;
-use redrive::eventbridge::InvokePort;
+use base64::Engine as _;
+use redrive::eventbridge::{InvokePort, Reply};
 use redrive::sqs::sdk_config_from_env;
 use redrive::PortError;
+use serde::Deserialize;
 use tokio::sync::OnceCell;
 
-/// Asynchronous invokes through the SDK; the client is created on first use.
+/// Synchronous invokes through the SDK; the client is created on first use.
 #[derive(Default)]
 pub struct LambdaInvoker {
     client: OnceCell<Client>,
@@ -19,8 +21,21 @@ impl LambdaInvoker {
     }
 }
 
+/// The error payload of a function that failed (the runtime API's `Diagnostic`).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct FunctionError {
+    error_type: Option<String>,
+    error_message: Option<String>,
+}
+
 impl InvokePort for LambdaInvoker {
-    async fn invoke_async(&self, function_arn: &str, payload: &str) -> Result<(), PortError> {
+    async fn invoke(
+        &self,
+        function_arn: &str,
+        payload: &str,
+        client_context: &str,
+    ) -> Result<Reply, PortError> {
         const OPERATION: &str = "Invoke";
         let client = self
             .client
@@ -29,19 +44,25 @@ impl InvokePort for LambdaInvoker {
         let output = client
             .invoke()
             .function_name(function_arn)
-            .invocation_type(InvocationType::Event)
+            .invocation_type(InvocationType::RequestResponse)
+            .client_context(base64::engine::general_purpose::STANDARD.encode(client_context))
             .payload(Blob::new(payload.as_bytes()))
             .send()
             .await
             .map_err(|error| {
                 PortError::new(OPERATION, aws_sdk_lambda::error::DisplayErrorContext(error))
             })?;
-        match output.status_code {
-            202 => Ok(()),
-            status => Err(PortError::new(
-                OPERATION,
-                format!("Lambda answered {status} instead of 202 Accepted"),
-            )),
+        if output.function_error.is_none() {
+            return Ok(Reply::Succeeded);
         }
+        let error: FunctionError = output
+            .payload
+            .as_ref()
+            .and_then(|payload| serde_json::from_slice(payload.as_ref()).ok())
+            .unwrap_or_default();
+        Ok(Reply::Failed {
+            error_type: error.error_type,
+            error_message: error.error_message,
+        })
     }
 }

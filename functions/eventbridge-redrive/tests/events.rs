@@ -6,7 +6,7 @@ use std::time::Duration;
 use lambda_runtime::{Context, LambdaEvent};
 use redrive::clock::{Clock, ManualClock, SystemClock};
 use redrive::config::EventRedriveSettings;
-use redrive::eventbridge::{EventRedrive, RecordingInvoker};
+use redrive::eventbridge::{client_context, EventRedrive, RecordingInvoker};
 use redrive::lambda::Bytes;
 use redrive::port::{Call, RecordingQueue};
 use redrive::{Meta, Processor, ProcessorConfig, RetryPolicy};
@@ -21,12 +21,31 @@ struct Run {
     handler: EventRedrive<RecordingQueue, RecordingInvoker>,
 }
 
-async fn run(file: &str, handler: EventRedrive<RecordingQueue, RecordingInvoker>) -> Run {
+fn sample(file: &str) -> serde_json::Value {
     let json = std::fs::read_to_string(format!(
         "{}/../../events/{file}",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
+    serde_json::from_str(&json).unwrap()
+}
+
+/// One invocation with `batch`, 30 s to run: the batch response.
+async fn handle(
+    processor: &Processor<RecordingQueue>,
+    handler: &EventRedrive<RecordingQueue, RecordingInvoker>,
+    batch: &serde_json::Value,
+) -> serde_json::Value {
+    let mut context = Context::default();
+    context.deadline = SystemClock.now_ms() + 30_000;
+    let event = LambdaEvent::new(Bytes::from(batch.to_string()), context);
+    let processed = redrive::lambda::handle_batch(event, processor, handler)
+        .await
+        .unwrap();
+    serde_json::to_value(&processed.response).unwrap()
+}
+
+async fn run(file: &str, handler: EventRedrive<RecordingQueue, RecordingInvoker>) -> Run {
     let processor = Processor::new(
         RecordingQueue::default(),
         ProcessorConfig {
@@ -37,14 +56,9 @@ async fn run(file: &str, handler: EventRedrive<RecordingQueue, RecordingInvoker>
             ..ProcessorConfig::default()
         },
     );
-    let mut context = Context::default();
-    context.deadline = SystemClock.now_ms() + 30_000;
-    let event = LambdaEvent::new(Bytes::from(json), context);
-    let processed = redrive::lambda::handle_batch(event, &processor, &handler)
-        .await
-        .unwrap();
+    let response = handle(&processor, &handler, &sample(file)).await;
     Run {
-        response: serde_json::to_value(&processed.response).unwrap(),
+        response,
         processor,
         handler,
     }
@@ -97,10 +111,13 @@ async fn target_dlq_events_go_back_to_the_target_that_failed_and_parked_codes_st
 
     let invokes = run.handler.lambda().invokes();
     assert_eq!(invokes.len(), 1);
-    assert_eq!(invokes[0].0, FUNCTION);
-    let payload: serde_json::Value = serde_json::from_str(&invokes[0].1).unwrap();
-    assert_eq!(payload["detail"]["orderId"], "o-2002");
-    assert_eq!(payload["redrive-count"], 1);
+    assert_eq!(invokes[0].function_arn, FUNCTION);
+    assert_eq!(
+        invokes[0].payload,
+        input["Records"][1]["body"].as_str().unwrap(),
+        "byte for byte"
+    );
+    assert_eq!(invokes[0].client_context, client_context(1));
 
     assert_eq!(
         parked(&run),
@@ -116,19 +133,27 @@ async fn target_dlq_events_go_back_to_the_target_that_failed_and_parked_codes_st
 
 #[tokio::test]
 async fn on_failure_records_are_reinvoked_unless_the_function_said_permanent() {
+    let input: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../events/lambda-on-failure-batch.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
     let run = run("lambda-on-failure-batch.json", handler()).await;
     assert_eq!(run.response, serde_json::json!({ "batchItemFailures": [] }));
     let invokes = run.handler.lambda().invokes();
     assert_eq!(invokes.len(), 1);
-    assert_eq!(invokes[0].0, format!("{FUNCTION}:$LATEST"));
-    let payload: serde_json::Value = serde_json::from_str(&invokes[0].1).unwrap();
+    assert_eq!(invokes[0].function_arn, format!("{FUNCTION}:$LATEST"));
+    let record: serde_json::Value =
+        serde_json::from_str(input["Records"][0]["body"].as_str().unwrap()).unwrap();
     assert_eq!(
-        (
-            payload["detail"]["orderId"].as_str(),
-            payload["redrive-count"].as_u64()
-        ),
-        (Some("o-3001"), Some(1))
+        serde_json::from_str::<serde_json::Value>(&invokes[0].payload).unwrap(),
+        record["requestPayload"],
+        "the event the function failed on, no field added"
     );
+    assert!(!invokes[0].payload.contains("redrive"));
     assert_eq!(
         parked(&run),
         [("o-3002".to_owned(), "function_permanent_error".to_owned())]
@@ -136,25 +161,85 @@ async fn on_failure_records_are_reinvoked_unless_the_function_said_permanent() {
 }
 
 #[tokio::test]
-async fn the_loop_guard_parks_an_event_redriven_too_often() {
-    let settings =
-        EventRedriveSettings::from_lookup(["REDRIVE_REPROCESS_MAX"], |_| Some("0".into())).unwrap();
-    let handler = EventRedrive::new(
+async fn a_function_that_fails_again_is_retried_by_the_redrive_then_parked_with_its_event_unchanged(
+) {
+    // The loop guard: the function's error comes back to the redrive (a synchronous invoke), never
+    // to its on-failure destination, so the redrive's own attempts bound the redeliveries.
+    let function = format!("{FUNCTION}:$LATEST");
+    let attempts = RetryPolicy::default().max_attempts;
+    let handler = handler();
+    handler
+        .lambda()
+        .fail(&function, "redrive.transient.payment_timeout", u32::MAX);
+    let processor = Processor::new(
         RecordingQueue::default(),
-        RecordingInvoker::default(),
-        settings,
+        ProcessorConfig {
+            dlq_url: Some(PARKED.into()),
+            deadline_margin: Duration::from_secs(2),
+            ..ProcessorConfig::default()
+        },
     );
-    let run = run("lambda-on-failure-batch.json", handler).await;
-    assert!(run.handler.lambda().invokes().is_empty());
-    let mut parked = parked(&run);
-    parked.sort();
-    assert_eq!(
-        parked,
-        [
-            ("o-3001".to_owned(), "redrive_cap".to_owned()),
-            ("o-3002".to_owned(), "function_permanent_error".to_owned())
-        ]
-    );
+    let mut batch = sample("lambda-on-failure-batch.json");
+    for delivery in 1..=attempts {
+        let processed = handle(&processor, &handler, &batch).await;
+        assert_eq!(
+            processed,
+            serde_json::json!({ "batchItemFailures": [] }),
+            "delivery {delivery}"
+        );
+        let invokes = handler.lambda().invokes();
+        assert_eq!(invokes.len() as u32, delivery);
+        assert_eq!(
+            invokes.last().unwrap().client_context,
+            client_context(delivery)
+        );
+        // The next delivery is the retry the processor sent (o-3002 was parked at once).
+        let retries: Vec<_> = processor
+            .queue()
+            .calls()
+            .into_iter()
+            .filter_map(|call| match call {
+                Call::Send {
+                    queue_url,
+                    messages,
+                } if queue_url != PARKED => Some(messages),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        if delivery < attempts {
+            let retry = retries.last().unwrap();
+            batch = serde_json::json!({ "Records": [{
+                "messageId": format!("retry-{delivery}"),
+                "receiptHandle": "rh",
+                "body": retry.body.to_string(),
+                "attributes": { "ApproximateReceiveCount": "1", "SentTimestamp": "1763791500000" },
+                "messageAttributes": { "redrive": {
+                    "stringValue": retry.attribute("redrive").unwrap(), "dataType": "String"
+                } },
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders-events-consumer-failures-dlq",
+                "awsRegion": "us-east-1"
+            }]});
+        }
+    }
+    let parked = processor.queue().sent_to(PARKED);
+    let kinds: Vec<String> = parked
+        .iter()
+        .map(|m| {
+            serde_json::from_str::<Meta<'_>>(m.attribute("redrive").unwrap())
+                .unwrap()
+                .error_kind
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["function_permanent_error", "function_error"]);
+    assert_eq!(handler.lambda().invokes().len() as u32, attempts);
+    assert!(handler
+        .lambda()
+        .invokes()
+        .iter()
+        .all(|invoke| !invoke.payload.contains("redrive")));
 }
 
 #[tokio::test]
@@ -266,4 +351,95 @@ async fn an_event_waits_after_its_failure_before_it_is_redriven() {
     )
     .await;
     assert_eq!(due.handler.lambda().invokes().len(), 1);
+}
+
+#[tokio::test]
+async fn an_event_for_a_fifo_queue_goes_in_its_rules_group_or_is_parked_when_none_is_known() {
+    const LEDGER: &str = "arn:aws:sqs:us-east-1:123456789012:ledger.fifo";
+    let mut batch = sample("eventbridge-dlq-batch.json");
+    batch["Records"][0]["messageAttributes"]["TARGET_ARN"]["stringValue"] = LEDGER.into();
+    let body = batch["Records"][0]["body"].as_str().unwrap().to_owned();
+    let processor = || {
+        Processor::new(
+            RecordingQueue::default(),
+            ProcessorConfig {
+                dlq_url: Some(PARKED.into()),
+                ..ProcessorConfig::default()
+            },
+        )
+    };
+
+    let settings = EventRedriveSettings::from_lookup(["REDRIVE_FIFO_TARGET_GROUPS"], |name| {
+        (name == "REDRIVE_FIFO_TARGET_GROUPS").then(|| format!("{LEDGER}=account-42"))
+    })
+    .unwrap();
+    let grouped = EventRedrive::new(
+        RecordingQueue::default(),
+        RecordingInvoker::default(),
+        settings,
+    );
+    handle(&processor(), &grouped, &batch).await;
+    let sent = grouped
+        .queue()
+        .sent_to("https://sqs.local/123456789012/ledger.fifo");
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (
+            sent[0].body.as_ref(),
+            sent[0].group_id.as_deref(),
+            sent[0].deduplication_id.as_deref()
+        ),
+        (
+            body.as_str(),
+            Some("account-42"),
+            Some("5d8f0b2e-0000-4c55-9b1e-0000000e2001")
+        )
+    );
+
+    let unknown = handler();
+    let processor = processor();
+    handle(&processor, &unknown, &batch).await;
+    assert!(
+        unknown.queue().calls().is_empty(),
+        "nothing sent to the queue"
+    );
+    let parked: Vec<String> = processor
+        .queue()
+        .sent_to(PARKED)
+        .iter()
+        .map(|m| {
+            serde_json::from_str::<Meta<'_>>(m.attribute("redrive").unwrap())
+                .unwrap()
+                .error_kind
+                .to_string()
+        })
+        .collect();
+    assert!(
+        parked.contains(&"fifo_group_unknown".to_owned()),
+        "{parked:?}"
+    );
+}
+
+#[test]
+fn fifo_target_groups_are_checked_at_start() {
+    let read = |value: &str| {
+        let value = value.to_owned();
+        EventRedriveSettings::from_lookup(["REDRIVE_FIFO_TARGET_GROUPS"], move |name| {
+            (name == "REDRIVE_FIFO_TARGET_GROUPS").then(|| value.clone())
+        })
+    };
+    let settings =
+        read("arn:aws:sqs:us-east-1:1:a.fifo=g1, arn:aws:sqs:us-east-1:1:b.fifo=g2").unwrap();
+    assert_eq!(
+        settings.fifo_group("arn:aws:sqs:us-east-1:1:b.fifo"),
+        Some("g2")
+    );
+    for bad in [
+        "arn:aws:sqs:us-east-1:1:a.fifo",
+        "arn:aws:sqs:us-east-1:1:std=g",
+        "x.fifo=g",
+    ] {
+        let error = read(bad).unwrap_err().to_string();
+        assert!(error.contains("REDRIVE_FIFO_TARGET_GROUPS"), "{error}");
+    }
 }

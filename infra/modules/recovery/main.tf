@@ -167,12 +167,13 @@ module "event_redrive" {
   timeout_seconds    = var.event_redrive_timeout_seconds
   log_retention_days = var.log_retention_days
   # A failed redelivery is retried by re-sending to the event DLQ that triggers it, within its
-  # attempts and REDRIVE_REPROCESS_MAX.
+  # attempts (REDRIVE_MAX_ATTEMPTS); then it is parked.
   recursive_loop = "Allow"
   environment = merge(var.environment, {
     REDRIVE_DLQ_URL         = aws_sqs_queue.parked_dlq[0].url
-    REDRIVE_REPROCESS_MAX   = tostring(var.policy.max_reprocess)
     REDRIVE_REPROCESS_AFTER = "${var.policy.eligible_after_seconds}s"
+    }, length(var.fifo_target_groups) == 0 ? {} : {
+    REDRIVE_FIFO_TARGET_GROUPS = join(",", [for arn, group in var.fifo_target_groups : "${arn}=${group}"])
   })
   statements = concat(
     [

@@ -36,13 +36,30 @@ variable "reprocessor_timeout_seconds" {
 }
 
 variable "event_redrive_timeout_seconds" {
-  description = "Timeout of the EventBridge redrive (its source queues' visibility timeout must be 6 x this)."
+  description = "Timeout of the EventBridge redrive (its source queues' visibility timeout must be 6 x this). It waits for each function it invokes, so it must exceed function_target_timeout_seconds by 10 s at least."
   type        = number
-  default     = 30
+  default     = 60
 
   validation {
     condition     = var.event_redrive_timeout_seconds >= 1 && var.event_redrive_timeout_seconds <= 900
     error_message = "event_redrive_timeout_seconds must be 1 to 900."
+  }
+
+  validation {
+    condition     = length(var.function_target_arns) == 0 || var.event_redrive_timeout_seconds >= var.function_target_timeout_seconds + 10
+    error_message = "event_redrive_timeout_seconds must be at least function_target_timeout_seconds + 10: the redrive invokes a function target synchronously and waits for its answer, then carries the batch out."
+  }
+}
+
+variable "function_target_timeout_seconds" {
+  description = "The longest timeout of the functions in function_target_arns (the redrive waits for each invoke)."
+  type        = number
+  default     = 30
+  nullable    = false
+
+  validation {
+    condition     = var.function_target_timeout_seconds >= 1 && var.function_target_timeout_seconds <= 890
+    error_message = "function_target_timeout_seconds must be 1 to 890 (Lambda's 900 s limit, less the redrive's 10 s)."
   }
 }
 
@@ -112,6 +129,18 @@ variable "sqs_target_arns" {
   type        = list(string)
   nullable    = false
   default     = []
+}
+
+variable "fifo_target_groups" {
+  description = "The message group each FIFO queue among sqs_target_arns gets from its rule target (sqs_target.message_group_id), by queue ARN (REDRIVE_FIFO_TARGET_GROUPS). An event for a FIFO target not named here is parked."
+  type        = map(string)
+  nullable    = false
+  default     = {}
+
+  validation {
+    condition     = alltrue([for arn, group in var.fifo_target_groups : endswith(arn, ".fifo") && contains(var.sqs_target_arns, arn) && length(group) >= 1 && length(group) <= 128])
+    error_message = "fifo_target_groups maps FIFO queue ARNs from sqs_target_arns (ending in .fifo) to message groups of 1 to 128 characters."
+  }
 }
 
 variable "function_target_arns" {

@@ -45,6 +45,16 @@ async fn dlq_bodies(client: &aws_sdk_sqs::Client, dlq: &str) -> Vec<String> {
 /// `cargo lambda invoke <function> --data-file <file>` against watch: the function's answer, or
 /// the error it reported (stdout and stderr).
 fn invoke(port: u16, function: &str, data_file: &str) -> Result<serde_json::Value, String> {
+    invoke_with(port, function, data_file, &[])
+}
+
+/// `cargo lambda invoke` with `extra` arguments.
+fn invoke_with(
+    port: u16,
+    function: &str,
+    data_file: &str,
+    extra: &[&str],
+) -> Result<serde_json::Value, String> {
     let output = Command::new("cargo")
         .current_dir(root())
         .args([
@@ -56,6 +66,7 @@ fn invoke(port: u16, function: &str, data_file: &str) -> Result<serde_json::Valu
         ])
         .args(["--invoke-port", &port.to_string()])
         .args(["--data-file", data_file, "--output-format", "json"])
+        .args(extra)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -221,20 +232,21 @@ async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
 
     // The other functions, with their sample events, through the same watch.
     // The event consumer: o-1003's payment times out on its first attempt; the error type names
-    // the class for the on-failure record. Redriven (the EventBridge redrive adds `redrive-count`),
-    // it is the second attempt and succeeds.
+    // the class for the on-failure record. Redriven (the same event, and the client context the
+    // EventBridge redrive invokes with), it is the second attempt and succeeds.
     let event = "events/eventbridge-order-event.json";
     let failed = invoke(port, "event-consumer", event).unwrap_err();
     assert!(
         failed.contains("redrive.transient.payment_timeout"),
         "{failed}"
     );
-    let mut redriven: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root().join(event)).unwrap()).unwrap();
-    redriven["redrive-count"] = 1.into();
-    let redriven_file = state.join("redriven-order-event.json");
-    std::fs::write(&redriven_file, redriven.to_string()).unwrap();
-    let retried = invoke(port, "event-consumer", redriven_file.to_str().unwrap());
+    let redriven = redrive::eventbridge::client_context(1);
+    let retried = invoke_with(
+        port,
+        "event-consumer",
+        event,
+        &["--client-context-ascii", &redriven],
+    );
     assert_eq!(retried, Ok(serde_json::Value::Null));
     // The EventBridge redrive: its targets do not exist on moto (no `orders-audit` queue, no
     // function), which no retry mends: every event is parked and none is given back.
