@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
+
 use crate::clock::{Clock, SystemClock};
 use crate::error::{PortError, RecordError};
 use crate::processor::{Message, RecordHandler};
@@ -192,7 +194,7 @@ pub enum KeyFrom {
 /// Wraps a record handler so that a message whose key is done is not handled again.
 pub struct Idempotent<H, S> {
     inner: H,
-    store: S,
+    store: Arc<S>,
     key: KeyFrom,
     /// How long a claim holds while the handler runs (longer than the function timeout).
     pub lease: Duration,
@@ -204,24 +206,28 @@ pub struct Idempotent<H, S> {
     /// would trip it.
     pub check_payload: bool,
     duplicates: AtomicU64,
-    unconfirmed_completions: AtomicU64,
+    unconfirmed_completions: Arc<AtomicU64>,
+    /// Completions running: each on a task of its own, so that a record cut off at the deadline
+    /// after its effect still gets its key done ([`RecordHandler::settle`] waits for them).
+    completing: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 /// Tries of a `complete` after the effect.
 const COMPLETE_TRIES: u32 = 3;
 
-impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
+impl<H: RecordHandler, S: IdempotencyStore + 'static> Idempotent<H, S> {
     /// Wraps `inner`: its effect happens once per key read from each message by `key`, as `store` remembers.
     pub fn new(inner: H, store: S, key: KeyFrom) -> Self {
         Self {
             inner,
-            store,
+            store: Arc::new(store),
             key,
             lease: Duration::from_secs(15 * 60),
             keep: Duration::from_secs(14 * 24 * 3600),
             check_payload: false,
             duplicates: AtomicU64::new(0),
-            unconfirmed_completions: AtomicU64::new(0),
+            unconfirmed_completions: Arc::default(),
+            completing: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
@@ -246,27 +252,47 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
         self.unconfirmed_completions.load(Ordering::Relaxed)
     }
 
-    /// Marks `key` done after the effect, retried in place at once: failing the record now would
-    /// let a later delivery claim the key once the lease lapses and run the effect again. No wait
-    /// between tries (the store's client backs off within each call): a wait could outlast the
-    /// record's time, and a record cut off here has had its effect without its key done.
+    /// Marks `key` done after the effect, retried in place at once (the store's client backs off
+    /// within each call). A write that does not finish at once goes on a task of its own: if the
+    /// record is cut off at the deadline meanwhile, the key is still done (the processor waits
+    /// for it before answering), where a cancelled write would let a later delivery run the
+    /// effect again once the lease lapsed.
     async fn complete(&self, message: &Message<'_>, key: &str, payload: Option<u64>) {
-        let mut last_error = None;
-        for _ in 0..COMPLETE_TRIES {
-            match self.store.complete(key, payload, self.keep).await {
-                Ok(()) => return,
-                Err(error) => last_error = Some(error),
-            }
-        }
-        self.unconfirmed_completions.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            message_id = message.id(),
-            key,
-            error = last_error.map(|error| error.to_string()),
-            lease_s = self.lease.as_secs(),
-            "the effect happened but the idempotency store did not record it: the message is \
-             done; a duplicate arriving after the lease would run it again",
+        let (store, keep, lease) = (self.store.clone(), self.keep, self.lease);
+        let (unconfirmed, completing) = (
+            self.unconfirmed_completions.clone(),
+            self.completing.clone(),
         );
+        let (message_id, key) = (message.id().to_owned(), key.to_owned());
+        completing.send_modify(|running| *running += 1);
+        let mut write = Box::pin(async move {
+            let mut last_error = None;
+            for _ in 0..COMPLETE_TRIES {
+                match store.complete(&key, payload, keep).await {
+                    Ok(()) => {
+                        last_error = None;
+                        break;
+                    }
+                    Err(error) => last_error = Some(error),
+                }
+            }
+            if let Some(error) = last_error {
+                unconfirmed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    message_id,
+                    key,
+                    error = %error,
+                    lease_s = lease.as_secs(),
+                    "the effect happened but the idempotency store did not record it: the \
+                     message is done; a duplicate arriving after the lease would run it again",
+                );
+            }
+            completing.send_modify(|running| *running -= 1);
+        });
+        if (&mut write).now_or_never().is_none() {
+            // A panic in the store's client ends the task; the record is done either way.
+            let _ = tokio::spawn(write).await;
+        }
     }
 
     fn key_of(&self, message: &Message<'_>) -> Result<String, RecordError> {
@@ -290,7 +316,7 @@ impl<H: RecordHandler, S: IdempotencyStore> Idempotent<H, S> {
     }
 }
 
-impl<H: RecordHandler, S: IdempotencyStore> RecordHandler for Idempotent<H, S> {
+impl<H: RecordHandler, S: IdempotencyStore + 'static> RecordHandler for Idempotent<H, S> {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
         let key = self.key_of(message)?;
         let payload = self.check_payload.then(|| fingerprint(message.body()));
@@ -338,6 +364,12 @@ impl<H: RecordHandler, S: IdempotencyStore> RecordHandler for Idempotent<H, S> {
                 Err(error)
             }
         }
+    }
+
+    async fn settle(&self) {
+        let mut running = self.completing.subscribe();
+        let _ = running.wait_for(|running| *running == 0).await;
+        self.inner.settle().await;
     }
 }
 
@@ -638,6 +670,67 @@ mod tests {
             serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
         assert_eq!((meta.attempts, copy.delay_seconds), (0, 90));
         assert!(guard.inner().effects.lock().unwrap().is_empty());
+    }
+
+    /// Completes slowly: the write takes 50 ms.
+    struct SlowComplete(MemoryStore);
+    impl IdempotencyStore for SlowComplete {
+        async fn claim(
+            &self,
+            key: &str,
+            payload: Option<u64>,
+            lease: Duration,
+        ) -> Result<Claim, PortError> {
+            self.0.claim(key, payload, lease).await
+        }
+        async fn complete(
+            &self,
+            key: &str,
+            payload: Option<u64>,
+            keep: Duration,
+        ) -> Result<(), PortError> {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.0.complete(key, payload, keep).await
+        }
+        async fn release(&self, key: &str) -> Result<(), PortError> {
+            self.0.release(key).await
+        }
+    }
+
+    /// A record cut off at the deadline while its key is being marked done (the effect made) still
+    /// gets its key done before the invocation answers: the soak's late store calls found the
+    /// completion cancelled with the record, and a later delivery ran the effect again once the
+    /// lease lapsed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_cut_off_while_its_key_is_marked_done_still_has_it_done() {
+        let guard = Idempotent::new(
+            counting(),
+            SlowComplete(MemoryStore::new(10)),
+            KeyFrom::MessageId,
+        );
+        let processor = crate::processor::Processor::new(
+            crate::port::RecordingQueue::default(),
+            crate::processor::ProcessorConfig {
+                source_queue_url: Some("https://sqs.local/123456789012/q".into()),
+                deadline_margin: Duration::from_millis(1000),
+                ..crate::processor::ProcessorConfig::default()
+            },
+        );
+        let records = [record("m-1", "order-1", None)];
+        // 1.02 s to the deadline: the records' time ends 20 ms in, within the 50 ms write.
+        let deadline = crate::clock::SystemClock.now_ms() + 1020;
+        let processed = processor.process(&guard, &records, deadline).await.unwrap();
+        assert_eq!(
+            processed.response.batch_item_failures.len(),
+            1,
+            "cut off: given back"
+        );
+        assert_eq!(guard.inner().effects.lock().unwrap()["order-1"], 1);
+        assert_eq!(
+            guard.store.0.claim("m-1", None, guard.lease).await.unwrap(),
+            Claim::Done,
+            "the key is done when the invocation answers: the redelivery is absorbed"
+        );
     }
 
     /// Completes nothing: the store's write fails after the effect.

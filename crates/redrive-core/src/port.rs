@@ -90,6 +90,15 @@ pub trait ForwardingPort: Send + Sync {
     ) -> impl Future<Output = Result<Vec<EntryFailure>, PortError>> + Send {
         self.inner().send_batch(queue_url, messages)
     }
+
+    /// ChangeMessageVisibilityBatch, passed on unless overridden.
+    fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        changes: &[VisibilityChange<'_>],
+    ) -> impl Future<Output = Result<Vec<EntryFailure>, PortError>> + Send {
+        self.inner().change_visibility_batch(queue_url, changes)
+    }
 }
 
 impl<F: ForwardingPort> QueuePort for F {
@@ -113,9 +122,7 @@ impl<F: ForwardingPort> QueuePort for F {
         changes: &[VisibilityChange<'_>],
     ) -> Result<Vec<EntryFailure>, PortError> {
         self.on_call("sqs:ChangeMessageVisibility", queue_url);
-        self.inner()
-            .change_visibility_batch(queue_url, changes)
-            .await
+        ForwardingPort::change_visibility_batch(self, queue_url, changes).await
     }
 
     async fn receive(

@@ -1,7 +1,9 @@
 //! The fault-injection soak: messages with a seeded fault plan go through the real processor, a
 //! Lambda-like driver and an SQS (moto through the SDK, or [`crate::memory::MemorySqs`] for volume),
-//! with injected send failures and duplicate deliveries; then the downstream heals and the DLQ is
-//! redriven under the policy. One invariant is checked at the end: every message had its effect
+//! with AWS's faults injected (failed, refused, late and stalled calls; throttling; idempotency store
+//! failures; whole batches failed or stopped at the deadline; throttled invocations; batches
+//! delivered to two containers at once; SQS's own move to the DLQ); then the downstream heals and
+//! the DLQ is redriven as the scheduled reprocessor does. One invariant is checked at the end: every message had its effect
 //! exactly once (the idempotency guard absorbs duplicates) or sits in the DLQ; none is lost; none
 //! was redriven beyond the cap.
 use std::collections::{BTreeMap, HashMap};
@@ -17,7 +19,7 @@ use redrive::dynamodb::DynamoDbStore;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
 use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom, MemoryStore};
-use redrive::port::{EntryFailure, ForwardingPort, QueuePort};
+use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{
@@ -91,7 +93,19 @@ pub struct SoakConfig {
     /// Share of idempotency store calls (claim, complete, release) that fail, half of them after
     /// the write took effect (the answer lost), as a throttled or timed-out DynamoDB call does.
     pub store_faults: f64,
-    /// Share of handled batches whose delete is lost (they are delivered again).
+    /// Share of SQS and store calls that answer late: a real wait of up to half the batch's time,
+    /// while records run and while their fates are carried out.
+    pub slow_calls: f64,
+    /// Share of ChangeMessageVisibilityBatch calls throttled as a whole.
+    pub throttled_visibility: f64,
+    /// Share of receives Lambda invokes nothing with (throttled): the messages come back after
+    /// their visibility timeout with their receive count raised and no try.
+    pub throttled_invocations: f64,
+    /// Share of batches whose visibility runs out while they are handled: another container
+    /// receives them while the first still runs.
+    pub overlapping_deliveries: f64,
+    /// Share of handled batches whose delete is lost, as when the function errors: the whole
+    /// batch is delivered again, records already done and copies already sent included.
     pub lost_deletes: f64,
     pub max_receive_count: u32,
     pub visibility: Duration,
@@ -151,9 +165,46 @@ impl IdempotencyStore for SharedStore {
     }
 }
 
-/// The shared store behind seeded faults: a call fails, before or after its write took effect.
+/// Seeded late answers: a share of calls waits (real time, which the batch's deadline counts in)
+/// up to `max` before it is made. Every call yields once, so that calls interleave as they do on
+/// a network.
+struct Latency {
+    rng: Mutex<fastrand::Rng>,
+    share: f64,
+    max: Duration,
+    delayed: AtomicU64,
+}
+
+impl Latency {
+    fn new(seed: u64, share: f64, max: Duration) -> Self {
+        Self {
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            share,
+            max,
+            delayed: AtomicU64::new(0),
+        }
+    }
+
+    async fn wait(&self) {
+        let wait = {
+            let mut rng = self.rng.lock().unwrap();
+            (rng.f64() < self.share).then(|| rng.u64(1..=duration_ms(self.max).max(1)))
+        };
+        match wait {
+            Some(ms) => {
+                self.delayed.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            None => tokio::task::yield_now().await,
+        }
+    }
+}
+
+/// The shared store behind seeded faults: a call answers late, or fails before or after its write
+/// took effect.
 struct FaultyStore {
     inner: SharedStore,
+    latency: Latency,
     rng: Mutex<fastrand::Rng>,
     share: f64,
     injected: AtomicU64,
@@ -171,6 +222,7 @@ impl FaultyStore {
         operation: &'static str,
         call: impl std::future::Future<Output = Result<T, PortError>>,
     ) -> Result<T, PortError> {
+        self.latency.wait().await;
         let Some(applied) = self.fault() else {
             return call.await;
         };
@@ -244,6 +296,15 @@ pub struct SoakReport {
     pub store_faults: u64,
     pub unconfirmed_completions: u64,
     pub lost_deletes: u64,
+    /// Calls that answered late (SQS and the store), and visibility changes throttled.
+    pub slow_calls: u64,
+    pub throttled_visibility: u64,
+    /// Batches Lambda did not invoke with, and batches received again while still handled.
+    pub throttled_invocations: u64,
+    pub overlapping_deliveries: u64,
+    /// Invocations Lambda stopped at their deadline (the whole batch delivered again): the
+    /// processor is to answer before it, whatever the calls do.
+    pub timed_out: u64,
     /// FIFO: effects that came before an earlier message of their group's (before the redrive,
     /// which brings dead letters home out of order by nature).
     pub out_of_order: u64,
@@ -341,7 +402,31 @@ impl fmt::Display for SoakReport {
             "  store calls failed          {:>8}  (claim, complete, release; completions never confirmed: {})",
             self.store_faults, self.unconfirmed_completions
         )?;
-        writeln!(f, "  lost deletes (redelivered)  {:>8}", self.lost_deletes)?;
+        writeln!(
+            f,
+            "  whole batches failed        {:>8}  (deletes lost: delivered again, done records too)",
+            self.lost_deletes
+        )?;
+        writeln!(
+            f,
+            "  late calls                  {:>8}  (SQS and store, up to half the batch's time; visibility changes throttled: {})",
+            self.slow_calls, self.throttled_visibility
+        )?;
+        writeln!(
+            f,
+            "  throttled invocations       {:>8}  (received, not tried: the receive count rises)",
+            self.throttled_invocations
+        )?;
+        writeln!(
+            f,
+            "  overlapping deliveries      {:>8}  (visibility ran out mid-batch: two containers at once)",
+            self.overlapping_deliveries
+        )?;
+        writeln!(
+            f,
+            "  timed out by Lambda         {:>8}  (the processor answered after its deadline)",
+            self.timed_out
+        )?;
         writeln!(
             f,
             "  effects out of group order  {:>8}  (FIFO, before the redrive)",
@@ -397,10 +482,14 @@ pub trait SoakQueues: QueuePort {
     fn clock(&self) -> Arc<dyn Clock>;
 }
 
-/// A port decorator that fails sends: whole calls and single entries, and calls that never
-/// answer (before or after SQS took the messages), seeded.
+/// A port decorator that fails sends (whole calls and single entries, and calls that never answer,
+/// before or after SQS took the messages), throttles visibility changes, and answers late, seeded.
 pub struct Faulty<Q> {
     inner: Q,
+    latency: Latency,
+    throttled_visibility: f64,
+    throttle_rng: Mutex<fastrand::Rng>,
+    throttled: AtomicU64,
     rng: Mutex<fastrand::Rng>,
     failed_calls: f64,
     refused_entries: f64,
@@ -421,6 +510,10 @@ impl<Q: QueuePort> Faulty<Q> {
     pub fn new(inner: Q, seed: u64, failed_calls: f64, refused_entries: f64) -> Self {
         Self {
             inner,
+            latency: Latency::new(seed ^ 0x1a7e, 0.0, Duration::ZERO),
+            throttled_visibility: 0.0,
+            throttle_rng: Mutex::new(fastrand::Rng::with_seed(seed ^ 0x7407)),
+            throttled: AtomicU64::new(0),
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             failed_calls,
             refused_entries,
@@ -439,6 +532,21 @@ impl<Q: QueuePort> Faulty<Q> {
     #[must_use]
     pub fn stalling(mut self, share: f64) -> Self {
         self.stalled_calls = share;
+        self
+    }
+
+    /// Lets this share of calls answer up to `max` late.
+    #[must_use]
+    pub fn late(mut self, share: f64, max: Duration) -> Self {
+        self.latency.share = share;
+        self.latency.max = max;
+        self
+    }
+
+    /// Lets this share of ChangeMessageVisibilityBatch calls be throttled.
+    #[must_use]
+    pub fn throttling_visibility(mut self, share: f64) -> Self {
+        self.throttled_visibility = share;
         self
     }
 
@@ -475,6 +583,7 @@ impl<Q: QueuePort> ForwardingPort for Faulty<Q> {
         queue_url: &str,
         messages: &[OutgoingMessage<'_>],
     ) -> Result<Vec<EntryFailure>, PortError> {
+        self.latency.wait().await;
         let stall = |share: f64| {
             self.enabled.load(Ordering::SeqCst) && self.stall_rng.lock().unwrap().f64() < share
         };
@@ -533,6 +642,24 @@ impl<Q: QueuePort> ForwardingPort for Faulty<Q> {
             message: "injected".into(),
         }));
         Ok(failures)
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        changes: &[VisibilityChange<'_>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        self.latency.wait().await;
+        if self.enabled.load(Ordering::SeqCst)
+            && self.throttle_rng.lock().unwrap().f64() < self.throttled_visibility
+        {
+            self.throttled.fetch_add(1, Ordering::Relaxed);
+            return Err(PortError::new(
+                "ChangeMessageVisibilityBatch",
+                "injected: ThrottlingException: Rate exceeded",
+            ));
+        }
+        self.inner.change_visibility_batch(queue_url, changes).await
     }
 }
 
@@ -631,6 +758,8 @@ pub async fn run<Q: SoakQueues>(
         config.refused_entries,
     )
     .stalling(config.stalled_calls)
+    .late(config.slow_calls, config.budget / 2)
+    .throttling_visibility(config.throttled_visibility)
     .counting_chains_to(source_url);
     let processor = Processor::new(
         &queue,
@@ -654,6 +783,7 @@ pub async fn run<Q: SoakQueues>(
                 SharedStore::DynamoDb(DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone()))
             }
         },
+        latency: Latency::new(config.seed ^ 0x1a7d, config.slow_calls, config.budget / 2),
         rng: Mutex::new(fastrand::Rng::with_seed(config.seed ^ 0xd1d0)),
         share: config.store_faults,
         injected: AtomicU64::new(0),
@@ -679,6 +809,9 @@ pub async fn run<Q: SoakQueues>(
     drive.tally(&planned, chains, dlq, &mut report).await?;
     report.duplicates_absorbed = containers.iter().map(Idempotent::duplicates).sum();
     report.store_faults = store.injected.load(Ordering::Relaxed);
+    report.slow_calls = queue.latency.delayed.load(Ordering::Relaxed)
+        + store.latency.delayed.load(Ordering::Relaxed);
+    report.throttled_visibility = queue.throttled.load(Ordering::Relaxed);
     report.unconfirmed_completions = containers
         .iter()
         .map(Idempotent::unconfirmed_completions)
@@ -809,6 +942,13 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
             .filter_map(|record| Meta::of(record).and_then(Result::ok))
             .filter(|meta| &*meta.error_kind == "deferred_too_long")
             .count();
+        // An outage outlasts the deferrals: its messages wait in the DLQ, alarmed, until the
+        // downstream is back; then the redrive brings them home.
+        if let Some(outage) = &planned.outage {
+            while outage.clock.now_ms() < outage.heal_at_ms {
+                queue.inner().idle(self.url).await;
+            }
+        }
         planned.down.store(false, Ordering::SeqCst);
         *planned.group_order.lock().unwrap() = None;
         queue.heal();
@@ -825,9 +965,11 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         };
         let reprocessor = Reprocessor::new(queue, &settings).with_clock(queue.inner().clock());
         for _ in 0..=self.config.reprocess_cap {
+            // As the schedule runs it: the origin in each dead letter's metadata, the source queue
+            // for what SQS moved without any.
             let plan = ReprocessCommand {
                 source: Some(dlq.to_owned()),
-                destination: Some(self.arn.to_owned()),
+                fallback_destination: Some(self.arn.to_owned()),
                 ..ReprocessCommand::default()
             }
             .plan(&settings)
@@ -893,29 +1035,96 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         Ok(())
     }
 
-    /// One invocation as the event source mapping makes it, in a container drawn at random; false
-    /// when nothing was visible.
+    /// One receive as the event source mapping makes it, and the invocation with it in a container
+    /// drawn at random; false when nothing was visible. Lambda's side fails too: a throttled
+    /// invocation leaves the batch untried, and a batch whose visibility runs out mid-way reaches a
+    /// second container while the first still handles it.
     async fn invoke(&mut self, report: &mut SoakReport) -> Result<bool, PortError> {
-        let handler = &self.containers[self.rng.usize(..self.containers.len())];
+        let records = self.receive().await?;
+        if records.is_empty() {
+            return Ok(false);
+        }
+        if self.rng.f64() < self.config.throttled_invocations {
+            // The mapping gives the batch back untried; SQS shows it again after its visibility
+            // timeout, its receive count raised.
+            report.throttled_invocations += 1;
+            return Ok(true);
+        }
+        let again = if self.rng.f64() < self.config.overlapping_deliveries {
+            report.overlapping_deliveries += 1;
+            let changes: Vec<VisibilityChange<'_>> = records
+                .iter()
+                .filter_map(|record| record.receipt_handle.as_deref())
+                .map(|receipt_handle| VisibilityChange {
+                    receipt_handle,
+                    timeout: Duration::ZERO,
+                })
+                .collect();
+            self.queue
+                .inner()
+                .change_visibility_batch(self.url, &changes)
+                .await?;
+            self.receive().await?
+        } else {
+            Vec::new()
+        };
+        let first = &self.containers[self.rng.usize(..self.containers.len())];
+        let second = &self.containers[self.rng.usize(..self.containers.len())];
+        let (first, second) =
+            tokio::join!(self.handle(first, &records), self.handle(second, &again));
+        self.settle(report, &records, first).await?;
+        self.settle(report, &again, second).await?;
+        Ok(true)
+    }
+
+    async fn receive(&self) -> Result<Vec<SqsRecord<'static>>, PortError> {
         let mut records = self
             .queue
             .receive(self.url, 10, self.config.visibility, Duration::ZERO)
             .await?;
-        if records.is_empty() {
-            return Ok(false);
-        }
         for record in &mut records {
             record.event_source_arn = Some(Text::from(self.arn.to_owned()));
         }
-        report.invocations += 1;
+        Ok(records)
+    }
+
+    /// One invocation with `records` in `container`: its response, or `None` when Lambda stopped
+    /// it at its deadline (or there was nothing to invoke with).
+    async fn handle(
+        &self,
+        container: &H,
+        records: &[SqsRecord<'static>],
+    ) -> Option<redrive::Processed> {
+        if records.is_empty() {
+            return None;
+        }
         let clock = self.queue.inner().clock();
-        let deadline =
-            clock.now_ms() + 5 + u64::try_from(self.config.budget.as_millis()).unwrap_or(0);
-        let processed = self
-            .processor
-            .process(handler, &records, deadline)
+        let timeout = Duration::from_millis(5) + self.config.budget;
+        let deadline = clock.now_ms() + duration_ms(timeout);
+        let processing = self.processor.process(container, records, deadline);
+        tokio::time::timeout(timeout, processing)
             .await
-            .expect("records carry message ids");
+            .ok()
+            .map(|processed| processed.expect("records carry message ids"))
+    }
+
+    /// What the event source mapping does with an invocation's answer: deletes what did not fail;
+    /// nothing after a timeout or a lost delete (the whole batch comes back).
+    async fn settle(
+        &mut self,
+        report: &mut SoakReport,
+        records: &[SqsRecord<'static>],
+        processed: Option<redrive::Processed>,
+    ) -> Result<(), PortError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        report.invocations += 1;
+        let Some(processed) = processed else {
+            report.timed_out += 1;
+            return Ok(());
+        };
+        let clock = self.queue.inner().clock();
         let minute = usize::try_from(clock.now_ms().saturating_sub(self.started_ms) / 60_000)
             .unwrap_or(usize::MAX);
         if report.minutes.len() <= minute {
@@ -931,7 +1140,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
             .collect();
         if self.rng.f64() < self.config.lost_deletes {
             report.lost_deletes += 1;
-            return Ok(true);
+            return Ok(());
         }
         let done: Vec<&str> = records
             .iter()
@@ -941,7 +1150,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         for chunk in done.chunks(10) {
             self.queue.delete_batch(self.url, chunk).await?;
         }
-        Ok(true)
+        Ok(())
     }
 }
 
@@ -1028,6 +1237,10 @@ impl SoakConfig {
             refused_entries: 0.01,
             stalled_calls: 0.005,
             store_faults: 0.01,
+            slow_calls: 0.02,
+            throttled_visibility: 0.01,
+            throttled_invocations: 0.01,
+            overlapping_deliveries: 0.01,
             lost_deletes: 0.01,
             max_receive_count: 10,
             visibility: Duration::from_secs(30),
@@ -1051,9 +1264,10 @@ impl SoakConfig {
         }
     }
 
-    /// The long outage in memory: the downstream is down for 30 minutes, three times the
+    /// The long outage in memory: the downstream is down for three hours, eighteen times the
     /// deferral age limit, behind a breaker that opens after 5 failures for 30 s. The messages
-    /// themselves are sound; the SQS faults (failed sends, lost deletes) stay.
+    /// themselves are sound; the AWS faults (failed and late calls, lost deletes, throttled
+    /// invocations) stay.
     pub fn outage(messages: usize, seed: u64) -> Self {
         let memory = Self::memory(messages, seed);
         Self {
@@ -1062,7 +1276,7 @@ impl SoakConfig {
                 ..memory.retry.clone()
             },
             outage: Some(Outage {
-                down_for: Duration::from_secs(1800),
+                down_for: Duration::from_secs(3 * 3600),
                 breaker: redrive::BreakerSettings {
                     threshold: 5,
                     open_for: Duration::from_secs(30),
@@ -1079,6 +1293,10 @@ impl SoakConfig {
             refused_entries: 0.05,
             stalled_calls: 0.01,
             store_faults: 0.02,
+            slow_calls: 0.05,
+            throttled_visibility: 0.02,
+            throttled_invocations: 0.02,
+            overlapping_deliveries: 0.02,
             lost_deletes: 0.05,
             visibility: Duration::from_secs(2),
             retry: RetryPolicy {

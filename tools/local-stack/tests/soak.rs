@@ -24,18 +24,26 @@ fn check(report: &SoakReport) {
         "every message is processed or in the DLQ: {report}"
     );
     assert!(
-        report.dead_and_processed <= (report.lost_deletes + report.stalled_after_delivery) as usize,
-        "a message both done and dead-lettered needs a lost delete, or a dead letter SQS took \
-         whose answer never came: {report}"
+        report.slow_calls > 0
+            && report.throttled_invocations > 0
+            && report.overlapping_deliveries > 0,
+        "AWS was slow and Lambda throttled and overlapped: {report}"
+    );
+    assert!(
+        report.dead_and_processed
+            <= (report.lost_deletes + report.stalled_after_delivery + report.timed_out) as usize,
+        "a message both done and dead-lettered needs a whole batch failed, or a dead letter SQS \
+         took whose answer never came: {report}"
     );
 }
 
 /// On a standard queue a message is processed or in the DLQ, never both, but for a dead letter
-/// SQS took whose answer never came: given back, the record may then succeed.
+/// SQS took whose answer never came (given back, the record may then succeed) or a batch Lambda
+/// stopped at its deadline after its dead letters went out.
 fn check_standard(report: &SoakReport) {
     check(report);
     assert!(
-        report.dead_and_processed <= report.stalled_after_delivery as usize,
+        report.dead_and_processed <= (report.stalled_after_delivery + report.timed_out) as usize,
         "{report}"
     );
 }
@@ -71,7 +79,7 @@ async fn fifo_groups_keep_their_order_in_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_outage_past_the_deferral_limit_loses_nothing_and_its_alarms_clear() {
+async fn an_outage_of_hours_loses_nothing_and_its_alarms_clear() {
     let report = run_in_memory(&SoakConfig::outage(2_000, 5)).await.unwrap();
     println!("{report}");
     assert!(report.holds(), "{report}");

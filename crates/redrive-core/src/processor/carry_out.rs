@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::answer::fate_name;
 use super::decide::Ruling;
-use super::{Invocation, Item, Processor};
+use super::{Invocation, Item, Processor, RecordHandler};
 use crate::backoff::MAX_DELAY_SECONDS;
 use crate::carry::{Destination, Outbox};
 use crate::envelope::{
@@ -74,6 +74,19 @@ impl<Q: QueuePort> Processor<Q> {
                 error = %reason,
                 "visibility not changed: the record reappears after its visibility timeout",
             );
+        }
+    }
+
+    /// Waits for what `handler` left running past the records' cut-off, within half the time left
+    /// to carry fates out.
+    pub(super) async fn settle<H: RecordHandler>(&self, handler: &H, invocation: &Invocation<'_>) {
+        let settled = handler.settle();
+        match self.carry_deadline(invocation.deadline_ms) {
+            Some(deadline) => {
+                let half = deadline.saturating_duration_since(Instant::now()) / 2;
+                let _ = tokio::time::timeout(half, settled).await;
+            }
+            None => settled.await,
         }
     }
 

@@ -20,6 +20,13 @@ pub trait RecordHandler: Sync {
     /// Handles `message`; the error says whether it is worth retrying.
     fn handle(&self, message: &Message<'_>)
         -> impl Future<Output = Result<(), RecordError>> + Send;
+
+    /// Ends what the handler left running on tasks of its own when records were cut off at the
+    /// deadline (the idempotency guard's record of an effect already made). The processor waits
+    /// for it before carrying fates out, within half the time left for them. Nothing by default.
+    fn settle(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// A handler shared by reference (several idempotency guards around one handler, say).
@@ -29,6 +36,10 @@ impl<H: RecordHandler> RecordHandler for &H {
         message: &Message<'_>,
     ) -> impl Future<Output = Result<(), RecordError>> + Send {
         (**self).handle(message)
+    }
+
+    fn settle(&self) -> impl Future<Output = ()> + Send {
+        (**self).settle()
     }
 }
 

@@ -185,6 +185,7 @@ impl<Q: QueuePort> Processor<Q> {
         let invocation = invocation.into();
         let (items, fifo) = self.prepare(records)?;
         let handled = self.handle_all(handler, &items, fifo, &invocation).await;
+        self.settle(handler, &invocation).await;
         Ok(self.conclude(&items, handled, fifo, &invocation).await)
     }
 

@@ -2,7 +2,9 @@
 //! 2,000 on moto, each on a standard and on a FIFO queue, with records handled concurrently; prints
 //! the invariant figures and fails if the invariant breaks on any seed (on FIFO, the invariant
 //! includes effects in each group's order). Then, per seed, the long outage in memory (a tenth of
-//! the messages): a downstream down for three times the deferral age limit.
+//! the messages): a downstream down for three hours. Every run has AWS's faults injected: failed,
+//! refused, late and stalled calls, throttling, idempotency store failures, whole batches failed
+//! or timed out, throttled invocations and batches delivered to two containers at once.
 //!
 //! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3] (`--help` says more)
 use std::process::ExitCode;
@@ -88,7 +90,7 @@ async fn main() -> ExitCode {
         if messages == 0 {
             break;
         }
-        println!("== in-memory SQS, a 30-minute outage, {messages} messages, seed {seed}");
+        println!("== in-memory SQS, a three-hour outage, {messages} messages, seed {seed}");
         match run_in_memory(&SoakConfig::outage(messages, seed)).await {
             Ok(report) => {
                 println!("{report}\n");
