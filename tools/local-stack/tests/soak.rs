@@ -141,7 +141,7 @@ async fn fifo_groups_keep_their_order_on_moto() {
         "run with `make test` (moto server and AWS_ENDPOINT_URL)"
     );
     let prefix = format!("t{}-soak-fifo", std::process::id());
-    let config = SoakConfig::moto(150, 11)
+    let config = SoakConfig::moto(300, 12)
         .fifo(3)
         .without_lambda_throttling();
     let report = run_on_moto(&prefix, &config).await.unwrap();
