@@ -266,17 +266,15 @@ impl<H: RecordHandler, S: IdempotencyStore + 'static> Idempotent<H, S> {
         let (message_id, key) = (message.id().to_owned(), key.to_owned());
         completing.send_modify(|running| *running += 1);
         let mut write = Box::pin(async move {
-            let mut last_error = None;
-            for _ in 0..COMPLETE_TRIES {
+            let mut tries = 1;
+            let refused = loop {
                 match store.complete(&key, payload, keep).await {
-                    Ok(()) => {
-                        last_error = None;
-                        break;
-                    }
-                    Err(error) => last_error = Some(error),
+                    Ok(()) => break None,
+                    Err(error) if tries == COMPLETE_TRIES => break Some(error),
+                    Err(_) => tries += 1,
                 }
-            }
-            if let Some(error) = last_error {
+            };
+            if let Some(error) = refused {
                 unconfirmed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     message_id,

@@ -6,6 +6,7 @@ use std::time::Duration;
 use lambda_runtime::{Context, LambdaEvent};
 use redrive::clock::{Clock, ManualClock, SystemClock};
 use redrive::config::EventRedriveSettings;
+use redrive::envelope::OutgoingMessage;
 use redrive::eventbridge::{client_context, EventRedrive, RecordingInvoker};
 use redrive::lambda::Bytes;
 use redrive::port::{Call, RecordingQueue};
@@ -73,20 +74,41 @@ fn handler() -> EventRedrive<RecordingQueue, RecordingInvoker> {
     )
 }
 
+/// The error kind in a copy's or dead letter's metadata.
+fn error_kind(message: &OutgoingMessage<'_>) -> String {
+    let meta: Meta<'_> = serde_json::from_str(message.attribute("redrive").unwrap()).unwrap();
+    meta.error_kind.to_string()
+}
+
+/// What the processor sent anywhere but the parking queue: retries and deferrals.
+fn sent_back(processor: &Processor<RecordingQueue>) -> Vec<OutgoingMessage<'static>> {
+    processor
+        .queue()
+        .calls()
+        .into_iter()
+        .filter_map(|call| match call {
+            Call::Send {
+                queue_url,
+                messages,
+            } if queue_url != PARKED => Some(messages),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
 fn parked(run: &Run) -> Vec<(String, String)> {
     run.processor
         .queue()
         .sent_to(PARKED)
         .iter()
         .map(|message| {
-            let meta: Meta<'_> =
-                serde_json::from_str(message.attribute("redrive").unwrap()).unwrap();
             let event: serde_json::Value = serde_json::from_str(&message.body).unwrap();
             // A DLQ message's body is the event; an on-failure record carries it as requestPayload.
             let order = event["detail"]["orderId"]
                 .as_str()
                 .or(event["requestPayload"]["detail"]["orderId"].as_str());
-            (order.unwrap().to_owned(), meta.error_kind.to_string())
+            (order.unwrap().to_owned(), error_kind(message))
         })
         .collect()
 }
@@ -194,19 +216,7 @@ async fn a_function_that_fails_again_is_retried_by_the_redrive_then_parked_with_
             client_context(delivery)
         );
         // The next delivery is the retry the processor sent (o-3002 was parked at once).
-        let retries: Vec<_> = processor
-            .queue()
-            .calls()
-            .into_iter()
-            .filter_map(|call| match call {
-                Call::Send {
-                    queue_url,
-                    messages,
-                } if queue_url != PARKED => Some(messages),
-                _ => None,
-            })
-            .flatten()
-            .collect();
+        let retries = sent_back(&processor);
         if delivery < attempts {
             let retry = retries.last().unwrap();
             batch = serde_json::json!({ "Records": [{
@@ -223,15 +233,11 @@ async fn a_function_that_fails_again_is_retried_by_the_redrive_then_parked_with_
             }]});
         }
     }
-    let parked = processor.queue().sent_to(PARKED);
-    let kinds: Vec<String> = parked
+    let kinds: Vec<String> = processor
+        .queue()
+        .sent_to(PARKED)
         .iter()
-        .map(|m| {
-            serde_json::from_str::<Meta<'_>>(m.attribute("redrive").unwrap())
-                .unwrap()
-                .error_kind
-                .to_string()
-        })
+        .map(error_kind)
         .collect();
     assert_eq!(kinds, ["function_permanent_error", "function_error"]);
     assert_eq!(handler.lambda().invokes().len() as u32, attempts);
@@ -309,27 +315,9 @@ async fn an_event_waits_after_its_failure_before_it_is_redriven() {
         serde_json::json!({ "batchItemFailures": [] })
     );
     assert!(early.handler.lambda().invokes().is_empty(), "not yet");
-    let waiting: Vec<(String, u32, String)> = early
-        .processor
-        .queue()
-        .calls()
-        .into_iter()
-        .filter_map(|call| match call {
-            Call::Send {
-                queue_url,
-                messages,
-            } if queue_url != PARKED => Some(messages),
-            _ => None,
-        })
-        .flatten()
-        .map(|copy| {
-            let meta: Meta<'_> = serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
-            (
-                meta.error_kind.to_string(),
-                copy.delay_seconds,
-                copy.body.to_string(),
-            )
-        })
+    let waiting: Vec<(String, u32, String)> = sent_back(&early.processor)
+        .iter()
+        .map(|copy| (error_kind(copy), copy.delay_seconds, copy.body.to_string()))
         .collect();
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     let (kind, delay_seconds, body) = &waiting[0];
@@ -407,12 +395,7 @@ async fn an_event_for_a_fifo_queue_goes_in_its_rules_group_or_is_parked_when_non
         .queue()
         .sent_to(PARKED)
         .iter()
-        .map(|m| {
-            serde_json::from_str::<Meta<'_>>(m.attribute("redrive").unwrap())
-                .unwrap()
-                .error_kind
-                .to_string()
-        })
+        .map(error_kind)
         .collect();
     assert!(
         parked.contains(&"fifo_group_unknown".to_owned()),
