@@ -72,11 +72,7 @@ async fn main() -> ExitCode {
                     args.moto
                 );
                 let prefix = format!("soak-{}-{seed}", std::process::id());
-                let config = match groups {
-                    Some(_) => on(SoakConfig::moto(args.moto, seed)).without_lambda_throttling(),
-                    None => on(SoakConfig::moto(args.moto, seed)),
-                };
-                match run_on_moto(&prefix, &config).await {
+                match run_on_moto(&prefix, &on(SoakConfig::moto(args.moto, seed))).await {
                     Ok(report) => {
                         println!("{report}\n");
                         broken |= !report.holds();
