@@ -1274,10 +1274,7 @@ impl SoakConfig {
             throttled_invocations: 0.01,
             overlapping_deliveries: 0.01,
             lost_deletes: 0.01,
-            // One above the attempts, as Terraform requires at the least: records given back
-            // untried (throttled, held behind their group, not started) reach it, and SQS moves
-            // them without metadata.
-            max_receive_count: 6,
+            max_receive_count: 10,
             visibility: Duration::from_secs(30),
             retry: RetryPolicy {
                 backoff: redrive::Backoff::Exponential {

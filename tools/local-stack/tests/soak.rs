@@ -83,10 +83,6 @@ async fn fifo_groups_keep_their_order_in_memory() {
             .await
             .unwrap();
         check_fifo(&report);
-        assert!(
-            report.in_dlq_without_metadata > 0,
-            "SQS moved heads given back past maxReceiveCount, counted as such: {report}"
-        );
         assert!(report.stalled_calls > 0, "sends stalled: {report}");
         assert!(report.store_faults > 0, "store calls failed: {report}");
         assert_hostile(&report, true);
