@@ -159,3 +159,20 @@ async fn three_containers_share_a_dynamodb_table_on_moto() {
     let config = SoakConfig::moto(300, 13).dynamodb(format!("{prefix}-idempotency"));
     check_standard(&run_on_moto(&prefix, &config).await.unwrap());
 }
+
+/// SQS's own move: with `maxReceiveCount` one above the attempts (as Terraform allows at the
+/// least), FIFO records given back untried reach it and SQS moves them to the DLQ without
+/// metadata; they are counted as such and nothing is lost. (The overlap fault is off: a batch that
+/// outlives its visibility while SQS moves its head breaks a group's order on SQS too, which the
+/// Terraform validation of the visibility timeout rules out; docs/reliability.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqs_moves_fifo_records_given_back_too_often_and_they_are_accounted_for() {
+    let config = SoakConfig {
+        max_receive_count: 6,
+        overlapping_deliveries: 0.0,
+        ..SoakConfig::memory(5_000, 6).fifo(8)
+    };
+    let report = run_in_memory(&config).await.unwrap();
+    check_fifo(&report);
+    assert!(report.in_dlq_without_metadata > 0, "{report}");
+}
