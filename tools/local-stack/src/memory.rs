@@ -23,6 +23,8 @@ struct Stored {
     sent_ms: u64,
     visible_at_ms: u64,
     receives: u32,
+    /// The queue SQS moved it from (`DeadLetterQueueSourceArn`).
+    moved_from: Option<String>,
 }
 
 #[derive(Debug)]
@@ -166,6 +168,7 @@ impl QueuePort for MemorySqs {
                 sent_ms: now,
                 visible_at_ms: now + u64::from(message.delay_seconds) * 1000,
                 receives: 0,
+                moved_from: None,
             });
         }
         Ok(Vec::new())
@@ -212,12 +215,12 @@ impl QueuePort for MemorySqs {
     ) -> Result<Vec<SqsRecord<'static>>, PortError> {
         let now = self.clock.now_ms();
         let mut state = self.state();
-        let (fifo, redrive) = {
+        let (fifo, redrive, arn) = {
             let queue = state
                 .queues
                 .get(queue_url)
                 .ok_or_else(|| Self::missing("ReceiveMessage", queue_url))?;
-            (queue.fifo, queue.redrive.clone())
+            (queue.fifo, queue.redrive.clone(), queue.arn.clone())
         };
         let mut received = Vec::new();
         let mut moved = Vec::new();
@@ -257,9 +260,11 @@ impl QueuePort for MemorySqs {
         if let Some((dlq, _)) = redrive {
             if let Some(dlq) = state.queues.get_mut(&dlq) {
                 for mut message in moved {
-                    // SQS keeps the message id, body, attributes and sent time when it moves one.
+                    // SQS keeps the message id, body, attributes and sent time when it moves one,
+                    // and says where it came from.
                     message.visible_at_ms = now;
                     message.receives = 0;
+                    message.moved_from = Some(arn.clone());
                     dlq.messages.push_back(message);
                 }
             }
@@ -299,5 +304,6 @@ fn record_of(message: &Stored) -> SqsRecord<'static> {
     record.attributes.approximate_receive_count = Some(Text::from(message.receives.to_string()));
     record.attributes.sent_timestamp = Some(Text::from(message.sent_ms.to_string()));
     record.attributes.message_group_id = message.group.clone().map(Text::from);
+    record.attributes.dead_letter_queue_source_arn = message.moved_from.clone().map(Text::from);
     record
 }

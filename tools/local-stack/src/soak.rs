@@ -131,6 +131,9 @@ pub struct SoakConfig {
     /// group's last one first (docs/reliability.md), which SQS does not; there the order is
     /// counted and shown, and the in-memory runs hold the engine to it.
     pub order_checked: bool,
+    /// A second source queue shares the DLQ; the messages are dealt between the two, and the
+    /// scheduled redrive must send each dead letter home to its own.
+    pub second_source: bool,
 }
 
 /// The store the simulated containers share.
@@ -317,6 +320,9 @@ pub struct SoakReport {
     pub first_out_of_order: Option<String>,
     /// Whether the order is part of the invariant ([`SoakConfig::order_checked`]).
     pub order_checked: bool,
+    /// Effects of a message that arrived from a source queue other than its own (two sources
+    /// sharing one DLQ: a dead letter redriven to the wrong one).
+    pub wrong_source: u64,
     /// Re-sends of one message in one chain (from the source until it is done or dead-lettered;
     /// a redrive starts a new chain), as Lambda's recursive loop detection counts them.
     pub longest_chain: u32,
@@ -360,6 +366,7 @@ impl SoakReport {
             && self.beyond_cap == 0
             && self.still_queued == 0
             && (self.out_of_order == 0 || !self.order_checked)
+            && self.wrong_source == 0
     }
 }
 
@@ -374,6 +381,11 @@ impl fmt::Display for SoakReport {
         )?;
         writeln!(f, "  still queued                {:>8}", self.still_queued)?;
         writeln!(f, "  lost                        {:>8}", self.lost)?;
+        writeln!(
+            f,
+            "  taken from another source   {:>8}  (two sources sharing the DLQ: redriven to the wrong one)",
+            self.wrong_source
+        )?;
         writeln!(
             f,
             "  effects more than once      {:>8}",
@@ -690,6 +702,7 @@ pub struct PlannedHandler {
     group_order: Mutex<Option<HashMap<String, usize>>>,
     out_of_order: AtomicU64,
     first_out_of_order: Mutex<Option<String>>,
+    wrong_source: AtomicU64,
     /// The long outage: a downstream behind a breaker, down until `heal_at_ms` on `clock`.
     outage: Option<DownstreamOutage>,
 }
@@ -707,6 +720,8 @@ struct Body<'a> {
     /// The message's number: within a group, a later message has a higher one.
     seq: usize,
     group: Option<&'a str>,
+    /// The ARN of the source queue the message was sent to (with two sources).
+    src: Option<&'a str>,
 }
 
 impl RecordHandler for PlannedHandler {
@@ -715,6 +730,9 @@ impl RecordHandler for PlannedHandler {
         let plan =
             Plan::decode(body.plan).ok_or_else(|| RecordError::permanent("bad_plan", body.plan))?;
         let first = message.attempt() == 1 && message.meta().is_none_or(|m| m.reprocess_count == 0);
+        if body.src.is_some() && message.record().event_source_arn.as_deref() != body.src {
+            self.wrong_source.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(outage) = &self.outage {
             let down = outage.clock.now_ms() < outage.heal_at_ms;
             outage
@@ -769,11 +787,13 @@ impl RecordHandler for PlannedHandler {
     }
 }
 
-/// Runs the soak on `sqs` with the source queue `source` (whose DLQ is `dlq`): produce and
-/// consume with faults until the source is empty, heal and redrive the DLQ, then tally.
+/// Runs the soak on `sqs` with the source queue `source` (URL and ARN; whose DLQ is `dlq`), and
+/// `second`, a source sharing that DLQ, if given: produce and consume with faults until the
+/// sources are empty, heal and redrive the DLQ, then tally.
 pub async fn run<Q: SoakQueues>(
     sqs: Q,
     source: (&str, &str),
+    second: Option<(&str, &str)>,
     dlq: &str,
     config: &SoakConfig,
 ) -> Result<SoakReport, PortError> {
@@ -790,18 +810,22 @@ pub async fn run<Q: SoakQueues>(
     .late(config.slow_calls, config.budget / 2)
     .throttling_visibility(config.throttled_visibility)
     .counting_chains_to(source_url);
-    let processor = Processor::new(
-        &queue,
-        ProcessorConfig {
-            dlq_url: Some(dlq.to_owned()),
-            source_queue_url: Some(source_url.to_owned()),
-            retry: config.retry.clone(),
-            deadline_margin: Duration::from_millis(5),
-            concurrency: config.concurrency,
-        },
-    )
-    .with_clock(clock.clone())
-    .with_seed(config.seed);
+    let processor_of = |url: &str| {
+        Processor::new(
+            &queue,
+            ProcessorConfig {
+                dlq_url: Some(dlq.to_owned()),
+                source_queue_url: Some(url.to_owned()),
+                retry: config.retry.clone(),
+                deadline_margin: Duration::from_millis(5),
+                concurrency: config.concurrency,
+            },
+        )
+        .with_clock(clock.clone())
+        .with_seed(config.seed)
+    };
+    let processor = processor_of(source_url);
+    let second_processor = second.map(|(url, _)| processor_of(url));
     let planned = PlannedHandler::new(config, &clock);
     let store = Arc::new(FaultyStore {
         inner: match &config.idempotency_table {
@@ -823,20 +847,39 @@ pub async fn run<Q: SoakQueues>(
         order_checked: config.order_checked,
         ..SoakReport::default()
     };
+    let sources = if second.is_some() { 2 } else { 1 };
     let mut drive = Driver {
         queue: &queue,
         processor: &processor,
         containers: &containers,
         url: source_url,
         arn: source_arn,
+        share: (0, sources),
         rng: fastrand::Rng::with_seed(config.seed ^ 0xde1e7e),
         config,
         started_ms: clock.now_ms(),
     };
+    let mut second = second
+        .zip(second_processor.as_ref())
+        .map(|((url, arn), processor)| Driver {
+            processor,
+            url,
+            arn,
+            share: (1, 2),
+            rng: fastrand::Rng::with_seed(config.seed ^ 0x5ec0d),
+            ..drive.clone_shared()
+        });
     drive.produce_and_consume(&mut report).await?;
+    if let Some(second) = &mut second {
+        second.produce_and_consume(&mut report).await?;
+    }
     let chains = queue.take_chains();
-    drive.heal_and_redrive(&planned, dlq, &mut report).await?;
-    drive.tally(&planned, chains, dlq, &mut report).await?;
+    drive
+        .heal_and_redrive(&planned, dlq, second.as_mut(), &mut report)
+        .await?;
+    drive
+        .tally(&planned, chains, dlq, second.as_ref(), &mut report)
+        .await?;
     report.duplicates_absorbed = containers.iter().map(Idempotent::duplicates).sum();
     report.store_faults = store.injected.load(Ordering::Relaxed);
     report.slow_calls = queue.latency.delayed.load(Ordering::Relaxed)
@@ -859,6 +902,7 @@ impl PlannedHandler {
             group_order: Mutex::new(config.fifo_groups.map(|_| HashMap::new())),
             out_of_order: AtomicU64::new(0),
             first_out_of_order: Mutex::default(),
+            wrong_source: AtomicU64::new(0),
             outage: config.outage.as_ref().map(|outage| DownstreamOutage {
                 breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
                 heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),
@@ -890,28 +934,40 @@ fn containers<'h>(
 
 /// The soak's messages, each with its fault plan (none in the outage: there the downstream is
 /// the fault), in a message group on FIFO.
-fn messages(config: &SoakConfig) -> impl Iterator<Item = OutgoingMessage<'static>> + '_ {
+fn messages<'a>(
+    config: &'a SoakConfig,
+    (index, sources): (usize, usize),
+    source_arn: &'a str,
+) -> impl Iterator<Item = OutgoingMessage<'static>> + 'a {
     let mut rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed);
-    (0..config.messages).map(move |n| {
+    let src = if sources > 1 {
+        format!(r#","src":"{source_arn}""#)
+    } else {
+        String::new()
+    };
+    (0..config.messages).filter_map(move |n| {
         let plan = match config.outage {
             Some(_) => Plan::Ok,
             None => Plan::draw(&mut rng),
         }
         .encode();
+        if n % sources != index {
+            return None;
+        }
         let group = config.fifo_groups.map(|groups| format!("g-{}", n % groups));
         let body = match &group {
             Some(group) => {
-                format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n},"group":"{group}"}}"#)
+                format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n},"group":"{group}"{src}}}"#)
             }
-            None => format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n}}}"#),
+            None => format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n}{src}}}"#),
         };
-        OutgoingMessage {
+        Some(OutgoingMessage {
             body: Text::from(body),
             attributes: Vec::new(),
             delay_seconds: 0,
             deduplication_id: group.as_ref().map(|_| Text::from(format!("m-{n}"))),
             group_id: group.map(Text::from),
-        }
+        })
     })
 }
 
@@ -921,9 +977,21 @@ struct Driver<'a, Q, H> {
     containers: &'a [H],
     url: &'a str,
     arn: &'a str,
+    /// Which of the messages this source gets: those whose number is `.0` modulo `.1`.
+    share: (usize, usize),
     rng: fastrand::Rng,
     config: &'a SoakConfig,
     started_ms: u64,
+}
+
+impl<'a, Q, H> Driver<'a, Q, H> {
+    /// A driver on the same SQS, containers and clock, for a second source.
+    fn clone_shared(&self) -> Self {
+        Self {
+            rng: self.rng.clone(),
+            ..*self
+        }
+    }
 }
 
 impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
@@ -931,16 +999,14 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
     /// source is empty.
     async fn produce_and_consume(&mut self, report: &mut SoakReport) -> Result<(), PortError> {
         let config = self.config;
-        let mut messages = messages(config);
-        let mut produced = 0;
+        let mut messages = messages(config, self.share, self.arn).peekable();
         loop {
             let depth = self.queue.inner().depth(self.url).await?;
-            if produced < config.messages && depth < config.max_queued {
+            if messages.peek().is_some() && depth < config.max_queued {
                 let batch: Vec<OutgoingMessage<'static>> = messages
                     .by_ref()
                     .take((config.max_queued - depth).min(10))
                     .collect();
-                produced += batch.len();
                 let refused = self.queue.inner().send_batch(self.url, &batch).await?;
                 assert!(
                     refused.is_empty(),
@@ -948,7 +1014,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
                 );
             }
             if !self.invoke(report).await? {
-                if produced == config.messages && self.queue.inner().depth(self.url).await? == 0 {
+                if messages.peek().is_none() && self.queue.inner().depth(self.url).await? == 0 {
                     return Ok(());
                 }
                 self.queue.inner().idle(self.url).await;
@@ -962,6 +1028,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         &mut self,
         planned: &PlannedHandler,
         dlq: &str,
+        mut second: Option<&mut Self>,
         report: &mut SoakReport,
     ) -> Result<(), PortError> {
         let queue = self.queue;
@@ -1010,8 +1077,17 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
             if summary.reprocessed == 0 {
                 return Ok(());
             }
-            while queue.inner().depth(self.url).await? > 0 {
-                if !self.invoke(report).await? {
+            loop {
+                let mut waiting = queue.inner().depth(self.url).await?;
+                let mut invoked = self.invoke(report).await?;
+                if let Some(second) = second.as_deref_mut() {
+                    waiting += queue.inner().depth(second.url).await?;
+                    invoked |= second.invoke(report).await?;
+                }
+                if waiting == 0 {
+                    break;
+                }
+                if !invoked {
                     queue.inner().idle(self.url).await;
                 }
             }
@@ -1026,6 +1102,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         planned: &PlannedHandler,
         mut chains: HashMap<String, u32>,
         dlq: &str,
+        second: Option<&Self>,
         report: &mut SoakReport,
     ) -> Result<(), PortError> {
         let (queue, config) = (self.queue, self.config);
@@ -1041,6 +1118,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report.stalled_after_delivery = queue.stalls_after_delivery.load(Ordering::Relaxed);
         report.out_of_order = planned.out_of_order.load(Ordering::Relaxed);
         report.first_out_of_order = planned.first_out_of_order.lock().unwrap().clone();
+        report.wrong_source = planned.wrong_source.load(Ordering::Relaxed);
         report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
         report.processed = effects.len();
         let mut dead: BTreeMap<String, u32> = BTreeMap::new();
@@ -1061,6 +1139,9 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report.dead_and_processed = dead.len() - dead_not_processed;
         report.in_dlq = dead.len();
         report.still_queued = queue.inner().depth(self.url).await?;
+        if let Some(second) = second {
+            report.still_queued += queue.inner().depth(second.url).await?;
+        }
         report.lost = config
             .messages
             .saturating_sub(report.processed + dead_not_processed + report.still_queued);
@@ -1294,6 +1375,7 @@ impl SoakConfig {
             outage: None,
             idempotency_table: None,
             order_checked: true,
+            second_source: false,
         }
     }
 
@@ -1383,7 +1465,16 @@ pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError>
         &format!("soak{suffix}"),
         Some((&dlq, config.max_receive_count)),
     );
-    run(sqs, (&url, &arn), &dlq, config).await
+    let second = config.second_source.then(|| {
+        sqs.create(
+            &format!("soak-b{suffix}"),
+            Some((&dlq, config.max_receive_count)),
+        )
+    });
+    let second = second
+        .as_ref()
+        .map(|(url, arn)| (url.as_str(), arn.as_str()));
+    run(sqs, (&url, &arn), second, &dlq, config).await
 }
 
 /// The moto run's queues (named after `prefix`), through the real SDK.
@@ -1424,6 +1515,7 @@ pub async fn run_on_moto(prefix: &str, config: &SoakConfig) -> Result<SoakReport
     run(
         redrive::SqsQueue::with_client(client),
         (&url, &arn),
+        None,
         &dlq,
         config,
     )

@@ -176,3 +176,17 @@ async fn sqs_moves_fifo_records_given_back_too_often_and_they_are_accounted_for(
     check_fifo(&report);
     assert!(report.in_dlq_without_metadata > 0, "{report}");
 }
+
+/// Two source queues share one DLQ, as `infra/examples/redrive-only` allows: the scheduled redrive
+/// (origin from each dead letter's metadata, the fallback only for what names none) sends every
+/// dead letter home to its own source, never to the other's consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sources_sharing_one_dlq_get_their_own_dead_letters_back() {
+    let config = SoakConfig {
+        second_source: true,
+        ..SoakConfig::memory(5_000, 9)
+    };
+    let report = run_in_memory(&config).await.unwrap();
+    check_standard(&report);
+    assert_eq!(report.wrong_source, 0, "{report}");
+}

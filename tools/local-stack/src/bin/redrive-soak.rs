@@ -4,7 +4,8 @@
 //! includes effects in each group's order). Then, per seed, the long outage in memory (a tenth of
 //! the messages): a downstream down for three hours. Every run has AWS's faults injected: failed,
 //! refused, late and stalled calls, throttling, idempotency store failures, whole batches failed
-//! or timed out, throttled invocations and batches delivered to two containers at once.
+//! or timed out, throttled invocations and batches delivered to two containers at once. Last, per
+//! seed, two source queues sharing one DLQ (a tenth of the messages).
 //!
 //! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3] (`--help` says more)
 use std::process::ExitCode;
@@ -97,6 +98,27 @@ async fn main() -> ExitCode {
                 let (deferred, _, ok_at_end) = report.alarms();
                 broken |=
                     !report.holds() || report.processed != messages || deferred == 0 || !ok_at_end;
+            }
+            Err(error) => {
+                eprintln!("redrive-soak: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    for &seed in &args.seeds {
+        let messages = args.memory / 10;
+        if messages == 0 {
+            break;
+        }
+        println!("== in-memory SQS, two sources sharing one DLQ, {messages} messages, seed {seed}");
+        let config = SoakConfig {
+            second_source: true,
+            ..SoakConfig::memory(messages, seed)
+        };
+        match run_in_memory(&config).await {
+            Ok(report) => {
+                println!("{report}\n");
+                broken |= !report.holds();
             }
             Err(error) => {
                 eprintln!("redrive-soak: {error}");
