@@ -23,7 +23,8 @@ pub trait RecordHandler: Sync {
 
     /// Ends what the handler left running on tasks of its own when records were cut off at the
     /// deadline (the idempotency guard's record of an effect already made). The processor waits
-    /// for it before carrying fates out, within half the time left for them. Nothing by default.
+    /// for it before carrying fates out, within half the time left for them. Nothing by default;
+    /// a handler that wraps another (around an idempotency guard, say) forwards it.
     fn settle(&self) -> impl Future<Output = ()> + Send {
         async {}
     }
