@@ -454,3 +454,118 @@ async fn fifo_attempts_count_only_own_failures_with_a_batch_of_one() {
         stack.assert_accounted(2, &stack.dlq_messages().await).await;
     }
 }
+
+/// Keeps the body of every request the SDK sends: moto 5.2.5 stores `MessageSystemAttributes` on
+/// SendMessage but drops them on SendMessageBatch, so what the engine asked of SQS is read here.
+#[derive(Debug, Default, Clone)]
+struct Wire(std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>);
+
+impl aws_sdk_sqs::config::Intercept for Wire {
+    fn name(&self) -> &'static str {
+        "Wire"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_sqs::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_sqs::config::RuntimeComponents,
+        _: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), aws_sdk_sqs::error::BoxError> {
+        if let Some(body) = context.request().body().bytes() {
+            if let Ok(json) = serde_json::from_slice(body) {
+                self.0.lock().unwrap().push(json);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_retry_and_a_dead_letter_carry_the_trace_header_of_the_delivery_that_failed() {
+    use aws_sdk_sqs::types::{MessageSystemAttributeNameForSends, MessageSystemAttributeValue};
+    let knobs = [("PAYMENTS_FLAKY_ORDERS", "o-flaky:1")];
+    let mut stack = Stack::new(
+        "traced",
+        Options {
+            knobs: &knobs,
+            ..Options::default()
+        },
+    )
+    .await;
+    let wire = Wire::default();
+    let watched = aws_sdk_sqs::Client::from_conf(
+        stack
+            .client
+            .config()
+            .to_builder()
+            .interceptor(wire.clone())
+            .build(),
+    );
+    let settings = stack
+        .topology
+        .settings(
+            &stack.queue.key,
+            &stack.queue.dlq_url,
+            Options::default().settings,
+        )
+        .unwrap();
+    stack.processor = redrive::Processor::new(
+        redrive::SqsQueue::with_client(watched),
+        redrive::ProcessorConfig::from(&settings),
+    );
+    let trace = |order: &str| {
+        format!("Root=1-6921a3c0-0a1b2c3d4e5f60718293a4b5;Parent=53995c3f42cd8ad8;Sampled=1;Lineage=a87bd80c:0|{order}")
+    };
+    let invalid = r#"{"orderId":"o-invalid","customerId":"c-1","amount":-3,"currency":"EUR"}"#;
+    for (order_id, body) in [
+        ("o-flaky", order("o-flaky")),
+        ("o-invalid", invalid.to_owned()),
+    ] {
+        let header = MessageSystemAttributeValue::builder()
+            .data_type("String")
+            .string_value(trace(order_id))
+            .build()
+            .unwrap();
+        stack
+            .client
+            .send_message()
+            .queue_url(&stack.queue.url)
+            .message_body(body)
+            .message_system_attributes(MessageSystemAttributeNameForSends::AwsTraceHeader, header)
+            .send()
+            .await
+            .unwrap();
+    }
+    stack.drain(LIMIT).await;
+    assert_eq!(stack.charged(), ["o-flaky"], "retried once, then done");
+    let dead = stack.dlq_messages().await;
+    assert_eq!(dead.len(), 1);
+    stack.assert_accounted(2, &dead).await;
+
+    // The header reached the consumer in the event (moto keeps SendMessage's system attributes),
+    // and the engine sent it on with the retry copy and the dead letter.
+    let sent: Vec<(String, Option<String>)> = wire
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|request| request["Entries"].as_array().cloned().unwrap_or_default())
+        .map(|entry| {
+            let order: serde_json::Value =
+                serde_json::from_str(entry["MessageBody"].as_str().unwrap()).unwrap();
+            (
+                order["orderId"].as_str().unwrap().to_owned(),
+                entry["MessageSystemAttributes"]["AWSTraceHeader"]["StringValue"]
+                    .as_str()
+                    .map(str::to_owned),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("o-flaky".to_owned(), Some(trace("o-flaky"))),
+            ("o-invalid".to_owned(), Some(trace("o-invalid")))
+        ]
+    );
+}

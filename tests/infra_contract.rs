@@ -1143,10 +1143,11 @@ mod calls_against_roles {
             function_arn: &str,
             payload: &str,
             client_context: &str,
+            trace_header: Option<&str>,
         ) -> Result<Reply, PortError> {
             self.note("lambda:InvokeFunction", function_arn);
             self.inner
-                .invoke(function_arn, payload, client_context)
+                .invoke(function_arn, payload, client_context, trace_header)
                 .await
         }
     }

@@ -12,7 +12,8 @@ use aws_sdk_sqs::config::BehaviorVersion;
 use aws_sdk_sqs::types::{
     BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
     DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
-    QueueAttributeName, SendMessageBatchRequestEntry,
+    MessageSystemAttributeNameForSends, MessageSystemAttributeValue, QueueAttributeName,
+    SendMessageBatchRequestEntry,
 };
 use aws_sdk_sqs::Client;
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
@@ -480,7 +481,21 @@ fn send_entry(
         .set_message_attributes((!attributes.is_empty()).then_some(attributes))
         .set_message_group_id(message.group_id.as_deref().map(str::to_owned))
         .set_message_deduplication_id(message.deduplication_id.as_deref().map(str::to_owned))
+        .set_message_system_attributes(message.trace_header.as_deref().map(trace_header))
         .build()
+}
+
+/// The `AWSTraceHeader` system attribute: SQS gives it precedence over the request's
+/// `X-Amzn-Trace-Id` header, which is the invocation's, not the record's.
+fn trace_header(
+    value: &str,
+) -> HashMap<MessageSystemAttributeNameForSends, MessageSystemAttributeValue> {
+    let value = MessageSystemAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .expect("data type is set");
+    HashMap::from([(MessageSystemAttributeNameForSends::AwsTraceHeader, value)])
 }
 
 fn attribute_value(

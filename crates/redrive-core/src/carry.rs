@@ -305,6 +305,7 @@ mod tests {
             delay_seconds: 0,
             group_id: None,
             deduplication_id: None,
+            trace_header: None,
         }
     }
 

@@ -194,6 +194,9 @@ pub struct OutgoingMessage<'a> {
     pub group_id: Option<Text<'a>>,
     /// FIFO deduplication id.
     pub deduplication_id: Option<Text<'a>>,
+    /// The X-Ray trace header of the delivery the copy comes from, sent as the `AWSTraceHeader`
+    /// system attribute so that the attempts of one message share a trace.
+    pub trace_header: Option<Text<'a>>,
 }
 
 impl OutgoingMessage<'_> {
@@ -209,6 +212,7 @@ impl OutgoingMessage<'_> {
             delay_seconds: self.delay_seconds,
             group_id: self.group_id.map(Text::into_owned),
             deduplication_id: self.deduplication_id.map(Text::into_owned),
+            trace_header: self.trace_header.map(Text::into_owned),
         }
     }
 
@@ -220,7 +224,7 @@ impl OutgoingMessage<'_> {
             .and_then(|(_, value)| value.string_value.as_deref())
     }
 
-    /// Bytes SQS counts towards its 1 MiB limit.
+    /// Bytes SQS counts towards its 1 MiB limit (the trace header is not counted).
     pub fn size(&self) -> usize {
         self.body.len()
             + self
@@ -269,6 +273,7 @@ pub fn annotate<'r>(
         // On a standard queue the group names the tenant of a fair queue; a copy keeps it.
         group_id: record.attributes.message_group_id.clone(),
         deduplication_id: None,
+        trace_header: record.attributes.aws_trace_header.clone(),
     };
     message.attributes.push(meta_attribute(&meta));
     if message.size() > MAX_MESSAGE_BYTES {

@@ -498,6 +498,56 @@ async fn a_fair_queue_record_keeps_its_tenant_on_every_copy() {
 }
 
 #[tokio::test]
+async fn every_copy_carries_the_trace_header_of_the_delivery_that_failed() {
+    let policy = RetryPolicy {
+        backoff: redrive_core::Backoff::Sequence(vec![Duration::from_secs(3600)]),
+        ..RetryPolicy::default()
+    };
+    let processor = processor(policy);
+    let handler = handler();
+    let traced = |id: &str, body: &str| {
+        let mut rec = record(id, body);
+        rec["attributes"]["AWSTraceHeader"] = format!(
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1;id={id}"
+        )
+        .into();
+        rec
+    };
+    let json = event(vec![
+        traced("m-retry", "transient"),
+        traced("m-defer", "defer:30"),
+        traced("m-dead", "permanent"),
+        record("m-untraced", "transient"),
+    ]);
+    let processed = run(&processor, &handler, &json).await;
+    assert!(failures(&processed).is_empty());
+    let traces = |queue| -> Vec<Option<String>> {
+        processor
+            .queue()
+            .sent_to(queue)
+            .iter()
+            .map(|m| {
+                m.trace_header
+                    .as_deref()
+                    .map(|h| h.rsplit("id=").next().unwrap().to_owned())
+            })
+            .collect()
+    };
+    let id = |id: &str| Some(id.to_owned());
+    assert_eq!(traces(SOURCE), [id("m-retry"), id("m-defer"), None]);
+    assert_eq!(traces(DLQ), [id("m-dead")]);
+
+    // The retry copy arrives before it is due (the hour-long backoff): the hop it is sent on as
+    // carries the header it arrived with.
+    let retry = processor.queue().sent_to(SOURCE).remove(0);
+    let mut rec = traced("m-hop", "transient");
+    rec["messageAttributes"]["redrive"] = serde_json::json!({"stringValue": retry.attribute("redrive").unwrap(), "dataType": "String"});
+    let processed = run(&processor, &handler, &event(vec![rec])).await;
+    assert_eq!(processed.report.deferred, 1, "a hop");
+    assert_eq!(traces(SOURCE)[3], id("m-hop"));
+}
+
+#[tokio::test]
 async fn a_record_done_on_a_retry_is_counted_for_the_retry_success_rate() {
     let processor = processor(RetryPolicy::default());
     let handler = handler();

@@ -77,13 +77,16 @@ pub enum Reply {
 /// The one port for Lambda calls.
 pub trait InvokePort: Send + Sync {
     /// Invoke with InvocationType `RequestResponse` and wait for the function's answer. `payload`
-    /// is passed as it is; `client_context` (JSON) reaches the function's context. `Err` when
-    /// Lambda did not run the function (throttled, missing, not allowed).
+    /// is passed as it is; `client_context` (JSON) reaches the function's context; `trace_header`
+    /// (the failed delivery's X-Ray header) is the invocation's `X-Amzn-Trace-Id`, so the
+    /// function's trace continues the event's. `Err` when Lambda did not run the function
+    /// (throttled, missing, not allowed).
     fn invoke(
         &self,
         function_arn: &str,
         payload: &str,
         client_context: &str,
+        trace_header: Option<&str>,
     ) -> impl Future<Output = Result<Reply, PortError>> + Send;
 }
 
@@ -228,13 +231,19 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
         if let Some(wait) = self.not_due_for(message) {
             return Err(RecordError::defer("redrive_not_due", wait));
         }
+        let trace_header = message.record().attributes.aws_trace_header.as_ref();
         match target_kind(target_arn) {
-            Some(Target::Queue) => self.send(target_arn, event).await,
+            Some(Target::Queue) => self.send(target_arn, event, trace_header.cloned()).await,
             Some(Target::Function) => {
                 let redelivery = message.meta().map_or(0, |meta| meta.attempts) + 1;
                 let reply = self
                     .lambda
-                    .invoke(target_arn, event, &client_context(redelivery))
+                    .invoke(
+                        target_arn,
+                        event,
+                        &client_context(redelivery),
+                        trace_header.map(|header| &**header),
+                    )
                     .await
                     .map_err(|error| delivery_error("invoke_failed", error))?;
                 match reply {
@@ -282,8 +291,13 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
 
     /// The original event, byte for byte, as the body EventBridge would have sent; to a FIFO queue
     /// in the message group the rule's target names (`REDRIVE_FIFO_TARGET_GROUPS`), deduplicated by
-    /// the event's id.
-    async fn send(&self, queue_arn: &str, event: &str) -> Result<(), RecordError> {
+    /// the event's id; with the trace header of the delivery that failed.
+    async fn send(
+        &self,
+        queue_arn: &str,
+        event: &str,
+        trace_header: Option<Text<'_>>,
+    ) -> Result<(), RecordError> {
         let group_id = if queue_arn.ends_with(".fifo") {
             let group = self.settings.fifo_group(queue_arn).ok_or_else(|| {
                 RecordError::permanent(
@@ -315,6 +329,7 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
             delay_seconds: 0,
             group_id,
             deduplication_id,
+            trace_header,
         };
         match self.queue.send_batch(&url, &[message]).await {
             Ok(refused) if refused.is_empty() => Ok(()),
@@ -446,6 +461,8 @@ pub struct Invoke {
     pub payload: String,
     /// The client context (JSON).
     pub client_context: String,
+    /// The `X-Amzn-Trace-Id` it was invoked with.
+    pub trace_header: Option<String>,
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -484,6 +501,7 @@ impl InvokePort for RecordingInvoker {
         function_arn: &str,
         payload: &str,
         client_context: &str,
+        trace_header: Option<&str>,
     ) -> Result<Reply, PortError> {
         if let Some((_, message)) = self
             .refused
@@ -498,6 +516,7 @@ impl InvokePort for RecordingInvoker {
             function_arn: function_arn.to_owned(),
             payload: payload.to_owned(),
             client_context: client_context.to_owned(),
+            trace_header: trace_header.map(str::to_owned),
         });
         let mut failures = self.failures.lock().unwrap();
         match failures.as_mut() {

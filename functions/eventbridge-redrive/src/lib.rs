@@ -35,6 +35,7 @@ impl InvokePort for LambdaInvoker {
         function_arn: &str,
         payload: &str,
         client_context: &str,
+        trace_header: Option<&str>,
     ) -> Result<Reply, PortError> {
         const OPERATION: &str = "Invoke";
         let client = self
@@ -47,6 +48,19 @@ impl InvokePort for LambdaInvoker {
             .invocation_type(InvocationType::RequestResponse)
             .client_context(base64::engine::general_purpose::STANDARD.encode(client_context))
             .payload(Blob::new(payload.as_bytes()))
+            .customize()
+            // Set before the SDK's recursion-detection interceptor, which then leaves it: the
+            // header is the event's trace, not the redrive invocation's.
+            .mutate_request({
+                let trace_header = trace_header.map(str::to_owned);
+                move |request| {
+                    if let Some(header) = &trace_header {
+                        let _ = request
+                            .headers_mut()
+                            .try_insert("x-amzn-trace-id", header.clone());
+                    }
+                }
+            })
             .send()
             .await
             .map_err(|error| {

@@ -426,3 +426,19 @@ fn fifo_target_groups_are_checked_at_start() {
         assert!(error.contains("REDRIVE_FIFO_TARGET_GROUPS"), "{error}");
     }
 }
+
+#[tokio::test]
+async fn a_redelivered_event_continues_the_trace_of_the_delivery_that_failed() {
+    let mut batch = sample("eventbridge-dlq-batch.json");
+    let header = |n: usize| format!("Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1;n={n}");
+    for n in 0..2 {
+        batch["Records"][n]["attributes"]["AWSTraceHeader"] = header(n).into();
+    }
+    let processor = Processor::new(RecordingQueue::default(), ProcessorConfig::default());
+    let handler = handler();
+    handle(&processor, &handler, &batch).await;
+    let to_audit = handler.queue().sent_to(AUDIT);
+    assert_eq!(to_audit[0].trace_header.as_deref(), Some(&*header(0)));
+    let invokes = handler.lambda().invokes();
+    assert_eq!(invokes[0].trace_header.as_deref(), Some(&*header(1)));
+}

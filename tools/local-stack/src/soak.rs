@@ -967,6 +967,7 @@ fn messages<'a>(
             delay_seconds: 0,
             deduplication_id: group.as_ref().map(|_| Text::from(format!("m-{n}"))),
             group_id: group.map(Text::from),
+            trace_header: None,
         })
     })
 }

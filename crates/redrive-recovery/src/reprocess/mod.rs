@@ -463,6 +463,7 @@ fn as_is<'r>(record: &'r SqsRecord<'r>) -> Option<redrive_core::envelope::Outgoi
             delay_seconds: 0,
             group_id: record.attributes.message_group_id.clone(),
             deduplication_id: None,
+            trace_header: record.attributes.aws_trace_header.clone(),
         }),
     }
 }
@@ -503,6 +504,7 @@ mod tests {
             ..SqsRecord::default()
         };
         record.attributes.sent_timestamp = Some(Text::from((NOW - 2 * HOUR).to_string()));
+        record.attributes.aws_trace_header = Some(Text::from(trace_header(id)));
         let tenant = MessageAttribute {
             string_value: Some(Text::from("acme")),
             binary_value: None,
@@ -533,6 +535,12 @@ mod tests {
             record.message_attributes = copy.attributes.into_iter().collect();
         }
         record
+    }
+
+    fn trace_header(id: &str) -> String {
+        format!(
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1;id={id}"
+        )
     }
 
     fn reprocessor(settings: &ReprocessSettings) -> Reprocessor<RecordingQueue> {
@@ -600,6 +608,11 @@ mod tests {
         assert_eq!(sent.len(), 1);
         assert_eq!(&*sent[0].body, "{\"id\":\"due\"}");
         assert_eq!(sent[0].attribute("tenant"), Some("acme"));
+        assert_eq!(
+            sent[0].trace_header.as_deref(),
+            Some(&*trace_header("due")),
+            "the trace goes on"
+        );
         let meta: Meta<'_> = serde_json::from_str(sent[0].attribute("redrive").unwrap()).unwrap();
         assert_eq!((meta.attempts, meta.reprocess_count), (0, 1));
         assert_eq!(
