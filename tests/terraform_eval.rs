@@ -210,6 +210,54 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
             .contains("names end in .fifo exactly when fifo is true"),
         "{fifo_mismatch}"
     );
+    // On Lambda Managed Instances.
+    const MEMORY: &str = "function_memory_mb         = 256";
+    let managed = |fields: &str| format!("{MEMORY}\n  managed_instances = {{ {fields} }}");
+    let provider = "capacity_provider_arn = \"arn:aws:lambda:eu-west-1:123456789012:capacity-provider:orders\"";
+    assert_eq!(
+        evaluate_example(
+            "own-consumer",
+            &main_tf("own-consumer").replacen(
+                MEMORY,
+                &managed(&format!(
+                    "{provider}, max_concurrency = 8, memory_gib_per_vcpu = 4"
+                )),
+                1
+            )
+        ),
+        Ok(())
+    );
+    assert_eq!(
+        evaluate_example(
+            "own-consumer",
+            &main_tf("own-consumer").replacen(MEMORY, &managed(provider), 1)
+        ),
+        Ok(()),
+        "Lambda's defaults for the rest"
+    );
+    let managed_broken = [
+        (
+            managed(&format!("{provider}, memory_gib_per_vcpu = 3")),
+            "memory_gib_per_vcpu must be 2, 4 or 8",
+        ),
+        (
+            managed(&format!("{provider}, max_concurrency = 2000")),
+            "max_concurrency must be a whole number from 1 to 1600",
+        ),
+        (
+            managed("capacity_provider_arn = \"arn:aws:ecs:eu-west-1:123456789012:capacity-provider/orders\""),
+            "must be a Lambda capacity provider ARN",
+        ),
+    ];
+    for (to, message) in &managed_broken {
+        let error = evaluate_example(
+            "own-consumer",
+            &main_tf("own-consumer").replacen(MEMORY, to, 1),
+        )
+        .expect_err(&format!("{to} accepted"));
+        let error = error.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(error.contains(message), "{to}: {error}");
+    }
     let broken: [(&str, &str, &str, &str); 3] = [
         (
             "own-consumer",

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::error::ErrorClass;
 use crate::fate::Fate;
+use crate::Invocation;
 
 /// One batch's figures (the EMF line's metrics).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
@@ -97,19 +98,35 @@ impl BatchReport {
         }
     }
 
-    /// The EMF log line: metrics in `namespace` with the dimension `Function`.
-    pub fn emf_line(&self, namespace: &str, function: &str, timestamp_ms: u64) -> String {
+    /// The EMF log line: metrics in `namespace` with the dimension `Function`, and the
+    /// invocation's `requestId` and `traceId` (logged, not metrics), which tie the line to its
+    /// invocation when several run in one process.
+    pub fn emf_line(
+        &self,
+        namespace: &str,
+        invocation: &Invocation<'_>,
+        timestamp_ms: u64,
+    ) -> String {
         let fields = serde_json::to_value(self).expect("report serialises");
         let units = COUNTS
             .iter()
             .map(|name| (*name, "Count"))
             .chain(["RetryDelayMaxSeconds", "RetryDelaySumSeconds"].map(|name| (name, "Seconds")));
+        let mut ids = serde_json::Map::new();
+        for (name, id) in [
+            ("requestId", invocation.request_id),
+            ("traceId", invocation.trace_id),
+        ] {
+            if let Some(id) = id {
+                ids.insert(name.into(), id.into());
+            }
+        }
         emf_line(
             namespace,
-            ("Function", function),
+            ("Function", invocation.function_name.unwrap_or_default()),
             timestamp_ms,
             units.map(|(name, unit)| (name, fields[name].clone(), unit)),
-            serde_json::Value::Null,
+            serde_json::Value::Object(ids),
         )
     }
 }
@@ -156,9 +173,20 @@ mod tests {
             permanent_errors: 1,
             ..Default::default()
         };
+        let invocation = Invocation {
+            function_name: Some("orders"),
+            request_id: Some("8476a536-e9f4-5d5b-a3f4-0d3b6a2d4f1c"),
+            ..Invocation::default()
+        };
         let line: serde_json::Value =
-            serde_json::from_str(&report.emf_line("redrive", "orders", 1_700_000_000_000)).unwrap();
+            serde_json::from_str(&report.emf_line("redrive", &invocation, 1_700_000_000_000))
+                .unwrap();
         assert_eq!(line["Function"], "orders");
+        assert_eq!(line["requestId"], "8476a536-e9f4-5d5b-a3f4-0d3b6a2d4f1c");
+        assert!(
+            line.get("traceId").is_none(),
+            "only what the invocation had"
+        );
         assert_eq!(line["DeadLettered"], 1);
         let declared = line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
             .as_array()
@@ -172,7 +200,7 @@ mod tests {
         }
         assert_eq!(
             declared.len(),
-            line.as_object().unwrap().len() - 2,
+            line.as_object().unwrap().len() - 3,
             "every figure is declared"
         );
     }

@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
 use lambda_runtime::tower::{Layer, Service};
@@ -63,7 +64,7 @@ pub enum BatchResponse {
 /// ```
 pub async fn consume<H, F>(make_handler: F) -> Result<(), lambda_runtime::Error>
 where
-    H: RecordHandler,
+    H: RecordHandler + Send + 'static,
     F: FnOnce(&Settings) -> Result<H, lambda_runtime::Error>,
 {
     init_tracing();
@@ -96,36 +97,49 @@ where
     }
 }
 
-/// The runtime loop of [`consume`], with the handler it settled on.
-async fn serve<H: RecordHandler>(
+/// The runtime loop of [`consume`], with the handler it settled on: one processor, handler and set
+/// of clients for every invocation, however many Lambda runs at once.
+async fn serve<H: RecordHandler + Send + 'static>(
     settings: &Settings,
     handler: H,
 ) -> Result<(), lambda_runtime::Error> {
-    let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(settings));
-    let namespace = settings.metrics_namespace.as_str();
-    let (processor, handler) = (&processor, &handler);
-    run(|event| {
+    let shared = Arc::new((
+        Processor::new(SqsQueue::lazy(), ProcessorConfig::from(settings)),
+        handler,
+        settings.metrics_namespace.clone(),
+    ));
+    run(move |event| {
+        let shared = Arc::clone(&shared);
         // Boxed: the type of the whole invocation (runtime, processor, handler) nests deeply
         // enough to need a raised recursion_limit in every crate that instantiates it.
-        let invocation: Pin<Box<dyn Future<Output = _>>> = Box::pin(async move {
-            let function = event.context.env_config.function_name.clone();
+        let invocation: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
+            let (processor, handler, namespace) = &*shared;
+            let context = event.context.clone();
             let processed = handle_sqs_or_kinesis(event, processor, handler).await?;
-            Ok::<_, lambda_runtime::Error>(respond(processed, namespace, &function))
+            Ok::<_, lambda_runtime::Error>(respond(processed, namespace, &context))
         });
         invocation
     })
     .await
 }
 
-/// `lambda_runtime::run` for a handler of the event's bytes as Lambda sent them. The runtime gives
-/// a handler only a deserialised payload, and deserialising a 6 MB batch even into a `RawValue`
-/// is a full JSON parse that takes as long as all of the processor's own work (docs/performance.md,
-/// "Performance"); so the body is handed past that step, which is left to read `null`.
-pub async fn run<F, Fut, R>(mut handler: F) -> Result<(), lambda_runtime::Error>
+/// `lambda_runtime::run_concurrent` for a handler of the event's bytes as Lambda sent them.
+///
+/// On Lambda Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY` above 1) the runtime polls for that
+/// many invocations at once, each on a task of its own; elsewhere it takes one at a time. Each
+/// invocation's deadline, request id and trace id come with its own [`LambdaEvent`]; the runtime
+/// sets the process-wide `_X_AMZN_TRACE_ID` only in the sequential mode, so read the trace id
+/// from the context (docs/managed-instances.md).
+///
+/// The runtime gives a handler only a deserialised payload, and deserialising a 6 MB batch even
+/// into a `RawValue` is a full JSON parse that takes as long as all of the processor's own work
+/// (docs/performance.md, "Performance"); so the body is handed past that step, which is left to
+/// read `null`.
+pub async fn run<F, Fut, R>(handler: F) -> Result<(), lambda_runtime::Error>
 where
-    F: FnMut(LambdaEvent<Bytes>) -> Fut,
-    Fut: Future<Output = Result<R, lambda_runtime::Error>>,
-    R: Serialize,
+    F: Fn(LambdaEvent<Bytes>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<R, lambda_runtime::Error>> + Send + 'static,
+    R: Serialize + Send + 'static,
 {
     let service = service_fn(move |event: LambdaEvent<()>| {
         // The runtime calls this inside `PassBodyService::call`, where the body is in scope.
@@ -142,7 +156,7 @@ where
     Runtime::new(service)
         .layer(TracingLayer::new())
         .layer(PassBody)
-        .run()
+        .run_concurrent()
         .await
 }
 
@@ -160,6 +174,7 @@ impl<S> Layer<S> for PassBody {
     }
 }
 
+#[derive(Clone)]
 struct PassBodyService<S>(S);
 
 impl<S: Service<LambdaInvocation>> Service<LambdaInvocation> for PassBodyService<S> {
@@ -245,14 +260,16 @@ fn invocation(context: &Context) -> Invocation<'_> {
     }
 }
 
-/// Writes the batch's figures as one EMF line on stdout (CloudWatch makes metrics of it) and
-/// returns the partial batch response for Lambda.
-pub fn respond<R>(processed: Processed<R>, metrics_namespace: &str, function: &str) -> R {
+/// Writes the batch's figures as one EMF line on stdout (CloudWatch makes metrics of it), with the
+/// invocation's request id and trace id, and returns the partial batch response for Lambda.
+pub fn respond<R>(processed: Processed<R>, metrics_namespace: &str, context: &Context) -> R {
     println!(
         "{}",
-        processed
-            .report
-            .emf_line(metrics_namespace, function, SystemClock.now_ms())
+        processed.report.emf_line(
+            metrics_namespace,
+            &invocation(context),
+            SystemClock.now_ms()
+        )
     );
     processed.response
 }

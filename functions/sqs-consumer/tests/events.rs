@@ -64,11 +64,11 @@ async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
         function_name: "redrive-orders".into(),
         ..lambda_runtime::Config::default()
     });
-    let event = LambdaEvent::new(Bytes::from(json), context);
+    let event = LambdaEvent::new(Bytes::from(json), context.clone());
     let response = redrive::lambda::respond(
         redrive::lambda::handle_sqs_or_kinesis(event, &processor, &handler).await?,
         "redrive",
-        "orders",
+        &context,
     );
     let queue = processor.into_queue();
     Ok(Outcome {

@@ -82,6 +82,19 @@ resource "aws_lambda_function" "function" {
   # null leaves the function on the account's unreserved pool.
   reserved_concurrent_executions = var.reserved_concurrency
   tags                           = var.tags
+  # On Managed Instances an unqualified invoke (the event source mapping's) runs $LATEST.PUBLISHED.
+  publish_to = var.managed_instances == null ? null : "LATEST_PUBLISHED"
+
+  dynamic "capacity_provider_config" {
+    for_each = var.managed_instances == null ? [] : [var.managed_instances]
+    content {
+      lambda_managed_instances_capacity_provider_config {
+        capacity_provider_arn                     = capacity_provider_config.value.capacity_provider_arn
+        per_execution_environment_max_concurrency = capacity_provider_config.value.max_concurrency
+        execution_environment_memory_gib_per_vcpu = capacity_provider_config.value.memory_gib_per_vcpu
+      }
+    }
+  }
 
   environment {
     variables = var.environment

@@ -56,6 +56,16 @@ variable "reserved_concurrency" {
   }
 }
 
+variable "managed_instances" {
+  description = "Lambda Managed Instances: the capacity provider's ARN, invocations per execution environment, memory per vCPU (GiB); null for Lambda's default compute. The calling module validates it (modules/sqs-consumer)."
+  type = object({
+    capacity_provider_arn = string
+    max_concurrency       = optional(number)
+    memory_gib_per_vcpu   = optional(number)
+  })
+  default = null
+}
+
 variable "environment" {
   description = "Environment variables of the function."
   type        = map(string)

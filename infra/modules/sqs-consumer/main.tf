@@ -71,6 +71,7 @@ module "function" {
   zip                = var.function_zip
   timeout_seconds    = var.function_timeout_seconds
   memory_mb          = var.function_memory_mb
+  managed_instances  = var.managed_instances
   log_retention_days = var.log_retention_days
   tags               = var.tags
   # Retries, hops and deferrals are re-sent to the source queue: a chain Lambda would stop after 16

@@ -40,6 +40,31 @@ variable "function_memory_mb" {
   }
 }
 
+variable "managed_instances" {
+  description = "Run the consumer on Lambda Managed Instances: the capacity provider's ARN, the invocations one execution environment runs at once (Lambda passes it as AWS_LAMBDA_MAX_CONCURRENCY) and the memory per vCPU in GiB. null runs it on Lambda's default compute. Lambda fixes the compute type when it creates the function, so set it on the first apply."
+  type = object({
+    capacity_provider_arn = string
+    max_concurrency       = optional(number)
+    memory_gib_per_vcpu   = optional(number)
+  })
+  default = null
+
+  validation {
+    condition     = var.managed_instances == null || can(regex("^arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:[0-9]{12}:capacity-provider:[a-zA-Z0-9_-]+$", var.managed_instances.capacity_provider_arn))
+    error_message = "managed_instances.capacity_provider_arn must be a Lambda capacity provider ARN (arn:aws:lambda:<region>:<account>:capacity-provider:<name>)."
+  }
+
+  validation {
+    condition     = try(var.managed_instances.max_concurrency, null) == null ? true : (var.managed_instances.max_concurrency >= 1 && var.managed_instances.max_concurrency <= 1600 && floor(var.managed_instances.max_concurrency) == var.managed_instances.max_concurrency)
+    error_message = "managed_instances.max_concurrency must be a whole number from 1 to 1600."
+  }
+
+  validation {
+    condition     = try(var.managed_instances.memory_gib_per_vcpu, null) == null ? true : contains([2, 4, 8], var.managed_instances.memory_gib_per_vcpu)
+    error_message = "managed_instances.memory_gib_per_vcpu must be 2, 4 or 8 (GiB of memory per vCPU)."
+  }
+}
+
 variable "environment" {
   description = "REDRIVE_* (and other) environment variables of the function; REDRIVE_DLQ_URL is added."
   type        = map(string)

@@ -2,7 +2,6 @@
 //! AWS Lambda (Python and TypeScript) doing the same work, side by side; start-up of the release
 //! `bootstrap`; its peak memory on that event; SQS requests per re-sent message; zip sizes.
 mod io_bound;
-mod runtime_api;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
@@ -15,6 +14,7 @@ use redrive::port::RecordingQueue;
 use redrive::{
     Message, Processor, ProcessorConfig, RecordError, RecordHandler, RetryPolicy, SqsEvent,
 };
+use redrive_runtime_api::{peak_rss_kib, Invocation, RuntimeApi};
 use serde::Deserialize;
 
 const RECORDS: usize = 10_000;
@@ -451,12 +451,14 @@ fn main() -> Result<(), String> {
         .ok_or("bootstrap path is not UTF-8")?;
     let startup_ms = startup_ms(bootstrap)?;
     let function = function_on_event(bootstrap, event.as_bytes())?;
+    let managed = managed_instances(bootstrap)?;
     let zips = zip_sizes(&args.lambda_dir)?;
 
     let mut table = Table::default();
     table.throughput(&throughput, references);
     table.io_bound(&io_measured);
     table.function(&throughput, startup_ms, &function, &zips);
+    table.managed_instances(&managed);
     let results = format!(
         "| measure | value | target | met |\n|---|---|---|---|\n{}",
         table.0
@@ -546,9 +548,11 @@ fn io_bound_rows(
 fn startup_ms(bootstrap: &str) -> Result<f64, String> {
     let mut startups = Vec::new();
     for _ in 0..21 {
-        let api = runtime_api::RuntimeApi::bind().map_err(|e| e.to_string())?;
+        let api = RuntimeApi::bind().map_err(|e| e.to_string())?;
         let started = Instant::now();
-        let mut child = api.spawn(bootstrap, &[]).map_err(|e| e.to_string())?;
+        let mut child = api
+            .spawn(bootstrap, &[], false)
+            .map_err(|e| e.to_string())?;
         let elapsed = api
             .time_to_first_request(started)
             .map_err(|e| e.to_string())?;
@@ -571,21 +575,31 @@ struct FunctionRun {
 /// Runs the function on the event (report-only: no SQS endpoint) `BOOTSTRAP_INVOCATIONS` times;
 /// a warm container must not grow.
 fn function_on_event(bootstrap: &str, event: &[u8]) -> Result<FunctionRun, String> {
-    let api = runtime_api::RuntimeApi::bind().map_err(|e| e.to_string())?;
-    let mut child = api.spawn(bootstrap, &[]).map_err(|e| e.to_string())?;
-    let invocations = api
-        .invoke(child.id(), event, BOOTSTRAP_INVOCATIONS)
+    let api = RuntimeApi::bind().map_err(|e| e.to_string())?;
+    let mut child = api
+        .spawn(bootstrap, &[], false)
+        .map_err(|e| e.to_string())?;
+    let pid = child.id();
+    let mut peaks_kib = Vec::new();
+    let served = api
+        .serve(invocations_of(event, BOOTSTRAP_INVOCATIONS), |_| {
+            peaks_kib.push(
+                peak_rss_kib(pid)
+                    .ok_or_else(|| std::io::Error::other(format!("cannot read VmHWM of {pid}")))?,
+            );
+            Ok(())
+        })
         .map_err(|e| e.to_string())?;
     let ms = median(
-        invocations
-            .times
+        served
+            .answers
             .iter()
-            .map(|time| time.as_secs_f64() * 1000.0)
+            .map(|answer| answer.took.as_secs_f64() * 1000.0)
             .collect(),
     );
-    let peak_kib = invocations.peaks_kib[0];
-    let growth_kib = invocations.peaks_kib[BOOTSTRAP_INVOCATIONS - 1] - peak_kib;
-    let response = invocations.last_answer;
+    let peak_kib = peaks_kib[0];
+    let growth_kib = peaks_kib[BOOTSTRAP_INVOCATIONS - 1] - peak_kib;
+    let response = served.answers[BOOTSTRAP_INVOCATIONS - 1].body.clone();
     let _ = child.kill();
     let _ = child.wait();
     // The function's own orders handler accepts every generated order.
@@ -601,6 +615,73 @@ fn function_on_event(bootstrap: &str, event: &[u8]) -> Result<FunctionRun, Strin
         peak_kib,
         growth_kib,
     })
+}
+
+/// Invocations per second through one bootstrap, one at a time and with Lambda Managed Instances'
+/// concurrency, in the same run.
+struct Managed {
+    sequential: f64,
+    concurrent: f64,
+    /// The most invocations the runtime API saw in flight at once in the concurrent mode.
+    max_in_flight: usize,
+}
+
+/// `AWS_LAMBDA_MAX_CONCURRENCY` of the concurrent mode.
+const MANAGED_CONCURRENCY: usize = 8;
+/// Invocations per mode: 10-record batches whose payment calls each wait `MANAGED_LATENCY`.
+const MANAGED_INVOCATIONS: usize = 160;
+const MANAGED_LATENCY: &str = "20ms";
+
+fn managed_instances(bootstrap: &str) -> Result<Managed, String> {
+    let event = generate_event(10, None);
+    let concurrency = MANAGED_CONCURRENCY.to_string();
+    let rate = |extra: Option<(&str, &str)>| -> Result<(f64, usize), String> {
+        let api = RuntimeApi::bind().map_err(|e| e.to_string())?;
+        let env: Vec<(&str, &str)> = [("PAYMENTS_LATENCY", MANAGED_LATENCY)]
+            .into_iter()
+            .chain(extra)
+            .collect();
+        let mut child = api
+            .spawn(bootstrap, &env, false)
+            .map_err(|e| e.to_string())?;
+        let served = api.serve(
+            invocations_of(event.as_bytes(), MANAGED_INVOCATIONS),
+            |answer| match answer.body.as_slice() {
+                br#"{"batchItemFailures":[]}"# => Ok(()),
+                other => Err(std::io::Error::other(format!(
+                    "{} was not handled: {}",
+                    answer.request_id,
+                    String::from_utf8_lossy(other)
+                ))),
+            },
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        let served = served.map_err(|e| e.to_string())?;
+        Ok((
+            MANAGED_INVOCATIONS as f64 / served.elapsed.as_secs_f64(),
+            served.max_in_flight,
+        ))
+    };
+    let (sequential, _) = rate(None)?;
+    let (concurrent, max_in_flight) =
+        rate(Some(("AWS_LAMBDA_MAX_CONCURRENCY", concurrency.as_str())))?;
+    Ok(Managed {
+        sequential,
+        concurrent,
+        max_in_flight,
+    })
+}
+
+/// `count` invocations of `event`, each with a request id of its own.
+fn invocations_of(event: &[u8], count: usize) -> Vec<Invocation> {
+    (1..=count)
+        .map(|n| Invocation {
+            request_id: format!("bench-{n}"),
+            trace_id: format!("Root=1-00000000-{n:024x}"),
+            event: event.to_vec(),
+        })
+        .collect()
 }
 
 /// Each function's release zip and its size.
@@ -742,6 +823,32 @@ impl Table {
                 );
             }
         }
+    }
+
+    fn managed_instances(&mut self, managed: &Managed) {
+        let measure = format!(
+            "Managed Instances: invocations/s through one bootstrap, {MANAGED_INVOCATIONS} 10-record batches, payment calls of {MANAGED_LATENCY}"
+        );
+        self.row(
+            &format!("{measure}, one at a time"),
+            format!("{:.1}/s", managed.sequential),
+            "-",
+            true,
+        );
+        let ratio = managed.concurrent / managed.sequential;
+        self.row(
+            &format!("{measure}, AWS_LAMBDA_MAX_CONCURRENCY={MANAGED_CONCURRENCY}"),
+            format!(
+                "{:.1}/s = {ratio:.2}x one at a time ({} in flight at most)",
+                managed.concurrent, managed.max_in_flight
+            ),
+            &format!(
+                ">= {}x, {MANAGED_CONCURRENCY} in flight",
+                MANAGED_CONCURRENCY / 2
+            ),
+            ratio >= (MANAGED_CONCURRENCY / 2) as f64
+                && managed.max_in_flight == MANAGED_CONCURRENCY,
+        );
     }
 
     fn function(
