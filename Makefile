@@ -62,10 +62,15 @@ infra-check: $(CHECKOV_STAMP) ## terraform fmt -check, checkov (0 failed, skips 
 	.venv-checkov/bin/checkov -d infra --framework terraform --quiet --compact --skip-download
 	tools/provider-schema
 
-lint: ## cargo fmt --check, clippy and rustdoc with warnings denied
+# The crates for crates.io, packaged together (each verified against the others' packages).
+CRATES := redrive-event redrive-core redrive-aws redrive-recovery redrive-lambda redrive
+
+lint: ## cargo fmt --check, clippy and rustdoc with warnings denied, rust-version, cargo package
 	$(CARGO) fmt --all -- --check
+	tools/check-msrv
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings -W clippy::match_bool
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked --quiet
+	$(CARGO) package --locked --allow-dirty --quiet $(foreach crate,$(CRATES),-p $(crate))
 
 build: $(STAMP) ## Release arm64 zips for Lambda (target/lambda/<function>/bootstrap.zip)
 	rustup target add aarch64-unknown-linux-gnu
