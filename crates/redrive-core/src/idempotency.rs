@@ -207,9 +207,22 @@ pub struct Idempotent<H, S> {
     pub check_payload: bool,
     duplicates: AtomicU64,
     unconfirmed_completions: Arc<AtomicU64>,
-    /// Completions running: each on a task of its own, so that a record cut off at the deadline
-    /// after its effect still gets its key done ([`RecordHandler::settle`] waits for them).
-    completing: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+/// The key writes an invocation's records left running, each on a task of its own so that a
+/// record cut off at the deadline after its effect still gets its key done
+/// ([`RecordHandler::settle`] waits for them).
+type Completing = Arc<tokio::sync::watch::Sender<usize>>;
+
+tokio::task_local! {
+    /// The key writes of the invocation being processed: invocations that run side by side in one
+    /// process (Lambda Managed Instances) each wait for their own.
+    static COMPLETING: Completing;
+}
+
+/// Runs one invocation's work with a count of its own of the key writes its records leave running.
+pub(crate) async fn with_own_completions<F: Future>(work: F) -> F::Output {
+    COMPLETING.scope(Completing::default(), work).await
 }
 
 /// Tries of a `complete` after the effect.
@@ -227,7 +240,6 @@ impl<H: RecordHandler, S: IdempotencyStore + 'static> Idempotent<H, S> {
             check_payload: false,
             duplicates: AtomicU64::new(0),
             unconfirmed_completions: Arc::default(),
-            completing: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
@@ -259,10 +271,9 @@ impl<H: RecordHandler, S: IdempotencyStore + 'static> Idempotent<H, S> {
     /// effect again once the lease lapsed.
     async fn complete(&self, message: &Message<'_>, key: &str, payload: Option<u64>) {
         let (store, keep, lease) = (self.store.clone(), self.keep, self.lease);
-        let (unconfirmed, completing) = (
-            self.unconfirmed_completions.clone(),
-            self.completing.clone(),
-        );
+        let unconfirmed = self.unconfirmed_completions.clone();
+        // Outside a processor's invocation (a handler called on its own) nobody waits for it.
+        let completing = COMPLETING.try_with(Arc::clone).unwrap_or_default();
         let (message_id, key) = (message.id().to_owned(), key.to_owned());
         completing.send_modify(|running| *running += 1);
         let mut write = Box::pin(async move {
@@ -365,8 +376,9 @@ impl<H: RecordHandler, S: IdempotencyStore + 'static> RecordHandler for Idempote
     }
 
     async fn settle(&self) {
-        let mut running = self.completing.subscribe();
-        let _ = running.wait_for(|running| *running == 0).await;
+        if let Ok(mut running) = COMPLETING.try_with(|completing| completing.subscribe()) {
+            let _ = running.wait_for(|running| *running == 0).await;
+        }
         self.inner.settle().await;
     }
 }
@@ -728,6 +740,77 @@ mod tests {
             guard.store.0.claim("m-1", None, guard.lease).await.unwrap(),
             Claim::Done,
             "the key is done when the invocation answers: the redelivery is absorbed"
+        );
+    }
+
+    /// Completes `m-slow` after 20 s, every other key at once.
+    struct StallsOne(MemoryStore);
+    impl IdempotencyStore for StallsOne {
+        async fn claim(
+            &self,
+            key: &str,
+            payload: Option<u64>,
+            lease: Duration,
+        ) -> Result<Claim, PortError> {
+            self.0.claim(key, payload, lease).await
+        }
+        async fn complete(
+            &self,
+            key: &str,
+            payload: Option<u64>,
+            keep: Duration,
+        ) -> Result<(), PortError> {
+            if key == "m-slow" {
+                tokio::time::sleep(Duration::from_secs(20)).await;
+            }
+            self.0.complete(key, payload, keep).await
+        }
+        async fn release(&self, key: &str) -> Result<(), PortError> {
+            self.0.release(key).await
+        }
+    }
+
+    /// Invocations that run side by side in one process (Lambda Managed Instances) share the
+    /// guard: each waits for the key writes its own records left running, not for another's.
+    /// Waiting for every write the guard had running, an invocation under steady load answered
+    /// only when the whole process happened to be between writes.
+    #[tokio::test(start_paused = true)]
+    async fn an_invocation_waits_for_its_own_key_writes_not_for_those_of_one_beside_it() {
+        let guard = Idempotent::new(
+            counting(),
+            StallsOne(MemoryStore::new(10)),
+            KeyFrom::MessageId,
+        );
+        let processor = guarded_processor();
+        let (slow, quick) = (
+            [record("m-slow", "order-1", None)],
+            [record("m-quick", "order-2", None)],
+        );
+        let beside = processor.process(&guard, &slow, u64::MAX / 2);
+        let this = async {
+            // The other invocation's write has started.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let processed = processor.process(&guard, &quick, u64::MAX / 2).await;
+            let other_key = guard.store.0.claim("m-slow", None, guard.lease).await;
+            (processed, other_key)
+        };
+        let (beside, (this, other_key_when_answered)) = tokio::join!(beside, this);
+        assert_eq!(this.unwrap().report.done, 1);
+        assert_eq!(
+            other_key_when_answered.unwrap(),
+            Claim::InProgress,
+            "answered while the other invocation's key was still being written"
+        );
+        assert_eq!(beside.unwrap().report.done, 1);
+        assert_eq!(
+            guard
+                .store
+                .0
+                .claim("m-slow", None, guard.lease)
+                .await
+                .unwrap(),
+            Claim::Done,
+            "the other invocation waited for its own write"
         );
     }
 

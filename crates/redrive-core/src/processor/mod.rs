@@ -184,9 +184,12 @@ impl<Q: QueuePort> Processor<Q> {
     ) -> Result<Processed, BatchError> {
         let invocation = invocation.into();
         let (items, fifo) = self.prepare(records)?;
-        let handled = self.handle_all(handler, &items, fifo, &invocation).await;
-        self.settle(handler, &invocation).await;
-        Ok(self.conclude(&items, handled, fifo, &invocation).await)
+        crate::idempotency::with_own_completions(async {
+            let handled = self.handle_all(handler, &items, fifo, &invocation).await;
+            self.settle(handler, &invocation).await;
+            Ok(self.conclude(&items, handled, fifo, &invocation).await)
+        })
+        .await
     }
 
     /// Hands the whole batch to `handler`; on a permanent failure or a panic (a record may be at
