@@ -681,6 +681,43 @@ fn module_calls(modules: &[Module]) -> Vec<String> {
 }
 
 /// `path` with its `..` and `.` steps resolved (the paths are relative to `infra/`).
+/// A module that alarms on its functions' EMF metrics in `var.metrics_namespace` has every one of
+/// its functions write them there (`REDRIVE_METRICS_NAMESPACE`): else a namespace other than the
+/// default leaves the alarms watching an empty one, OK for ever.
+fn metrics_namespaces(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        if module.blocks("variable", "metrics_namespace").next().is_none() {
+            continue;
+        }
+        for call in module.calls("function") {
+            let environment = attr(call, "environment").unwrap_or_default();
+            if !environment.contains("REDRIVE_METRICS_NAMESPACE = var.metrics_namespace") {
+                violations.push(format!(
+                    "{}: {}: its EMF metrics do not go to var.metrics_namespace",
+                    module.dir,
+                    label(call, 0)
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// No module reserves concurrency unless asked: Lambda refuses a reservation that leaves the
+/// account's unreserved concurrency under 100, so any default reservation fails on a new account.
+fn reservations(modules: &[Module]) -> Vec<String> {
+    modules
+        .iter()
+        .flat_map(|module| {
+            module
+                .blocks("variable", "reserved_concurrency")
+                .filter(|variable| attr(variable, "default").is_some_and(|d| d != "null"))
+                .map(|_| format!("{}: reserved_concurrency has a default reservation", module.dir))
+        })
+        .collect()
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -788,6 +825,8 @@ fn the_configuration_keeps_every_rule() {
         ("schedules", schedules(&modules)),
         ("idempotency window", idempotency_window(&modules)),
         ("module calls", module_calls(&modules)),
+        ("metrics namespaces", metrics_namespaces(&modules)),
+        ("reservations", reservations(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -1484,5 +1523,40 @@ fn a_misspelt_iam_action_or_a_sid_iam_refuses_is_caught() {
             "modules/sqs-consumer module function statement \"Retry-And-DeadLetter\": a Sid must be letters and digits",
             "modules/sqs-consumer/main.tf: sqs:ChangeMessageVisibilty is not an action of sqs",
         ]
+    );
+}
+
+#[test]
+fn a_function_writing_its_metrics_where_its_alarms_do_not_look_is_caught() {
+    let consumer = broken(
+        CONSUMER,
+        "REDRIVE_METRICS_NAMESPACE = var.metrics_namespace",
+        "",
+    );
+    assert_eq!(
+        metrics_namespaces(&consumer),
+        ["modules/sqs-consumer: function: its EMF metrics do not go to var.metrics_namespace"]
+    );
+    let reprocessor = broken(
+        "modules/recovery/main.tf",
+        "REDRIVE_METRICS_NAMESPACE = var.metrics_namespace",
+        "",
+    );
+    assert_eq!(
+        metrics_namespaces(&reprocessor),
+        ["modules/recovery: reprocessor: its EMF metrics do not go to var.metrics_namespace"]
+    );
+}
+
+#[test]
+fn a_default_concurrency_reservation_is_caught() {
+    let route = broken(
+        "modules/eventbridge-route/variables.tf",
+        "default     = null\n\n  validation {\n    condition     = var.reserved_concurrency",
+        "default     = 10\n\n  validation {\n    condition     = var.reserved_concurrency",
+    );
+    assert_eq!(
+        reservations(&route),
+        ["modules/eventbridge-route: reserved_concurrency has a default reservation"]
     );
 }

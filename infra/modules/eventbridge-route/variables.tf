@@ -58,14 +58,13 @@ variable "target_queue_oldest_message_age_seconds" {
 }
 
 variable "reserved_concurrency" {
-  description = "Cap of the asynchronously invoked event consumer (its reserved concurrency)."
+  description = "Cap of the asynchronously invoked event consumer (its reserved concurrency); null for none. Lambda refuses a reservation that leaves the account's unreserved concurrency under 100, so a new account (a quota of 10) cannot reserve any: raise the quota first."
   type        = number
-  default     = 10
-  nullable    = false
+  default     = null
 
   validation {
-    condition     = var.reserved_concurrency >= 1 && var.reserved_concurrency <= 1000
-    error_message = "reserved_concurrency must be 1 to 1000."
+    condition     = var.reserved_concurrency == null ? true : var.reserved_concurrency >= 1 && var.reserved_concurrency <= 1000
+    error_message = "reserved_concurrency must be null or 1 to 1000."
   }
 }
 

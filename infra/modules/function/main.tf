@@ -65,7 +65,7 @@ resource "aws_iam_role_policy" "function" {
 
 resource "aws_lambda_function" "function" {
   #checkov:skip=CKV_AWS_116:Failures are routed by the caller: SQS and Kinesis sources have their own DLQs, asynchronous callers an on-failure destination (aws_lambda_function_event_invoke_config).
-  #checkov:skip=CKV_AWS_115:Capped where the callers are: SQS consumers by their mapping's maximum_concurrency, stream consumers by shards x parallelization_factor, the reprocessor by its schedule; asynchronously invoked functions pass reserved_concurrency (modules/eventbridge-route does).
+  #checkov:skip=CKV_AWS_115:Capped where the callers are: SQS consumers by their mapping's maximum_concurrency, stream consumers by shards x parallelization_factor, the reprocessor by its schedule; an asynchronously invoked one may pass reserved_concurrency (modules/eventbridge-route's input, off by default: a reservation fails on accounts with a low concurrency quota).
   #checkov:skip=CKV_AWS_117:The functions only call SQS, Kinesis, Lambda, CloudWatch and X-Ray public endpoints; a VPC adds NAT cost and no protection here.
   #checkov:skip=CKV_AWS_272:Code signing needs a signing profile the deploying account may not have; zips come from the reviewed build.
   #checkov:skip=CKV_AWS_173:The environment holds queue URLs and retry settings, no secrets; AWS encrypts it at rest with its own key.

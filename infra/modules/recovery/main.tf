@@ -40,6 +40,8 @@ module "reprocessor" {
     REDRIVE_DISCARD_KINDS          = join(",", var.policy.discard_kinds)
     REDRIVE_REPROCESS_MAX_MESSAGES = tostring(var.policy.max_messages)
     REDRIVE_REPROCESS_RATE         = tostring(var.policy.rate_per_second)
+    # Where the Alerted alarm looks.
+    REDRIVE_METRICS_NAMESPACE = var.metrics_namespace
   }
   # A statement without resources is refused (modules/function): the scheduled DLQs' ones only
   # when there are DLQs.
@@ -170,8 +172,9 @@ module "event_redrive" {
   # attempts (REDRIVE_MAX_ATTEMPTS); then it is parked.
   recursive_loop = "Allow"
   environment = merge(var.environment, {
-    REDRIVE_DLQ_URL         = aws_sqs_queue.parked_dlq[0].url
-    REDRIVE_REPROCESS_AFTER = "${var.policy.eligible_after_seconds}s"
+    REDRIVE_DLQ_URL           = aws_sqs_queue.parked_dlq[0].url
+    REDRIVE_REPROCESS_AFTER   = "${var.policy.eligible_after_seconds}s"
+    REDRIVE_METRICS_NAMESPACE = var.metrics_namespace
     }, length(var.fifo_target_groups) == 0 ? {} : {
     REDRIVE_FIFO_TARGET_GROUPS = join(",", [for arn, group in var.fifo_target_groups : "${arn}=${group}"])
   })

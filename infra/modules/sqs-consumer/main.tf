@@ -81,6 +81,8 @@ module "function" {
     REDRIVE_DLQ_URL      = local.dlq.url
     REDRIVE_MAX_ATTEMPTS = tostring(var.max_attempts)
     REDRIVE_CONCURRENCY  = tostring(var.record_concurrency)
+    # Where the Deferred and TransientErrors alarms look.
+    REDRIVE_METRICS_NAMESPACE = var.metrics_namespace
   })
   statements = concat([
     {
