@@ -687,7 +687,11 @@ fn module_calls(modules: &[Module]) -> Vec<String> {
 fn metrics_namespaces(modules: &[Module]) -> Vec<String> {
     let mut violations = Vec::new();
     for module in modules {
-        if module.blocks("variable", "metrics_namespace").next().is_none() {
+        if module
+            .blocks("variable", "metrics_namespace")
+            .next()
+            .is_none()
+        {
             continue;
         }
         for call in module.calls("function") {
@@ -713,9 +717,94 @@ fn reservations(modules: &[Module]) -> Vec<String> {
             module
                 .blocks("variable", "reserved_concurrency")
                 .filter(|variable| attr(variable, "default").is_some_and(|d| d != "null"))
-                .map(|_| format!("{}: reserved_concurrency has a default reservation", module.dir))
+                .map(|_| {
+                    format!(
+                        "{}: reserved_concurrency has a default reservation",
+                        module.dir
+                    )
+                })
         })
         .collect()
+}
+
+/// What an event target or a schedule needs in place before its first delivery, and so must
+/// depend on: the permission to invoke a function, the policy of each queue it sends to (its
+/// DLQ's too), the policy of the role it assumes. Without it the first apply races: the first
+/// events fail into the DLQs, or are dropped.
+fn first_apply_order(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        let policy_of = |queue: &str| {
+            module
+                .blocks("resource", "aws_sqs_queue_policy")
+                .find(|p| {
+                    attr(p, "queue_url").is_some_and(|u| u == format!("aws_sqs_queue.{queue}.id"))
+                })
+                .map(|p| format!("aws_sqs_queue_policy.{}", label(p, 1)))
+        };
+        let mut check = |block: &Block, needed: Vec<String>| {
+            let depends_on = attr(block, "depends_on").unwrap_or_default();
+            let depends_on: BTreeSet<&str> = depends_on
+                .trim_matches(|c| c == '[' || c == ']')
+                .split(',')
+                .map(str::trim)
+                .collect();
+            for need in needed {
+                if !depends_on.contains(need.as_str()) {
+                    violations.push(format!(
+                        "{}: {}.{} does not depend on {need}",
+                        module.dir,
+                        label(block, 0),
+                        label(block, 1)
+                    ));
+                }
+            }
+        };
+        for target in module.blocks("resource", "aws_cloudwatch_event_target") {
+            let arns = [
+                attr(target, "arn").unwrap_or_default(),
+                child(target, "dead_letter_config")
+                    .and_then(|d| attr(d, "arn"))
+                    .unwrap_or_default(),
+            ];
+            let mut needed = Vec::new();
+            for arn in &arns {
+                if arn.ends_with("function_arn") {
+                    needed.extend(
+                        module
+                            .blocks("resource", "aws_lambda_permission")
+                            .map(|p| format!("aws_lambda_permission.{}", label(p, 1))),
+                    );
+                }
+                if let Some(queue) = arn
+                    .strip_prefix("aws_sqs_queue.")
+                    .and_then(|a| a.strip_suffix(".arn"))
+                {
+                    needed.push(
+                        policy_of(queue)
+                            .unwrap_or_else(|| format!("a policy of aws_sqs_queue.{queue}")),
+                    );
+                }
+            }
+            check(target, needed);
+        }
+        for schedule in module.blocks("resource", "aws_scheduler_schedule") {
+            let role = child(schedule, "target")
+                .and_then(|t| attr(t, "role_arn"))
+                .unwrap_or_default();
+            let role = role
+                .strip_prefix("aws_iam_role.")
+                .and_then(|r| r.strip_suffix(".arn"))
+                .unwrap_or_default();
+            let needed = module
+                .blocks("resource", "aws_iam_role_policy")
+                .filter(|p| attr(p, "role").is_some_and(|r| r == format!("aws_iam_role.{role}.id")))
+                .map(|p| format!("aws_iam_role_policy.{}", label(p, 1)))
+                .collect();
+            check(schedule, needed);
+        }
+    }
+    violations
 }
 
 fn normalize(path: &Path) -> PathBuf {
@@ -827,6 +916,7 @@ fn the_configuration_keeps_every_rule() {
         ("module calls", module_calls(&modules)),
         ("metrics namespaces", metrics_namespaces(&modules)),
         ("reservations", reservations(&modules)),
+        ("first apply order", first_apply_order(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -1558,5 +1648,36 @@ fn a_default_concurrency_reservation_is_caught() {
     assert_eq!(
         reservations(&route),
         ["modules/eventbridge-route: reserved_concurrency has a default reservation"]
+    );
+}
+
+#[test]
+fn a_target_or_schedule_that_may_start_before_its_permissions_is_caught() {
+    let route = broken(
+        "modules/eventbridge-route/main.tf",
+        "depends_on = [aws_lambda_permission.events, aws_sqs_queue_policy.target_dlq]",
+        "depends_on = [aws_sqs_queue_policy.target_dlq]",
+    );
+    assert_eq!(
+        first_apply_order(&route),
+        ["modules/eventbridge-route: aws_cloudwatch_event_target.consumer does not depend on aws_lambda_permission.events"]
+    );
+    let queue_target = broken(
+        "modules/eventbridge-route/main.tf",
+        "depends_on = [aws_sqs_queue_policy.target, aws_sqs_queue_policy.target_dlq]",
+        "depends_on = [aws_sqs_queue_policy.target_dlq]",
+    );
+    assert_eq!(
+        first_apply_order(&queue_target),
+        ["modules/eventbridge-route: aws_cloudwatch_event_target.queue does not depend on aws_sqs_queue_policy.target"]
+    );
+    let schedule = broken(
+        "modules/recovery/main.tf",
+        "depends_on = [aws_iam_role_policy.scheduler]",
+        "",
+    );
+    assert_eq!(
+        first_apply_order(&schedule),
+        ["modules/recovery: aws_scheduler_schedule.reprocess does not depend on aws_iam_role_policy.scheduler"]
     );
 }

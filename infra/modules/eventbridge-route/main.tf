@@ -154,6 +154,10 @@ resource "aws_cloudwatch_event_target" "consumer" {
   dead_letter_config {
     arn = aws_sqs_queue.target_dlq.arn
   }
+
+  # The first events must find the permission to invoke and the DLQ's policy in place, or they
+  # fail into the DLQ, or are dropped.
+  depends_on = [aws_lambda_permission.events, aws_sqs_queue_policy.target_dlq]
 }
 
 resource "aws_cloudwatch_event_target" "queue" {
@@ -170,6 +174,8 @@ resource "aws_cloudwatch_event_target" "queue" {
   dead_letter_config {
     arn = aws_sqs_queue.target_dlq.arn
   }
+
+  depends_on = [aws_sqs_queue_policy.target, aws_sqs_queue_policy.target_dlq]
 }
 
 module "target_dlq_alarm" {

@@ -148,6 +148,9 @@ resource "aws_scheduler_schedule" "reprocess" {
       arn = aws_sqs_queue.reprocessor_failures_dlq.arn
     }
   }
+
+  # The first run must find the role allowed to invoke; the role alone is not enough.
+  depends_on = [aws_iam_role_policy.scheduler]
 }
 
 # Events the EventBridge redrive gives up on (parked), with the redrive metadata.
