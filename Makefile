@@ -92,9 +92,10 @@ bench: $(BENCH_STAMP) build ## Throughput against Powertools (Python, TypeScript
 	  --python $(PY) --node-peer tools/bench/peers/powertools_bench.mjs \
 	  --python-peer tools/bench/peers/powertools_bench.py
 
-deploy: build ## Build the zips, then terraform init and apply infra/ (needs AWS credentials)
+deploy: build ## Build the zips, then terraform init and apply infra/ (needs AWS credentials; ALARM_EMAIL=you@example.com)
+	tools/alarm-target infra/redrive.auto.tfvars.json
 	terraform -chdir=infra init -input=false
-	terraform -chdir=infra apply -var 'lambda_dir=$(TARGET_DIR)/lambda'
+	terraform -chdir=infra apply -var 'lambda_dir=$(TARGET_DIR)/lambda' $(if $(ALARM_EMAIL),-var 'alarm_email=$(ALARM_EMAIL)')
 
 destroy: ## terraform destroy infra/
 	terraform -chdir=infra destroy -var 'lambda_dir=$(TARGET_DIR)/lambda'

@@ -1681,3 +1681,53 @@ fn a_target_or_schedule_that_may_start_before_its_permissions_is_caught() {
         ["modules/recovery: aws_scheduler_schedule.reprocess does not depend on aws_iam_role_policy.scheduler"]
     );
 }
+
+/// `make deploy` checks for an alarm subscription before it applies anything, and the check
+/// refuses a stack whose alarms nobody receives.
+#[test]
+fn a_deploy_whose_alarms_nobody_receives_is_refused() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let makefile = std::fs::read_to_string(root.join("Makefile")).unwrap();
+    let deploy = makefile.split("\ndeploy:").nth(1).unwrap();
+    let (check, apply) = (
+        deploy
+            .find("tools/alarm-target")
+            .expect("deploy runs tools/alarm-target"),
+        deploy.find("terraform -chdir=infra apply").unwrap(),
+    );
+    assert!(check < apply, "the check comes before the apply");
+
+    let dir = std::env::temp_dir().join(format!("redrive-alarm-target-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tfvars = |email: Option<&str>| {
+        let mut values: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(infra().join("redrive.auto.tfvars.json")).unwrap(),
+        )
+        .unwrap();
+        values["alarm_email"] = email.into();
+        let path = dir.join(format!("{}.json", email.unwrap_or("none")));
+        std::fs::write(&path, values.to_string()).unwrap();
+        path
+    };
+    let run = |path: &Path, env: &[(&str, &str)]| {
+        std::process::Command::new(root.join("tools/alarm-target"))
+            .arg(path)
+            .env_remove("ALARM_EMAIL")
+            .env_remove("TF_VAR_alarm_email")
+            .env_remove("NO_ALARM_EMAIL")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let refused = run(&tfvars(None), &[]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("an SNS topic that nobody reads"));
+    assert!(run(&tfvars(Some("ops@example.com")), &[]).status.success());
+    assert!(run(&tfvars(None), &[("ALARM_EMAIL", "ops@example.com")])
+        .status
+        .success());
+    assert!(run(&tfvars(None), &[("NO_ALARM_EMAIL", "1")])
+        .status
+        .success());
+    std::fs::remove_dir_all(&dir).ok();
+}
