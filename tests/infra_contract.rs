@@ -807,6 +807,35 @@ fn first_apply_order(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// Every Kinesis stream is watched from its own side: an alarm on its
+/// `GetRecords.IteratorAgeMilliseconds` that counts missing data as breaching, so that a stopped
+/// mapping (which silences the function's `IteratorAge`) is an alarm too.
+fn stream_alarms(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for stream in module.blocks("resource", "aws_kinesis_stream") {
+            let name = format!("aws_kinesis_stream.{}.name", label(stream, 1));
+            let watched = module
+                .blocks("resource", "aws_cloudwatch_metric_alarm")
+                .any(|alarm| {
+                    attr(alarm, "namespace").as_deref() == Some("\"AWS/Kinesis\"")
+                        && attr(alarm, "metric_name").as_deref()
+                            == Some("\"GetRecords.IteratorAgeMilliseconds\"")
+                        && attr(alarm, "dimensions").is_some_and(|d| d.contains(&name))
+                        && attr(alarm, "treat_missing_data").as_deref() == Some("\"breaching\"")
+                });
+            if !watched {
+                violations.push(format!(
+                    "{}: {}: no alarm on the stream's iterator age that breaches on missing data",
+                    module.dir,
+                    label(stream, 1)
+                ));
+            }
+        }
+    }
+    violations
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -917,6 +946,7 @@ fn the_configuration_keeps_every_rule() {
         ("metrics namespaces", metrics_namespaces(&modules)),
         ("reservations", reservations(&modules)),
         ("first apply order", first_apply_order(&modules)),
+        ("stream alarms", stream_alarms(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -1730,4 +1760,17 @@ fn a_deploy_whose_alarms_nobody_receives_is_refused() {
         .status
         .success());
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_stream_whose_stopped_mapping_goes_unnoticed_is_caught() {
+    let silent = broken(
+        "modules/stream-consumer/main.tf",
+        "treat_missing_data  = \"breaching\"",
+        "treat_missing_data  = \"notBreaching\"",
+    );
+    assert_eq!(
+        stream_alarms(&silent),
+        ["modules/stream-consumer: stream: no alarm on the stream's iterator age that breaches on missing data"]
+    );
 }

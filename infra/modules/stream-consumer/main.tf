@@ -91,3 +91,22 @@ resource "aws_cloudwatch_metric_alarm" "iterator_age" {
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
 }
+
+# The stream's own view: Lambda's IteratorAge goes silent when the mapping stops (disabled, its
+# role broken, the function deleted), and so does this metric, which only GetRecords calls write.
+# A running mapping polls an idle stream too, so no data for five minutes means nobody reads it.
+resource "aws_cloudwatch_metric_alarm" "stream_iterator_age" {
+  alarm_name          = "${var.name}-stream-iterator-age"
+  alarm_description   = "Records in ${aws_kinesis_stream.stream.name} wait longer than ${var.iterator_age_threshold_ms} ms to be read, or nobody has read the stream for 5 minutes (the mapping stopped). Runbook: docs/runbook.md, 'Stream consumer behind'."
+  namespace           = "AWS/Kinesis"
+  metric_name         = "GetRecords.IteratorAgeMilliseconds"
+  dimensions          = { StreamName = aws_kinesis_stream.stream.name }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 5
+  threshold           = var.iterator_age_threshold_ms
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "breaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
+}
