@@ -23,6 +23,7 @@ use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
 use redrive_core::error::{ErrorClass, PortError};
 use redrive_core::event::{SqsRecord, Text};
+use redrive_core::idempotency::fingerprint;
 use redrive_core::port::QueuePort;
 use redrive_core::reprocess_policy::{Disposition, ReprocessPolicy};
 
@@ -289,11 +290,15 @@ impl<Q: QueuePort> Reprocessor<Q> {
                     );
                 }
                 Some(Disposition::Discard { reason }) => {
+                    // The body may hold personal data, and logs are kept and read more widely than
+                    // queues: it goes to the archive queue; the log names it by id and fingerprint.
+                    let body = record.body.as_deref().unwrap_or_default();
                     tracing::warn!(
                         message_id = id,
                         %reason,
                         dry_run = plan.dry_run,
-                        body = record.body.as_deref().unwrap_or_default(),
+                        body_fingerprint = format_args!("{:016x}", fingerprint(body)),
+                        body_bytes = body.len(),
                         meta = meta_text(record),
                         "discarded",
                     );
@@ -873,6 +878,89 @@ mod tests {
         let shipping_url = "https://sqs.local/123456789012/shipping";
         assert_eq!(bodies(shipping_url), [body("shipping-1")]);
         assert_eq!(bodies(ORIGIN), [body("unnamed")]);
+    }
+
+    /// Logs are kept longer and read more widely than queues: a discarded message's body goes to
+    /// the archive queue, and its log line names it by id and fingerprint only.
+    #[test]
+    fn a_discarded_body_goes_to_the_archive_and_not_into_the_log() {
+        let log = LogBuffer::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish();
+        let _logging = tracing::subscriber::set_default(subscriber);
+        let settings = ReprocessSettings::from_lookup([], |name| match name {
+            "REDRIVE_DISCARD_KINDS" => Some("payment_timeout".into()),
+            "REDRIVE_ARCHIVE_QUEUE_URL" => Some(ARCHIVE.into()),
+            _ => None,
+        })
+        .unwrap();
+        let reprocessor = reprocessor(&settings);
+        let mut secret = dead_letter("card", Some(ErrorClass::Permanent), 0);
+        secret.body = Some(redrive_core::event::Body::from(
+            r#"{"id":"card","pan":"4111111111111111"}"#.to_owned(),
+        ));
+        reprocessor.queue().stock(DLQ, [secret]);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let command = ReprocessCommand {
+            source: Some(DLQ.into()),
+            ..ReprocessCommand::default()
+        };
+        let summary = runtime
+            .block_on(reprocessor.run(&command.plan(&settings).unwrap(), None, |_| {}))
+            .unwrap();
+        assert_eq!(summary.discarded, 1);
+        let archived = reprocessor.queue().sent_to(ARCHIVE);
+        assert!(
+            archived[0].body.contains("4111111111111111"),
+            "archived whole"
+        );
+        let logged = log.text();
+        assert!(
+            logged.contains("discarded") && logged.contains("message_id=\"card\""),
+            "{logged}"
+        );
+        assert!(
+            logged.contains(&format!(
+                "{:016x}",
+                fingerprint(r#"{"id":"card","pan":"4111111111111111"}"#)
+            )),
+            "{logged}"
+        );
+        assert!(!logged.contains("4111111111111111"), "{logged}");
+    }
+
+    const ARCHIVE: &str = "https://sqs.local/123456789012/archive";
+
+    /// What the test's subscriber wrote.
+    #[derive(Clone, Default)]
+    struct LogBuffer(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl LogBuffer {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    impl std::io::Write for LogBuffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+        type Writer = LogBuffer;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
     }
 
     #[tokio::test]
