@@ -836,6 +836,77 @@ fn stream_alarms(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// An alarm on an EMF figure of ours (`var.metrics_namespace`) keeps its state through periods
+/// without data (`treat_missing_data = "ignore"`): the figures come only with invocations and
+/// runs, and "notBreaching" turned one incident into an ALARM and a false OK every few minutes.
+fn emf_alarm_states(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for alarm in module.blocks("resource", "aws_cloudwatch_metric_alarm") {
+            let name = format!("{}: {}", module.dir, label(alarm, 1));
+            let namespace = attr(alarm, "namespace").unwrap_or_default();
+            let missing = attr(alarm, "treat_missing_data").unwrap_or_default();
+            if namespace == "var.metrics_namespace" && missing != "\"ignore\"" {
+                violations.push(format!("{name}: treat_missing_data {missing}"));
+            }
+            // A for_each over a local map: each entry names its namespace (and its treatment).
+            if namespace != "each.value.namespace" {
+                continue;
+            }
+            let entries = attr(alarm, "for_each").unwrap_or_default();
+            let local = entries.split("local.").nth(1).unwrap_or_default();
+            let local = local.split_whitespace().next().unwrap_or_default();
+            let Some(Expression::Object(map)) = module
+                .bodies
+                .iter()
+                .flat_map(|body| body.blocks())
+                .filter(|block| block.identifier() == "locals")
+                .flat_map(|block| block.body().attributes())
+                .find(|attribute| attribute.key() == local)
+                .map(|attribute| attribute.expr().clone())
+            else {
+                // Built by an expression: it must not hold our figures, which are checked per entry.
+                if module
+                    .local_of(&format!("local.{local}"))
+                    .contains("var.metrics_namespace")
+                {
+                    violations.push(format!("{name}: for_each over {entries}, not a local map"));
+                }
+                continue;
+            };
+            for (key, entry) in map {
+                let Expression::Object(fields) = entry else {
+                    continue;
+                };
+                let field = |wanted: &str| {
+                    fields
+                        .iter()
+                        .find(
+                            |(k, _)| matches!(k, ObjectKey::Identifier(i) if i.as_str() == wanted),
+                        )
+                        .map(|(_, v)| text(v))
+                        .unwrap_or_default()
+                };
+                let treatment = match missing.as_str() {
+                    "each.value.missing" => field("missing"),
+                    _ => missing.clone(),
+                };
+                if field("namespace") == "var.metrics_namespace" && treatment != "\"ignore\"" {
+                    violations.push(format!(
+                        "{name}[{}]: treat_missing_data {}",
+                        match key {
+                            ObjectKey::Identifier(i) => i.to_string(),
+                            other => other.to_string(),
+                        },
+                        treatment
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -947,6 +1018,7 @@ fn the_configuration_keeps_every_rule() {
         ("reservations", reservations(&modules)),
         ("first apply order", first_apply_order(&modules)),
         ("stream alarms", stream_alarms(&modules)),
+        ("emf alarm states", emf_alarm_states(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -1772,5 +1844,27 @@ fn a_stream_whose_stopped_mapping_goes_unnoticed_is_caught() {
     assert_eq!(
         stream_alarms(&silent),
         ["modules/stream-consumer: stream: no alarm on the stream's iterator age that breaches on missing data"]
+    );
+}
+
+#[test]
+fn an_emf_alarm_that_flaps_between_invocations_is_caught() {
+    let consumer = broken(
+        CONSUMER,
+        "threshold   = var.deferred_threshold\n      missing     = \"ignore\"",
+        "threshold   = var.deferred_threshold\n      missing     = \"notBreaching\"",
+    );
+    assert_eq!(
+        emf_alarm_states(&consumer),
+        ["modules/sqs-consumer: health[deferred]: treat_missing_data \"notBreaching\""]
+    );
+    let reprocessor = broken(
+        "modules/recovery/main.tf",
+        "treat_missing_data = \"ignore\"",
+        "treat_missing_data = \"notBreaching\"",
+    );
+    assert_eq!(
+        emf_alarm_states(&reprocessor),
+        ["modules/recovery: alerted: treat_missing_data \"notBreaching\""]
     );
 }

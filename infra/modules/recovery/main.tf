@@ -247,9 +247,11 @@ resource "aws_cloudwatch_metric_alarm" "alerted" {
   evaluation_periods  = 1
   threshold           = 0
   comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = [var.alarm_topic_arn]
-  ok_actions          = [var.alarm_topic_arn]
+  # Written once a run: between runs the alarm stays where the last run left it, so a message
+  # counted again on every run is one alarm, not an ALARM and a false OK four times an hour.
+  treat_missing_data = "ignore"
+  alarm_actions      = [var.alarm_topic_arn]
+  ok_actions         = [var.alarm_topic_arn]
 }
 
 module "reprocessor_failures_dlq_alarm" {

@@ -130,6 +130,7 @@ locals {
       dimensions  = { QueueName = local.queue.name }
       statistic   = "Maximum"
       threshold   = var.oldest_message_age_seconds
+      missing     = "notBreaching"
     }
     function-errors = {
       description = "${var.name} failed whole batches (a record-level failure is not an error)."
@@ -138,6 +139,7 @@ locals {
       dimensions  = { FunctionName = module.function.function_name }
       statistic   = "Sum"
       threshold   = var.lambda_errors_threshold
+      missing     = "notBreaching"
     }
     function-throttles = {
       description = "${var.name} was throttled."
@@ -146,8 +148,12 @@ locals {
       dimensions  = { FunctionName = module.function.function_name }
       statistic   = "Sum"
       threshold   = var.lambda_throttles_threshold
+      missing     = "notBreaching"
     }
     # An outage shows here first: re-sent copies are new messages, so the source queue's age stays low.
+    # These EMF figures come only with invocations: a period without one keeps the alarm where it
+    # was ("ignore"), so an outage whose deferred copies come back every few minutes is one alarm,
+    # not an ALARM and a false OK each time; the next batch without deferrals ends it.
     deferred = {
       description = "${var.name} deferred records: a circuit breaker is open, a downstream is down. Runbook: docs/runbook.md, 'Records deferred or failing transiently'."
       namespace   = var.metrics_namespace
@@ -155,6 +161,7 @@ locals {
       dimensions  = { Function = module.function.function_name }
       statistic   = "Sum"
       threshold   = var.deferred_threshold
+      missing     = "ignore"
     }
     transient-errors = {
       description = "${var.name} met transient errors: a downstream is failing and retries are under way. Runbook: docs/runbook.md, 'Records deferred or failing transiently'."
@@ -163,6 +170,7 @@ locals {
       dimensions  = { Function = module.function.function_name }
       statistic   = "Sum"
       threshold   = var.transient_errors_threshold
+      missing     = "ignore"
     }
   }
 }
@@ -180,7 +188,7 @@ resource "aws_cloudwatch_metric_alarm" "health" {
   evaluation_periods  = 1
   threshold           = each.value.threshold
   comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
+  treat_missing_data  = each.value.missing
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
   tags                = var.tags
