@@ -258,6 +258,24 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
         let error = error.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(error.contains(message), "{to}: {error}");
     }
+    // The reprocessor's role policy names every DLQ and origin: past IAM's size, refused here.
+    let many_dlqs = |count: usize| {
+        main_tf("redrive-only").replacen(
+            "dlqs = { for key, queue in var.queues : key => {",
+            &format!("dlqs = {{ for key, queue in {{ for i in range({count}) : \"consumer-${{i}}\" => {{ dlq_url = \"https://sqs.eu-west-1.amazonaws.com/123456789012/team-orders-consumer-${{i}}-dlq\", dlq_arn = \"arn:aws:sqs:eu-west-1:123456789012:team-orders-consumer-${{i}}-dlq\", source_arn = \"arn:aws:sqs:eu-west-1:123456789012:team-orders-consumer-${{i}}\" }} }} : key => {{"),
+            1,
+        )
+    };
+    assert_eq!(evaluate_example("redrive-only", &many_dlqs(40)), Ok(()));
+    let too_many = evaluate_example("redrive-only", &many_dlqs(80)).expect_err("80 DLQs accepted");
+    assert!(
+        too_many
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains("split the DLQs over two recovery modules"),
+        "{too_many}"
+    );
     let broken: [(&str, &str, &str, &str); 3] = [
         (
             "own-consumer",

@@ -76,6 +76,13 @@ variable "dlqs" {
     condition     = alltrue([for dlq in values(var.dlqs) : startswith(dlq.arn, "arn:") && startswith(dlq.origin_arn, "arn:")])
     error_message = "Every DLQ needs its queue ARN and its origin queue ARN."
   }
+  # IAM caps a role's inline policies at 10,240 characters (white space not counted); the
+  # reprocessor's names every DLQ and origin queue, about 120 characters a consumer, beside some
+  # 2,000 of its own.
+  validation {
+    condition     = sum(concat([0], [for dlq in values(var.dlqs) : length(dlq.arn) + length(dlq.origin_arn) + 6])) <= 8000
+    error_message = "These DLQs' and origin queues' ARNs take more than the 8,000 characters the reprocessor's role policy has for them (IAM allows 10,240 for a role's inline policies): split the DLQs over two recovery modules, each with a name of its own."
+  }
 }
 
 variable "schedule_expression" {
