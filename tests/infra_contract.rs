@@ -162,26 +162,33 @@ fn dlq_alarms(modules: &[Module]) -> Vec<String> {
     let alarms: Vec<&Block> = module
         .blocks("resource", "aws_cloudwatch_metric_alarm")
         .collect();
-    if alarms.len() != 2 {
-        violations.push(format!("dlq-alarm: {} alarms, expected 2", alarms.len()));
+    if alarms.len() != 3 {
+        violations.push(format!("dlq-alarm: {} alarms, expected 3", alarms.len()));
         return violations;
     }
-    for (label_, metric, threshold) in [
-        ("dlq_depth", "ApproximateNumberOfMessagesVisible", "0"),
+    for (label_, metric, statistic, threshold) in [
+        (
+            "dlq_depth",
+            "ApproximateNumberOfMessagesVisible",
+            "Maximum",
+            "0",
+        ),
         (
             "oldest_message_age",
             "ApproximateAgeOfOldestMessage",
+            "Maximum",
             "var.oldest_message_age_seconds",
         ),
+        ("arrivals", "NumberOfMessagesSent", "Sum", "0"),
     ] {
         let Some(alarm) = alarms.iter().find(|a| label(a, 1) == label_) else {
             violations.push(format!("dlq-alarm: no {label_} alarm"));
             continue;
         };
-        let metric = format!("\"{metric}\"");
+        let (metric, statistic) = (format!("\"{metric}\""), format!("\"{statistic}\""));
         let expected = [
             ("metric_name", metric.as_str()),
-            ("statistic", "\"Maximum\""),
+            ("statistic", statistic.as_str()),
             ("period", "60"),
             ("threshold", threshold),
             ("comparison_operator", "\"GreaterThanThreshold\""),
@@ -907,6 +914,61 @@ fn emf_alarm_states(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// The DLQs a function drains within seconds (the queues the root's EventBridge redrive reads:
+/// `module.recovery`'s `event_sources`) have their arrivals alarmed (`drained = true`): their depth,
+/// sampled each minute, would rarely show a message.
+fn drained_dlqs(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    let Some(root) = modules.iter().find(|m| m.dir.is_empty()) else {
+        return vec!["no root module".into()];
+    };
+    let sources = root
+        .calls("recovery")
+        .find_map(|call| attr(call, "event_sources"))
+        .unwrap_or_default();
+    // `module.events.target_dlq_arn` -> the called module's directory and its output.
+    for reference in sources
+        .split_whitespace()
+        .filter(|w| w.starts_with("module."))
+    {
+        let mut parts = reference.trim_end_matches(',').split('.');
+        let (Some(_), Some(call), Some(output)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let Some(dir) = root
+            .bodies
+            .iter()
+            .flat_map(|body| body.blocks())
+            .find(|b| b.identifier() == "module" && label(b, 0) == call)
+            .and_then(|b| attr(b, "source"))
+            .map(|s| s.trim_matches('"').trim_start_matches("./").to_owned())
+        else {
+            continue;
+        };
+        let Some(module) = modules.iter().find(|m| m.dir == dir) else {
+            continue;
+        };
+        let queue = module
+            .bodies
+            .iter()
+            .flat_map(|body| body.blocks())
+            .find(|b| b.identifier() == "output" && label(b, 0) == output)
+            .and_then(|b| attr(b, "value"))
+            .unwrap_or_default()
+            .replace(".arn", ".name");
+        let drained = module.calls("dlq-alarm").any(|call| {
+            attr(call, "queue_name").as_deref() == Some(queue.as_str())
+                && attr(call, "drained").as_deref() == Some("true")
+        });
+        if !drained {
+            violations.push(format!(
+                "{dir}: {queue} is drained by the EventBridge redrive but its dlq-alarm does not count arrivals"
+            ));
+        }
+    }
+    violations
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -1019,6 +1081,7 @@ fn the_configuration_keeps_every_rule() {
         ("first apply order", first_apply_order(&modules)),
         ("stream alarms", stream_alarms(&modules)),
         ("emf alarm states", emf_alarm_states(&modules)),
+        ("drained dlqs", drained_dlqs(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -1866,5 +1929,18 @@ fn an_emf_alarm_that_flaps_between_invocations_is_caught() {
     assert_eq!(
         emf_alarm_states(&reprocessor),
         ["modules/recovery: alerted: treat_missing_data \"notBreaching\""]
+    );
+}
+
+#[test]
+fn a_drained_dlq_watched_only_by_its_depth_is_caught() {
+    let route = broken(
+        "modules/eventbridge-route/main.tf",
+        "queue_name      = aws_sqs_queue.target_dlq.name\n  runbook         = \"Runbook: docs/runbook.md, 'EventBridge target DLQ not empty'.\"\n  alarm_topic_arn = var.alarm_topic_arn\n  # The EventBridge redrive (modules/recovery) empties it within seconds.\n  drained = true",
+        "queue_name      = aws_sqs_queue.target_dlq.name\n  runbook         = \"Runbook: docs/runbook.md, 'EventBridge target DLQ not empty'.\"\n  alarm_topic_arn = var.alarm_topic_arn",
+    );
+    assert_eq!(
+        drained_dlqs(&route),
+        ["modules/eventbridge-route: aws_sqs_queue.target_dlq.name is drained by the EventBridge redrive but its dlq-alarm does not count arrivals"]
     );
 }

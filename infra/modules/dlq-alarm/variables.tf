@@ -25,6 +25,13 @@ variable "oldest_message_age_seconds" {
   }
 }
 
+variable "drained" {
+  description = "A function drains this queue within seconds (the EventBridge redrive reads the target DLQ and the on-failure queue): its visible depth rarely shows a message, so a third alarm counts arrivals (NumberOfMessagesSent > 0). Not for a queue SQS moves messages into by a redrive policy: SQS does not count those moves as sent."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
 variable "runbook" {
   description = "Where the runbook entry for this alarm is, for the alarm description."
   type        = string

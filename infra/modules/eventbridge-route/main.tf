@@ -184,6 +184,8 @@ module "target_dlq_alarm" {
   queue_name      = aws_sqs_queue.target_dlq.name
   runbook         = "Runbook: docs/runbook.md, 'EventBridge target DLQ not empty'."
   alarm_topic_arn = var.alarm_topic_arn
+  # The EventBridge redrive (modules/recovery) empties it within seconds.
+  drained = true
 }
 
 module "consumer_failures_dlq_alarm" {
@@ -192,6 +194,8 @@ module "consumer_failures_dlq_alarm" {
   queue_name      = aws_sqs_queue.consumer_failures_dlq.name
   runbook         = "Runbook: docs/runbook.md, 'EventBridge target DLQ not empty'."
   alarm_topic_arn = var.alarm_topic_arn
+  # The EventBridge redrive (modules/recovery) empties it within seconds.
+  drained = true
 }
 
 # The SQS target has its consumer elsewhere (or none yet): if nobody reads it, its events expire
