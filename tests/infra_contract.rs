@@ -914,59 +914,84 @@ fn emf_alarm_states(modules: &[Module]) -> Vec<String> {
     violations
 }
 
-/// The DLQs a function drains within seconds (the queues the root's EventBridge redrive reads:
-/// `module.recovery`'s `event_sources`) have their arrivals alarmed (`drained = true`): their depth,
-/// sampled each minute, would rarely show a message.
-fn drained_dlqs(modules: &[Module]) -> Vec<String> {
-    let mut violations = Vec::new();
+/// The queues the root's EventBridge redrive reads (`module.recovery`'s `event_sources`): each as
+/// the module that creates it and its `aws_sqs_queue` label.
+fn event_source_queues(modules: &[Module]) -> Vec<(&Module, String)> {
     let Some(root) = modules.iter().find(|m| m.dir.is_empty()) else {
-        return vec!["no root module".into()];
+        return Vec::new();
     };
     let sources = root
         .calls("recovery")
         .find_map(|call| attr(call, "event_sources"))
         .unwrap_or_default();
-    // `module.events.target_dlq_arn` -> the called module's directory and its output.
-    for reference in sources
+    // `module.events.target_dlq_arn` -> the called module and the queue its output names.
+    sources
         .split_whitespace()
         .filter(|w| w.starts_with("module."))
-    {
-        let mut parts = reference.trim_end_matches(',').split('.');
-        let (Some(_), Some(call), Some(output)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        let Some(dir) = root
-            .bodies
-            .iter()
-            .flat_map(|body| body.blocks())
-            .find(|b| b.identifier() == "module" && label(b, 0) == call)
-            .and_then(|b| attr(b, "source"))
-            .map(|s| s.trim_matches('"').trim_start_matches("./").to_owned())
-        else {
-            continue;
-        };
-        let Some(module) = modules.iter().find(|m| m.dir == dir) else {
-            continue;
-        };
-        let queue = module
-            .bodies
-            .iter()
-            .flat_map(|body| body.blocks())
-            .find(|b| b.identifier() == "output" && label(b, 0) == output)
-            .and_then(|b| attr(b, "value"))
-            .unwrap_or_default()
-            .replace(".arn", ".name");
-        let drained = module.calls("dlq-alarm").any(|call| {
-            attr(call, "queue_name").as_deref() == Some(queue.as_str())
-                && attr(call, "drained").as_deref() == Some("true")
-        });
-        if !drained {
-            violations.push(format!(
-                "{dir}: {queue} is drained by the EventBridge redrive but its dlq-alarm does not count arrivals"
-            ));
-        }
+        .filter_map(|reference| {
+            let mut parts = reference.trim_end_matches(',').split('.');
+            let (_, call, output) = (parts.next()?, parts.next()?, parts.next()?);
+            let dir = root
+                .bodies
+                .iter()
+                .flat_map(|body| body.blocks())
+                .find(|b| b.identifier() == "module" && label(b, 0) == call)
+                .and_then(|b| attr(b, "source"))?
+                .trim_matches('"')
+                .trim_start_matches("./")
+                .to_owned();
+            let module = modules.iter().find(|m| m.dir == dir)?;
+            let value = module
+                .bodies
+                .iter()
+                .flat_map(|body| body.blocks())
+                .find(|b| b.identifier() == "output" && label(b, 0) == output)
+                .and_then(|b| attr(b, "value"))?;
+            let queue = value.strip_prefix("aws_sqs_queue.")?.strip_suffix(".arn")?;
+            Some((module, queue.to_owned()))
+        })
+        .collect()
+}
+
+/// The DLQs a function drains within seconds (the queues the EventBridge redrive reads) have
+/// their arrivals alarmed (`drained = true`): their depth, sampled each minute, would rarely show
+/// a message.
+fn drained_dlqs(modules: &[Module]) -> Vec<String> {
+    let queues = event_source_queues(modules);
+    if queues.is_empty() {
+        return vec!["no queue read by the EventBridge redrive found".into()];
     }
-    violations
+    queues
+        .into_iter()
+        .filter(|(module, queue)| {
+            !module.calls("dlq-alarm").any(|call| {
+                attr(call, "queue_name") == Some(format!("aws_sqs_queue.{queue}.name"))
+                    && attr(call, "drained").as_deref() == Some("true")
+            })
+        })
+        .map(|(module, queue)| {
+            format!(
+                "{}: aws_sqs_queue.{queue}.name is drained by the EventBridge redrive but its dlq-alarm does not count arrivals",
+                module.dir
+            )
+        })
+        .collect()
+}
+
+/// The queues the EventBridge redrive reads have a redrive policy: a message that crashes or
+/// times out the redrive itself came back every visibility timeout for the queue's retention.
+fn redrive_sources_have_a_way_out(modules: &[Module]) -> Vec<String> {
+    event_source_queues(modules)
+        .into_iter()
+        .filter(|(module, queue)| {
+            !module
+                .blocks("resource", "aws_sqs_queue")
+                .any(|q| label(q, 1) == queue && present(q, "redrive_policy"))
+        })
+        .map(|(module, queue)| {
+            format!("{}: aws_sqs_queue.{queue} is read by the EventBridge redrive without a redrive policy", module.dir)
+        })
+        .collect()
 }
 
 fn normalize(path: &Path) -> PathBuf {
@@ -1082,6 +1107,7 @@ fn the_configuration_keeps_every_rule() {
         ("stream alarms", stream_alarms(&modules)),
         ("emf alarm states", emf_alarm_states(&modules)),
         ("drained dlqs", drained_dlqs(&modules)),
+        ("redrive sources", redrive_sources_have_a_way_out(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -1942,5 +1968,18 @@ fn a_drained_dlq_watched_only_by_its_depth_is_caught() {
     assert_eq!(
         drained_dlqs(&route),
         ["modules/eventbridge-route: aws_sqs_queue.target_dlq.name is drained by the EventBridge redrive but its dlq-alarm does not count arrivals"]
+    );
+}
+
+#[test]
+fn a_queue_the_event_redrive_reads_without_a_redrive_policy_is_caught() {
+    let route = broken(
+        "modules/eventbridge-route/main.tf",
+        "sqs_managed_sse_enabled    = true\n  redrive_policy             = local.to_redrive_poison\n}\n\n# Where Lambda puts",
+        "sqs_managed_sse_enabled    = true\n}\n\n# Where Lambda puts",
+    );
+    assert_eq!(
+        redrive_sources_have_a_way_out(&route),
+        ["modules/eventbridge-route: aws_sqs_queue.target_dlq is read by the EventBridge redrive without a redrive policy"]
     );
 }

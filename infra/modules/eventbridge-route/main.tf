@@ -48,6 +48,7 @@ resource "aws_sqs_queue" "target_dlq" {
   message_retention_seconds  = var.dlq_message_retention_seconds
   visibility_timeout_seconds = 6 * var.redrive_function_timeout_seconds
   sqs_managed_sse_enabled    = true
+  redrive_policy             = local.to_redrive_poison
 }
 
 # Where Lambda puts an invocation record when the consumer failed after its asynchronous retries.
@@ -56,6 +57,24 @@ resource "aws_sqs_queue" "consumer_failures_dlq" {
   message_retention_seconds  = var.dlq_message_retention_seconds
   visibility_timeout_seconds = 6 * var.redrive_function_timeout_seconds
   sqs_managed_sse_enabled    = true
+  redrive_policy             = local.to_redrive_poison
+}
+
+# Messages the EventBridge redrive itself could not get through (it crashed or timed out on them
+# redrive_max_receive_count times): without it they came back every visibility timeout until the
+# queue's retention dropped them. Retention at SQS's longest, since a message's age counts from
+# its first enqueue.
+resource "aws_sqs_queue" "redrive_poison_dlq" {
+  name                      = "${var.name}-redrive-poison-dlq"
+  message_retention_seconds = 1209600
+  sqs_managed_sse_enabled   = true
+}
+
+locals {
+  to_redrive_poison = jsonencode({
+    deadLetterTargetArn = aws_sqs_queue.redrive_poison_dlq.arn
+    maxReceiveCount     = var.redrive_max_receive_count
+  })
 }
 
 # The SQS target of the rule (for example an audit trail or a second consumer).
@@ -186,6 +205,14 @@ module "target_dlq_alarm" {
   alarm_topic_arn = var.alarm_topic_arn
   # The EventBridge redrive (modules/recovery) empties it within seconds.
   drained = true
+}
+
+module "redrive_poison_dlq_alarm" {
+  source          = "../dlq-alarm"
+  name            = "${var.name}-redrive-poison-dlq"
+  queue_name      = aws_sqs_queue.redrive_poison_dlq.name
+  runbook         = "Runbook: docs/runbook.md, 'EventBridge redrive poison queue not empty'."
+  alarm_topic_arn = var.alarm_topic_arn
 }
 
 module "consumer_failures_dlq_alarm" {

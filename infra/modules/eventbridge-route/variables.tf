@@ -68,6 +68,18 @@ variable "reserved_concurrency" {
   }
 }
 
+variable "redrive_max_receive_count" {
+  description = "Receives after which SQS moves a message of the target DLQ or the on-failure queue to the redrive's poison queue: the EventBridge redrive crashed or timed out on it that often (its own failures are retried by re-sending, which resets the count)."
+  type        = number
+  default     = 10
+  nullable    = false
+
+  validation {
+    condition     = var.redrive_max_receive_count >= 5 && var.redrive_max_receive_count <= 1000
+    error_message = "redrive_max_receive_count must be 5 to 1000: throttled invocations raise it too."
+  }
+}
+
 variable "environment" {
   description = "Environment of the event consumer (REDRIVE_BREAKER_*, PAYMENTS_*)."
   type        = map(string)
