@@ -44,14 +44,73 @@ variable "consumers" {
   }
   # With name_prefix at most 26, <name_prefix>-<key> (the consumer's function) stays within the
   # function module's 55, and <name_prefix>-<key>-dlq.fifo within SQS's 80.
-  # Keys that would name the same queue or function as the stack's own parts.
+  # A key whose names would be the stack's own: CreateQueue hands back an existing queue whose
+  # attributes match, so two resources would own one queue; a function or role would fail at apply.
   validation {
-    condition = alltrue([for k, c in var.consumers : !contains(
-      ["archive", "parked-dlq", "dlq-redrive", "eventbridge-redrive", "reprocessor-failures-dlq", "scheduler", "alarms", "orders-events", "orders-stream"], k
-    ) && !endswith(k, "-dlq")])
-    error_message = "A consumer key may not be archive, parked-dlq, dlq-redrive, eventbridge-redrive, reprocessor-failures-dlq, scheduler, alarms, orders-events or orders-stream, nor end in -dlq: those names are taken by the stack's own queues and functions."
+    condition = alltrue([for k, c in var.consumers : alltrue([
+      for suffix in local.consumer_name_suffixes : !contains(local.stack_names, "${k}${suffix}")
+    ])])
+    error_message = "A consumer key may not build a name the stack's own parts use (<name_prefix>-<key>, -dlq, -function, -idempotency and its alarms against local.stack_names: orders-events-consumer, orders-events-queue, parked, archive, dlq-redrive, scheduler, alarms, ...)."
+  }
+  # Nor one another's: the consumer "x-dlq" would take the DLQ of the consumer "x".
+  validation {
+    condition = alltrue([for k, c in var.consumers : !anytrue([
+      for suffix in local.consumer_name_suffixes : suffix != "" && endswith(k, suffix) && contains(keys(var.consumers), trimsuffix(k, suffix))
+    ])])
+    error_message = "A consumer key may not be another key followed by -dlq, -function or -idempotency: its names would be the other consumer's."
   }
   # Every other rule on a consumer is a validation of the sqs-consumer module's inputs.
+}
+
+# What follows "<name_prefix>-" in every name the stack's own parts build, and what follows
+# "<name_prefix>-<key>" in the names of a consumer: the consumer keys are checked against them.
+# tests/infra_contract.rs derives both lists from the modules and fails when a name is missing.
+locals {
+  stack_names = [
+    "alarms",
+    "archive",
+    "dlq-redrive",
+    "dlq-redrive-function",
+    "eventbridge-redrive",
+    "eventbridge-redrive-function",
+    "orders-events",
+    "orders-events-consumer",
+    "orders-events-consumer-failures-dlq",
+    "orders-events-consumer-failures-dlq-arrivals",
+    "orders-events-consumer-failures-dlq-not-empty",
+    "orders-events-consumer-failures-dlq-oldest-message-age",
+    "orders-events-consumer-function",
+    "orders-events-queue",
+    "orders-events-queue-oldest-message-age",
+    "orders-events-redrive-poison-dlq",
+    "orders-events-redrive-poison-dlq-arrivals",
+    "orders-events-redrive-poison-dlq-not-empty",
+    "orders-events-redrive-poison-dlq-oldest-message-age",
+    "orders-events-route",
+    "orders-events-target-dlq",
+    "orders-events-target-dlq-arrivals",
+    "orders-events-target-dlq-not-empty",
+    "orders-events-target-dlq-oldest-message-age",
+    "orders-stream",
+    "orders-stream-dlq",
+    "orders-stream-dlq-arrivals",
+    "orders-stream-dlq-not-empty",
+    "orders-stream-dlq-oldest-message-age",
+    "orders-stream-function",
+    "orders-stream-iterator-age",
+    "orders-stream-stream-iterator-age",
+    "parked-dlq",
+    "parked-dlq-arrivals",
+    "parked-dlq-not-empty",
+    "parked-dlq-oldest-message-age",
+    "redrive",
+    "reprocessor-failures-dlq",
+    "reprocessor-failures-dlq-arrivals",
+    "reprocessor-failures-dlq-not-empty",
+    "reprocessor-failures-dlq-oldest-message-age",
+    "scheduler",
+  ]
+  consumer_name_suffixes = ["", "-dlq", "-dlq-arrivals", "-dlq-not-empty", "-dlq-oldest-message-age", "-function", "-idempotency"]
 }
 
 variable "retry" {

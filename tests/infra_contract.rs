@@ -994,6 +994,129 @@ fn redrive_sources_have_a_way_out(modules: &[Module]) -> Vec<String> {
         .collect()
 }
 
+/// What follows `${<variable>}` in a name written as `"${<variable>}..."` (or `""` for the
+/// variable itself); `None` for any other expression or for a name with another interpolation
+/// left (a key of a `for_each`). `${local.suffix}` (`.fifo`) is dropped: it names the same thing.
+fn name_after(value: &str, variable: &str) -> Option<String> {
+    if value == variable {
+        return Some(String::new());
+    }
+    let rest = value
+        .strip_prefix(&format!("\"${{{variable}}}"))?
+        .strip_suffix('"')?
+        .replace("${local.suffix}", "");
+    (!rest.contains("${")).then_some(rest)
+}
+
+/// Every name module `dir` builds from its `var.name`, as what follows it, with those of the
+/// modules it calls: `""` (the function, its role, its log group), `-dlq`, `-dlq-not-empty`, ...
+fn built_names(modules: &[Module], dir: &str) -> BTreeSet<String> {
+    fn names_in(body: &Body, out: &mut BTreeSet<String>) {
+        for attribute in body.attributes() {
+            if attribute.key().ends_with("name") {
+                if let Some(name) = name_after(&text(attribute.expr()), "var.name") {
+                    out.insert(name);
+                }
+            }
+        }
+        for block in body.blocks().filter(|b| b.identifier() != "module") {
+            names_in(block.body(), out);
+        }
+    }
+    let Some(module) = modules.iter().find(|m| m.dir == dir) else {
+        return BTreeSet::new();
+    };
+    let mut names = BTreeSet::new();
+    for body in &module.bodies {
+        names_in(body, &mut names);
+    }
+    for call in module
+        .bodies
+        .iter()
+        .flat_map(|b| b.blocks())
+        .filter(|b| b.identifier() == "module")
+    {
+        let (Some(source), Some(name)) = (attr(call, "source"), attr(call, "name")) else {
+            continue;
+        };
+        let Some(prefix) = name_after(&name, "var.name") else {
+            continue;
+        };
+        let child = normalize(&Path::new(dir).join(source.trim_matches('"')));
+        for name in built_names(modules, &child.display().to_string()) {
+            names.insert(format!("{prefix}{name}"));
+        }
+    }
+    names
+}
+
+/// The root's names after `<name_prefix>-`: those of the stack's own parts, and what a consumer's
+/// key K is followed by in the names its consumer (and its idempotency table) build.
+fn stack_and_consumer_names(modules: &[Module]) -> (BTreeSet<String>, BTreeSet<String>) {
+    let root = modules
+        .iter()
+        .find(|m| m.dir.is_empty())
+        .expect("root module");
+    let (mut stack, mut consumer) = (BTreeSet::new(), BTreeSet::new());
+    for call in root
+        .bodies
+        .iter()
+        .flat_map(|b| b.blocks())
+        .filter(|b| b.identifier() == "module")
+    {
+        let (Some(source), Some(name)) = (attr(call, "source"), attr(call, "name")) else {
+            continue;
+        };
+        let child = source.trim_matches('"').trim_start_matches("./").to_owned();
+        let built = built_names(modules, &child);
+        let per_key = name
+            .strip_prefix("\"${var.name_prefix}-${each.key}")
+            .and_then(|r| r.strip_suffix('"'));
+        match (per_key, name_after(&name, "var.name_prefix")) {
+            (Some(after_key), _) => {
+                consumer.extend(built.iter().map(|n| format!("{after_key}{n}")))
+            }
+            (None, Some(prefix)) => stack.extend(
+                built
+                    .iter()
+                    .map(|n| format!("{prefix}{n}").trim_start_matches('-').to_owned())
+                    .filter(|n| !n.is_empty()),
+            ),
+            (None, None) => {}
+        }
+    }
+    (stack, consumer)
+}
+
+/// The reserved names `infra/variables.tf` checks consumer keys against (`local.stack_names`,
+/// `local.consumer_name_suffixes`) hold every name the modules build: a name added to a module
+/// and not to the lists would let a key take it.
+fn reserved_names(modules: &[Module]) -> Vec<String> {
+    let root = modules
+        .iter()
+        .find(|m| m.dir.is_empty())
+        .expect("root module");
+    let listed = |local: &str| -> BTreeSet<String> {
+        root.local_of(&format!("local.{local}"))
+            .trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .map(|n| n.trim().trim_matches('"').to_owned())
+            .filter(|n| !n.is_empty() || local == "consumer_name_suffixes")
+            .collect()
+    };
+    let (stack, consumer) = stack_and_consumer_names(modules);
+    let mut violations: Vec<String> = stack
+        .difference(&listed("stack_names"))
+        .map(|name| format!("local.stack_names lacks {name:?}"))
+        .collect();
+    violations.extend(
+        consumer
+            .difference(&listed("consumer_name_suffixes"))
+            .map(|name| format!("local.consumer_name_suffixes lacks {name:?}")),
+    );
+    violations
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -1108,6 +1231,7 @@ fn the_configuration_keeps_every_rule() {
         ("emf alarm states", emf_alarm_states(&modules)),
         ("drained dlqs", drained_dlqs(&modules)),
         ("redrive sources", redrive_sources_have_a_way_out(&modules)),
+        ("reserved names", reserved_names(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -1981,5 +2105,35 @@ fn a_queue_the_event_redrive_reads_without_a_redrive_policy_is_caught() {
     assert_eq!(
         redrive_sources_have_a_way_out(&route),
         ["modules/eventbridge-route: aws_sqs_queue.target_dlq is read by the EventBridge redrive without a redrive policy"]
+    );
+}
+
+#[test]
+fn the_derived_names_are_the_ones_the_modules_build() {
+    let (stack, consumer) = stack_and_consumer_names(&parse(&sources()));
+    for name in [
+        "orders-events-consumer",
+        "orders-events-queue",
+        "parked-dlq",
+        "archive",
+        "dlq-redrive",
+        "scheduler",
+        "alarms",
+        "orders-stream-dlq",
+    ] {
+        assert!(stack.contains(name), "{name}: {stack:#?}");
+    }
+    for suffix in ["", "-dlq", "-dlq-not-empty", "-idempotency"] {
+        assert!(consumer.contains(suffix), "{suffix}: {consumer:#?}");
+    }
+    // A name added to a module and not to the lists is caught.
+    let added = broken(
+        "modules/eventbridge-route/main.tf",
+        "name                      = \"${var.name}-queue\"",
+        "name                      = \"${var.name}-audit-queue\"",
+    );
+    assert_eq!(
+        reserved_names(&added),
+        ["local.stack_names lacks \"orders-events-audit-queue\""]
     );
 }

@@ -121,11 +121,31 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
     }
     assert_eq!(evaluate(&tfvars(), "as-is"), None);
 
-    let broken: [(&str, Breaking, &str); 6] = [
+    let broken: [(&str, Breaking, &str); 10] = [
         (
             "reserved-key",
             |v| v["consumers"]["archive"] = v["consumers"]["orders"].clone(),
-            "A consumer key may not be archive",
+            "A consumer key may not build a name the stack's own parts use",
+        ),
+        (
+            "event-consumer-function",
+            |v| v["consumers"]["orders-events-consumer"] = v["consumers"]["orders"].clone(),
+            "A consumer key may not build a name the stack's own parts use",
+        ),
+        (
+            "event-target-queue",
+            |v| v["consumers"]["orders-events-queue"] = v["consumers"]["orders"].clone(),
+            "A consumer key may not build a name the stack's own parts use",
+        ),
+        (
+            "parked-dlq",
+            |v| v["consumers"]["parked"] = v["consumers"]["orders"].clone(),
+            "A consumer key may not build a name the stack's own parts use",
+        ),
+        (
+            "another-consumers-dlq",
+            |v| v["consumers"]["orders-dlq"] = v["consumers"]["orders"].clone(),
+            "A consumer key may not be another key followed by -dlq",
         ),
         (
             "long-key",
