@@ -184,11 +184,13 @@ impl<Q: QueuePort> Processor<Q> {
     ) -> Result<Processed, BatchError> {
         let invocation = invocation.into();
         let (items, fifo) = self.prepare(records)?;
-        crate::idempotency::with_own_completions(async {
+        // Boxed: the whole batch's future, nested once more in the task-local scope, is large
+        // enough to overflow a 2 MiB thread stack in unoptimised builds.
+        crate::idempotency::with_own_completions(Box::pin(async {
             let handled = self.handle_all(handler, &items, fifo, &invocation).await;
             self.settle(handler, &invocation).await;
             Ok(self.conclude(&items, handled, fifo, &invocation).await)
-        })
+        }))
         .await
     }
 
