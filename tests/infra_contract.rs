@@ -322,11 +322,10 @@ fn statements(modules: &[Module]) -> Vec<(String, String, String, bool)> {
                 s.identifier() == "statement"
                     && attr(s, "sid").is_some_and(|sid| sid.contains("CloudWatchPublishes"))
             });
-            for statement in document
-                .body()
-                .blocks()
-                .filter(|b| b.identifier() == "statement")
-            {
+            // A Deny grants nothing: its wildcards (no request without TLS, say) only narrow.
+            for statement in document.body().blocks().filter(|b| {
+                b.identifier() == "statement" && attr(b, "effect").as_deref() != Some("\"Deny\"")
+            }) {
                 out.push((
                     format!(
                         "{} {} statement {}",
@@ -1117,6 +1116,79 @@ fn reserved_names(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// Resource policies written for AWS services: a queue or topic policy denies requests without TLS
+/// (`aws:SecureTransport`), and a statement that lets a service principal in on behalf of this
+/// account (`aws:SourceAccount`) names the stack's own sources too (`aws:SourceArn`: its alarms,
+/// its schedules, its rule). Lambda's execution-role trust is left at the account: Lambda is not
+/// documented to send a source ARN when it assumes a function's role.
+fn service_policies(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        let documents: BTreeMap<&str, &Block> = module
+            .blocks("data", "aws_iam_policy_document")
+            .map(|d| (label(d, 1), d))
+            .collect();
+        let conditions = |statement: &Block| -> Vec<String> {
+            statement
+                .body()
+                .blocks()
+                .filter(|b| b.identifier() == "condition")
+                .filter_map(|c| attr(c, "variable"))
+                .collect()
+        };
+        for kind in ["aws_sqs_queue_policy", "aws_sns_topic_policy"] {
+            for policy in module.blocks("resource", kind) {
+                let text = attr(policy, "policy").unwrap_or_default();
+                let Some(name) = text
+                    .strip_prefix("data.aws_iam_policy_document.")
+                    .map(|r| r.split(['.', '[']).next().unwrap_or_default())
+                else {
+                    continue;
+                };
+                let denies_plain_http = documents.get(name).is_some_and(|document| {
+                    document.body().blocks().any(|statement| {
+                        attr(statement, "effect").as_deref() == Some("\"Deny\"")
+                            && conditions(statement)
+                                .iter()
+                                .any(|v| v == "\"aws:SecureTransport\"")
+                    })
+                });
+                if !denies_plain_http {
+                    violations.push(format!(
+                        "{}: {kind}.{} does not deny requests without TLS",
+                        module.dir,
+                        label(policy, 1)
+                    ));
+                }
+            }
+        }
+        for (name, document) in &documents {
+            for statement in document
+                .body()
+                .blocks()
+                .filter(|b| b.identifier() == "statement")
+            {
+                let service = child(statement, "principals")
+                    .filter(|p| attr(p, "type").as_deref() == Some("\"Service\""))
+                    .and_then(|p| attr(p, "identifiers"))
+                    .unwrap_or_default();
+                let keys = conditions(statement);
+                if !service.is_empty()
+                    && !service.contains("lambda.amazonaws.com")
+                    && keys.iter().any(|v| v == "\"aws:SourceAccount\"")
+                    && !keys.iter().any(|v| v == "\"aws:SourceArn\"")
+                {
+                    violations.push(format!(
+                        "{}: {name}: {service} is scoped to the account, not to the stack's sources",
+                        module.dir
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -1232,6 +1304,7 @@ fn the_configuration_keeps_every_rule() {
         ("drained dlqs", drained_dlqs(&modules)),
         ("redrive sources", redrive_sources_have_a_way_out(&modules)),
         ("reserved names", reserved_names(&modules)),
+        ("service policies", service_policies(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -2135,5 +2208,39 @@ fn the_derived_names_are_the_ones_the_modules_build() {
     assert_eq!(
         reserved_names(&added),
         ["local.stack_names lacks \"orders-events-audit-queue\""]
+    );
+}
+
+#[test]
+fn a_service_policy_scoped_only_to_the_account_or_open_to_plain_http_is_caught() {
+    let topic = broken(
+        "modules/alerts/main.tf",
+        "sid       = \"DenyWithoutTls\"\n    effect    = \"Deny\"",
+        "sid       = \"DenyWithoutTls\"\n    effect    = \"Allow\"",
+    );
+    assert_eq!(
+        service_policies(&topic),
+        ["modules/alerts: aws_sns_topic_policy.alarms does not deny requests without TLS"]
+    );
+    let queues = broken(
+        "modules/eventbridge-route/main.tf",
+        "variable = \"aws:SecureTransport\"",
+        "variable = \"aws:PrincipalIsAWSService\"",
+    );
+    assert_eq!(
+        service_policies(&queues),
+        [
+            "modules/eventbridge-route: aws_sqs_queue_policy.target_dlq does not deny requests without TLS",
+            "modules/eventbridge-route: aws_sqs_queue_policy.target does not deny requests without TLS"
+        ]
+    );
+    let trust = broken(
+        "modules/recovery/main.tf",
+        "variable = \"aws:SourceArn\"",
+        "variable = \"aws:SourceOrgID\"",
+    );
+    assert_eq!(
+        service_policies(&trust),
+        ["modules/recovery: scheduler_assume: [ \"scheduler.amazonaws.com\" ] is scoped to the account, not to the stack's sources"]
     );
 }

@@ -356,9 +356,15 @@ fn locals_blocks(text: &str) -> String {
 fn render_dashboard(alerts_main_tf: &str) -> Result<serde_json::Value, String> {
     let alerts = infra().join("modules/alerts");
     let variables = std::fs::read_to_string(alerts.join("variables.tf")).unwrap();
-    // The region is the provider's; anything else the body reads must be an input.
-    let locals =
-        locals_blocks(alerts_main_tf).replace("data.aws_region.current.region", "\"eu-west-1\"");
+    // The region, partition and account are the provider's; anything else the locals read must be
+    // an input.
+    let locals = locals_blocks(alerts_main_tf)
+        .replace("data.aws_region.current.region", "\"eu-west-1\"")
+        .replace("data.aws_partition.current.partition", "\"aws\"")
+        .replace(
+            "data.aws_caller_identity.current.account_id",
+            "\"123456789012\"",
+        );
     let body = alerts_main_tf
         .lines()
         .find_map(|line| line.trim().strip_prefix("dashboard_body = "))

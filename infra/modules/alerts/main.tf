@@ -32,7 +32,17 @@ data "aws_iam_policy_document" "key" {
       variable = "aws:SourceAccount"
       values   = [data.aws_caller_identity.current.account_id]
     }
+    # Only this stack's alarms (they are all named <name>-...).
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = [local.alarm_arns]
+    }
   }
+}
+
+locals {
+  alarm_arns = "arn:${data.aws_partition.current.partition}:cloudwatch:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:alarm:${var.name}-*"
 }
 
 resource "aws_kms_key" "alarms" {
@@ -65,6 +75,26 @@ data "aws_iam_policy_document" "topic" {
       test     = "StringEquals"
       variable = "aws:SourceAccount"
       values   = [data.aws_caller_identity.current.account_id]
+    }
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = [local.alarm_arns]
+    }
+  }
+  statement {
+    sid       = "DenyWithoutTls"
+    effect    = "Deny"
+    actions   = ["sns:*"]
+    resources = [aws_sns_topic.alarms.arn]
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
     }
   }
 }

@@ -104,6 +104,21 @@ data "aws_iam_policy_document" "events_send" {
       values   = [aws_cloudwatch_event_rule.route.arn]
     }
   }
+  statement {
+    sid       = "DenyWithoutTls"
+    effect    = "Deny"
+    actions   = ["sqs:*"]
+    resources = [each.value]
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
 }
 
 resource "aws_sqs_queue_policy" "target_dlq" {

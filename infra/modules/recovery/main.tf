@@ -78,6 +78,8 @@ resource "aws_lambda_function_event_invoke_config" "reprocessor" {
 }
 
 data "aws_caller_identity" "current" {}
+data "aws_partition" "current" {}
+data "aws_region" "current" {}
 
 data "aws_iam_policy_document" "scheduler_assume" {
   statement {
@@ -86,13 +88,28 @@ data "aws_iam_policy_document" "scheduler_assume" {
       type        = "Service"
       identifiers = ["scheduler.amazonaws.com"]
     }
-    # Confused deputy: only schedules of this account may take the role.
+    # Confused deputy: only this stack's schedules may take the role. Scheduler names the
+    # schedule group as the source; the schedules are listed too.
     condition {
       test     = "StringEquals"
       variable = "aws:SourceAccount"
       values   = [data.aws_caller_identity.current.account_id]
     }
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = [aws_scheduler_schedule_group.reprocess.arn, "${local.schedule_arn_prefix}/${aws_scheduler_schedule_group.reprocess.name}/*"]
+    }
   }
+}
+
+# The stack's schedules in a group of their own, which the scheduler role's trust names.
+resource "aws_scheduler_schedule_group" "reprocess" {
+  name = var.name
+}
+
+locals {
+  schedule_arn_prefix = "arn:${data.aws_partition.current.partition}:scheduler:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:schedule"
 }
 
 resource "aws_iam_role" "scheduler" {
@@ -125,6 +142,7 @@ resource "aws_scheduler_schedule" "reprocess" {
   for_each = var.dlqs
 
   name                = "${var.name}-${each.key}"
+  group_name          = aws_scheduler_schedule_group.reprocess.name
   description         = "Redrives ${each.value.url} under the redrive policy."
   schedule_expression = var.schedule_expression
 
