@@ -110,7 +110,7 @@ locals {
     "reprocessor-failures-dlq-oldest-message-age",
     "scheduler",
   ]
-  consumer_name_suffixes = ["", "-dlq", "-dlq-arrivals", "-dlq-not-empty", "-dlq-oldest-message-age", "-function", "-idempotency"]
+  consumer_name_suffixes = ["", "-dlq", "-dlq-arrivals", "-dlq-not-empty", "-dlq-oldest-message-age", "-function", "-idempotency", "-mapping-failed-invokes"]
 }
 
 variable "retry" {

@@ -1189,6 +1189,35 @@ fn service_policies(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// A mapping that writes its own counts (`metrics_config`) is alarmed on the events it failed to
+/// hand to the function (`FailedInvokeEventCount`, by its UUID).
+fn mapping_metrics(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for mapping in module.blocks("resource", "aws_lambda_event_source_mapping") {
+            let counted = mapping.body().blocks().any(|b| {
+                b.identifier() == "metrics_config"
+                    || (b.identifier() == "dynamic" && label(b, 0) == "metrics_config")
+            });
+            let uuid = format!("aws_lambda_event_source_mapping.{}.uuid", label(mapping, 1));
+            let alarmed = module
+                .blocks("resource", "aws_cloudwatch_metric_alarm")
+                .any(|alarm| {
+                    attr(alarm, "metric_name").as_deref() == Some("\"FailedInvokeEventCount\"")
+                        && attr(alarm, "dimensions").is_some_and(|d| d.contains(&uuid))
+                });
+            if counted && !alarmed {
+                violations.push(format!(
+                    "{}: {}: counts its events but no alarm watches its failed invokes",
+                    module.dir,
+                    label(mapping, 1)
+                ));
+            }
+        }
+    }
+    violations
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -1305,6 +1334,7 @@ fn the_configuration_keeps_every_rule() {
         ("redrive sources", redrive_sources_have_a_way_out(&modules)),
         ("reserved names", reserved_names(&modules)),
         ("service policies", service_policies(&modules)),
+        ("mapping metrics", mapping_metrics(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -2242,5 +2272,18 @@ fn a_service_policy_scoped_only_to_the_account_or_open_to_plain_http_is_caught()
     assert_eq!(
         service_policies(&trust),
         ["modules/recovery: scheduler_assume: [ \"scheduler.amazonaws.com\" ] is scoped to the account, not to the stack's sources"]
+    );
+}
+
+#[test]
+fn a_mapping_whose_failed_invokes_nobody_watches_is_caught() {
+    let consumer = broken(
+        CONSUMER,
+        "metric_name         = \"FailedInvokeEventCount\"",
+        "metric_name         = \"PolledEventCount\"",
+    );
+    assert_eq!(
+        mapping_metrics(&consumer),
+        ["modules/sqs-consumer: consumer: counts its events but no alarm watches its failed invokes"]
     );
 }

@@ -278,6 +278,34 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
         let error = error.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(error.contains(message), "{to}: {error}");
     }
+    // Provisioned pollers, which AWS does not combine with maximum_concurrency.
+    let pollers = |fields: &str| {
+        main_tf("own-consumer").replacen(MEMORY, &format!("{MEMORY}\n  {fields}"), 1)
+    };
+    assert_eq!(
+        evaluate_example(
+            "own-consumer",
+            &pollers(
+                "maximum_concurrency = null\n  provisioned_pollers = { minimum = 2, maximum = 20 }"
+            )
+        ),
+        Ok(())
+    );
+    for (fields, message) in [
+        (
+            "provisioned_pollers = { minimum = 2, maximum = 20 }",
+            "maximum_concurrency and provisioned_pollers do not go together",
+        ),
+        (
+            "maximum_concurrency = null\n  provisioned_pollers = { minimum = 1, maximum = 20 }",
+            "provisioned_pollers: minimum 2 to 200",
+        ),
+    ] {
+        let error = evaluate_example("own-consumer", &pollers(fields))
+            .expect_err(&format!("{fields} accepted"));
+        let error = error.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(error.contains(message), "{fields}: {error}");
+    }
     // The reprocessor's role policy names every DLQ and origin: past IAM's size, refused here.
     let many_dlqs = |count: usize| {
         main_tf("redrive-only").replacen(

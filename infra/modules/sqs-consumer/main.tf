@@ -106,9 +106,47 @@ resource "aws_lambda_event_source_mapping" "consumer" {
   function_response_types            = ["ReportBatchItemFailures"]
   tags                               = var.tags
 
-  scaling_config {
-    maximum_concurrency = var.maximum_concurrency
+  dynamic "scaling_config" {
+    for_each = var.maximum_concurrency == null ? [] : [var.maximum_concurrency]
+    content {
+      maximum_concurrency = scaling_config.value
+    }
   }
+
+  dynamic "provisioned_poller_config" {
+    for_each = var.provisioned_pollers == null ? [] : [var.provisioned_pollers]
+    content {
+      minimum_pollers = provisioned_poller_config.value.minimum
+      maximum_pollers = provisioned_poller_config.value.maximum
+    }
+  }
+
+  dynamic "metrics_config" {
+    for_each = var.mapping_metrics ? [1] : []
+    content {
+      metrics = ["EventCount"]
+    }
+  }
+}
+
+# Batches the mapping could not hand to the function (throttled, timed out, failed whole): with
+# partial batch responses a record-level failure is not one, so any is an incident.
+resource "aws_cloudwatch_metric_alarm" "mapping_failed_invokes" {
+  count = var.mapping_metrics && var.health_alarms ? 1 : 0
+
+  alarm_name          = "${var.name}-mapping-failed-invokes"
+  alarm_description   = "The event source mapping of ${local.queue.name} failed to invoke ${var.name} with some events (throttled, timed out, a whole batch failed). Runbook: docs/runbook.md, 'Mapping failed invokes'."
+  namespace           = "AWS/Lambda"
+  metric_name         = "FailedInvokeEventCount"
+  dimensions          = { EventSourceMappingUUID = aws_lambda_event_source_mapping.consumer.uuid }
+  statistic           = "Sum"
+  period              = var.alarm_period_seconds
+  evaluation_periods  = 1
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
 }
 
 module "dlq_alarm" {

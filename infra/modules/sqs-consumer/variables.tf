@@ -166,14 +166,39 @@ variable "batching_window_seconds" {
 }
 
 variable "maximum_concurrency" {
-  description = "Event source mapping scaling_config.maximum_concurrency."
+  description = "Event source mapping scaling_config.maximum_concurrency; null with provisioned_pollers, which AWS does not combine with it."
   type        = number
   default     = 10
 
   validation {
-    condition     = var.maximum_concurrency >= 2 && var.maximum_concurrency <= 1000
-    error_message = "maximum_concurrency must be between 2 and 1000."
+    condition     = var.maximum_concurrency == null ? true : var.maximum_concurrency >= 2 && var.maximum_concurrency <= 1000
+    error_message = "maximum_concurrency must be between 2 and 1000, or null."
   }
+  validation {
+    condition     = var.maximum_concurrency == null || var.provisioned_pollers == null
+    error_message = "maximum_concurrency and provisioned_pollers do not go together on one mapping (AWS refuses it): set maximum_concurrency = null to use provisioned pollers."
+  }
+}
+
+variable "provisioned_pollers" {
+  description = "Provisioned mode of the event source mapping (provisioned_poller_config): pollers kept warm for bursts, each about 5 MB/s; billed per poller-hour. null for on-demand scaling."
+  type = object({
+    minimum = number
+    maximum = number
+  })
+  default = null
+
+  validation {
+    condition     = var.provisioned_pollers == null ? true : var.provisioned_pollers.minimum >= 2 && var.provisioned_pollers.minimum <= 200 && var.provisioned_pollers.maximum >= var.provisioned_pollers.minimum && var.provisioned_pollers.maximum <= 2000
+    error_message = "provisioned_pollers: minimum 2 to 200 (SQS needs 2), maximum from the minimum to 2000."
+  }
+}
+
+variable "mapping_metrics" {
+  description = "The event source mapping's own counts (metrics_config EventCount: polled, invoked, failed, dropped events), with an alarm on failed invokes. Standard CloudWatch metric charges apply."
+  type        = bool
+  default     = true
+  nullable    = false
 }
 
 variable "record_concurrency" {
