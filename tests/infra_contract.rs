@@ -995,7 +995,8 @@ fn redrive_sources_have_a_way_out(modules: &[Module]) -> Vec<String> {
 
 /// What follows `${<variable>}` in a name written as `"${<variable>}..."` (or `""` for the
 /// variable itself); `None` for any other expression or for a name with another interpolation
-/// left (a key of a `for_each`). `${local.suffix}` (`.fifo`) is dropped: it names the same thing.
+/// left (a key of a `for_each`). `${local.suffix}` (`.fifo`) and the region a global name carries
+/// are dropped: they are the same for every name of one stack.
 fn name_after(value: &str, variable: &str) -> Option<String> {
     if value == variable {
         return Some(String::new());
@@ -1003,7 +1004,9 @@ fn name_after(value: &str, variable: &str) -> Option<String> {
     let rest = value
         .strip_prefix(&format!("\"${{{variable}}}"))?
         .strip_suffix('"')?
-        .replace("${local.suffix}", "");
+        .replace("${local.suffix}", "")
+        .replace("-${local.region_code}", "")
+        .replace("-${data.aws_region.current.region}", "");
     (!rest.contains("${")).then_some(rest)
 }
 
@@ -1218,6 +1221,33 @@ fn mapping_metrics(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// Names IAM and CloudWatch dashboards keep account-wide carry the region, so that the same
+/// `name_prefix` in two regions makes two roles and two dashboards (the second region's apply
+/// failed on its roles and overwrote the first region's dashboard).
+fn global_names(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for (kind, attribute) in [
+            ("aws_iam_role", "name"),
+            ("aws_cloudwatch_dashboard", "dashboard_name"),
+        ] {
+            for resource in module.blocks("resource", kind) {
+                let name = attr(resource, attribute).unwrap_or_default();
+                if !name.contains("${local.region_code}")
+                    && !name.contains("${data.aws_region.current.region}")
+                {
+                    violations.push(format!(
+                        "{}: {kind}.{}: {name} is the same in every region",
+                        module.dir,
+                        label(resource, 1)
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -1335,6 +1365,7 @@ fn the_configuration_keeps_every_rule() {
         ("reserved names", reserved_names(&modules)),
         ("service policies", service_policies(&modules)),
         ("mapping metrics", mapping_metrics(&modules)),
+        ("global names", global_names(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -2285,5 +2316,27 @@ fn a_mapping_whose_failed_invokes_nobody_watches_is_caught() {
     assert_eq!(
         mapping_metrics(&consumer),
         ["modules/sqs-consumer: consumer: counts its events but no alarm watches its failed invokes"]
+    );
+}
+
+#[test]
+fn a_global_name_without_the_region_is_caught() {
+    let role = broken(
+        "modules/function/main.tf",
+        "name               = \"${var.name}-${local.region_code}\"",
+        "name               = \"${var.name}-function\"",
+    );
+    assert_eq!(
+        global_names(&role),
+        ["modules/function: aws_iam_role.function: \"${var.name}-function\" is the same in every region"]
+    );
+    let dashboard = broken(
+        "modules/alerts/main.tf",
+        "dashboard_name = \"${var.name}-redrive-${data.aws_region.current.region}\"",
+        "dashboard_name = \"${var.name}-redrive\"",
+    );
+    assert_eq!(
+        global_names(&dashboard),
+        ["modules/alerts: aws_cloudwatch_dashboard.redrive: \"${var.name}-redrive\" is the same in every region"]
     );
 }

@@ -574,3 +574,91 @@ fn the_dashboard_terraform_renders_is_one_cloudwatch_accepts_and_broken_ones_are
         );
     }
 }
+
+/// The region code IAM role names carry (modules/function, modules/recovery): for every region
+/// AWS has, at most 8 characters (so `<name>-<code>` fits IAM's 64) and a different code for each.
+#[test]
+fn every_region_has_a_short_code_of_its_own() {
+    if !terraform_installed() {
+        return;
+    }
+    const REGIONS: [&str; 40] = [
+        "us-east-1",
+        "us-east-2",
+        "us-west-1",
+        "us-west-2",
+        "af-south-1",
+        "ap-east-1",
+        "ap-east-2",
+        "ap-south-1",
+        "ap-south-2",
+        "ap-southeast-1",
+        "ap-southeast-2",
+        "ap-southeast-3",
+        "ap-southeast-4",
+        "ap-southeast-5",
+        "ap-southeast-6",
+        "ap-southeast-7",
+        "ap-northeast-1",
+        "ap-northeast-2",
+        "ap-northeast-3",
+        "ca-central-1",
+        "ca-west-1",
+        "eu-central-1",
+        "eu-central-2",
+        "eu-west-1",
+        "eu-west-2",
+        "eu-west-3",
+        "eu-south-1",
+        "eu-south-2",
+        "eu-north-1",
+        "il-central-1",
+        "me-south-1",
+        "me-central-1",
+        "mx-central-1",
+        "sa-east-1",
+        "us-gov-east-1",
+        "us-gov-west-1",
+        "cn-north-1",
+        "cn-northwest-1",
+        "us-iso-east-1",
+        "eusc-de-east-1",
+    ];
+    let mut codes = Vec::new();
+    for module in ["function", "recovery"] {
+        let main_tf =
+            std::fs::read_to_string(infra().join("modules").join(module).join("main.tf")).unwrap();
+        let body: hcl::Body = hcl::from_str(&main_tf).unwrap();
+        let expression = body
+            .blocks()
+            .filter(|b| b.identifier() == "locals")
+            .flat_map(|b| b.body().attributes())
+            .find(|a| a.key() == "region_code")
+            .map(|a| hcl::format::to_string(a.expr()).unwrap())
+            .unwrap_or_else(|| panic!("modules/{module}: no local region_code"));
+        let config = format!(
+            "variable \"regions\" {{\n  type = list(string)\n}}\nlocals {{\n  codes = [for region in var.regions : {}]\n}}\n",
+            expression.replace("data.aws_region.current.region", "region")
+        );
+        let printed = console(
+            &config,
+            &serde_json::json!({ "regions": REGIONS.to_vec() }),
+            &format!("region-codes-{module}"),
+            "jsonencode(local.codes)\n",
+        )
+        .unwrap();
+        let json: String = serde_json::from_str(&printed).unwrap();
+        let module_codes: Vec<String> = serde_json::from_str(&json).unwrap();
+        codes.push(module_codes);
+    }
+    assert_eq!(codes[0], codes[1], "both modules name a region alike");
+    let mut unique = codes[0].clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), REGIONS.len(), "{:?}", codes[0]);
+    for (region, code) in REGIONS.iter().zip(&codes[0]) {
+        assert!(code.len() <= 8, "{region} -> {code}");
+    }
+    assert_eq!(codes[0][0], "use1");
+    assert_eq!(codes[0][12], "apse4");
+}

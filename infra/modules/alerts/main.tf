@@ -172,6 +172,7 @@ locals {
 }
 
 resource "aws_cloudwatch_dashboard" "redrive" {
-  dashboard_name = "${var.name}-redrive"
+  # Dashboards are global to the account: the region keeps two regions' stacks apart.
+  dashboard_name = "${var.name}-redrive-${data.aws_region.current.region}"
   dashboard_body = jsonencode({ widgets = local.dashboard_widgets })
 }

@@ -28,8 +28,16 @@ data "aws_iam_policy_document" "assume" {
   }
 }
 
+data "aws_region" "current" {}
+
+locals {
+  # IAM names are global: the same stack in two regions needs two roles. us-east-1 -> use1,
+  # ap-southeast-4 -> apse4 (8 characters at most, so <name>-<code> fits IAM's 64).
+  region_code = replace(replace(replace(replace(replace(replace(replace(data.aws_region.current.region, "-", ""), "north", "n"), "south", "s"), "east", "e"), "west", "w"), "central", "c"), "gov", "g")
+}
+
 resource "aws_iam_role" "function" {
-  name               = "${var.name}-function"
+  name               = "${var.name}-${local.region_code}"
   assume_role_policy = data.aws_iam_policy_document.assume.json
   tags               = var.tags
 }

@@ -4,7 +4,7 @@ variable "name" {
 
   validation {
     condition     = can(regex("^[a-zA-Z0-9-_]{1,55}$", var.name))
-    error_message = "name must be 1 to 55 letters, digits, hyphens or underscores: the role is <name>-function, and IAM allows 64 characters."
+    error_message = "name must be 1 to 55 letters, digits, hyphens or underscores: the role is <name>-<region code> (up to 8), and IAM allows 64 characters."
   }
 }
 

@@ -112,8 +112,13 @@ locals {
   schedule_arn_prefix = "arn:${data.aws_partition.current.partition}:scheduler:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:schedule"
 }
 
+locals {
+  # IAM names are global: the same stack in two regions needs two roles (modules/function).
+  region_code = replace(replace(replace(replace(replace(replace(replace(data.aws_region.current.region, "-", ""), "north", "n"), "south", "s"), "east", "e"), "west", "w"), "central", "c"), "gov", "g")
+}
+
 resource "aws_iam_role" "scheduler" {
-  name               = "${var.name}-scheduler"
+  name               = "${var.name}-scheduler-${local.region_code}"
   assume_role_policy = data.aws_iam_policy_document.scheduler_assume.json
 }
 
