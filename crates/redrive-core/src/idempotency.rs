@@ -682,8 +682,12 @@ mod tests {
         assert!(guard.inner().effects.lock().unwrap().is_empty());
     }
 
-    /// Completes slowly: the write takes 50 ms.
-    struct SlowComplete(MemoryStore);
+    /// Completes slowly: the write of `key` (of every key when `None`) takes `delay`.
+    struct SlowComplete {
+        store: MemoryStore,
+        key: Option<&'static str>,
+        delay: Duration,
+    }
     impl IdempotencyStore for SlowComplete {
         async fn claim(
             &self,
@@ -691,7 +695,7 @@ mod tests {
             payload: Option<u64>,
             lease: Duration,
         ) -> Result<Claim, PortError> {
-            self.0.claim(key, payload, lease).await
+            self.store.claim(key, payload, lease).await
         }
         async fn complete(
             &self,
@@ -699,11 +703,13 @@ mod tests {
             payload: Option<u64>,
             keep: Duration,
         ) -> Result<(), PortError> {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            self.0.complete(key, payload, keep).await
+            if self.key.is_none_or(|slow| slow == key) {
+                tokio::time::sleep(self.delay).await;
+            }
+            self.store.complete(key, payload, keep).await
         }
         async fn release(&self, key: &str) -> Result<(), PortError> {
-            self.0.release(key).await
+            self.store.release(key).await
         }
     }
 
@@ -715,7 +721,11 @@ mod tests {
     async fn a_record_cut_off_while_its_key_is_marked_done_still_has_it_done() {
         let guard = Idempotent::new(
             counting(),
-            SlowComplete(MemoryStore::new(10)),
+            SlowComplete {
+                store: MemoryStore::new(10),
+                key: None,
+                delay: Duration::from_millis(50),
+            },
             KeyFrom::MessageId,
         );
         let processor = crate::processor::Processor::new(
@@ -737,37 +747,15 @@ mod tests {
         );
         assert_eq!(guard.inner().effects.lock().unwrap()["order-1"], 1);
         assert_eq!(
-            guard.store.0.claim("m-1", None, guard.lease).await.unwrap(),
+            guard
+                .store
+                .store
+                .claim("m-1", None, guard.lease)
+                .await
+                .unwrap(),
             Claim::Done,
             "the key is done when the invocation answers: the redelivery is absorbed"
         );
-    }
-
-    /// Completes `m-slow` after 20 s, every other key at once.
-    struct StallsOne(MemoryStore);
-    impl IdempotencyStore for StallsOne {
-        async fn claim(
-            &self,
-            key: &str,
-            payload: Option<u64>,
-            lease: Duration,
-        ) -> Result<Claim, PortError> {
-            self.0.claim(key, payload, lease).await
-        }
-        async fn complete(
-            &self,
-            key: &str,
-            payload: Option<u64>,
-            keep: Duration,
-        ) -> Result<(), PortError> {
-            if key == "m-slow" {
-                tokio::time::sleep(Duration::from_secs(20)).await;
-            }
-            self.0.complete(key, payload, keep).await
-        }
-        async fn release(&self, key: &str) -> Result<(), PortError> {
-            self.0.release(key).await
-        }
     }
 
     /// Invocations that run side by side in one process (Lambda Managed Instances) share the
@@ -778,7 +766,11 @@ mod tests {
     async fn an_invocation_waits_for_its_own_key_writes_not_for_those_of_one_beside_it() {
         let guard = Idempotent::new(
             counting(),
-            StallsOne(MemoryStore::new(10)),
+            SlowComplete {
+                store: MemoryStore::new(10),
+                key: Some("m-slow"),
+                delay: Duration::from_secs(20),
+            },
             KeyFrom::MessageId,
         );
         let processor = guarded_processor();
@@ -791,7 +783,7 @@ mod tests {
             // The other invocation's write has started.
             tokio::time::sleep(Duration::from_millis(10)).await;
             let processed = processor.process(&guard, &quick, u64::MAX / 2).await;
-            let other_key = guard.store.0.claim("m-slow", None, guard.lease).await;
+            let other_key = guard.store.store.claim("m-slow", None, guard.lease).await;
             (processed, other_key)
         };
         let (beside, (this, other_key_when_answered)) = tokio::join!(beside, this);
@@ -805,7 +797,7 @@ mod tests {
         assert_eq!(
             guard
                 .store
-                .0
+                .store
                 .claim("m-slow", None, guard.lease)
                 .await
                 .unwrap(),
