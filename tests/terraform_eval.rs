@@ -662,3 +662,44 @@ fn every_region_has_a_short_code_of_its_own() {
     assert_eq!(codes[0][0], "use1");
     assert_eq!(codes[0][12], "apse4");
 }
+
+/// The redrive-only example's Metrics Insights alarm: the query Terraform renders from the
+/// example's tag is the documented form (`WHERE tag.<key> = '<value>'`), and a tag that would
+/// break the query is refused.
+#[test]
+fn the_tagged_dlq_query_is_rendered_as_metrics_insights_reads_it() {
+    if !terraform_installed() {
+        return;
+    }
+    let dir = infra().join("examples").join("redrive-only");
+    let variables = std::fs::read_to_string(dir.join("variables.tf")).unwrap();
+    // Read as written: hcl-rs formats a template's escaped quotes back unescaped.
+    let main_tf = std::fs::read_to_string(dir.join("main.tf")).unwrap();
+    let query = main_tf
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("expression  = \"SELECT"))
+        .map(|rest| format!("\"SELECT{rest}"))
+        .expect("the tagged_dlqs alarm's query");
+    let tfvars: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("example.tfvars.json")).unwrap())
+            .unwrap();
+    let config = format!("{variables}\nlocals {{\n  query = {query}\n}}\n");
+    let printed = console(&config, &tfvars, "tagged-query", "local.query\n").unwrap();
+    let rendered: String = serde_json::from_str(&printed).unwrap();
+    assert_eq!(
+        rendered,
+        r#"SELECT MAX(ApproximateNumberOfMessagesVisible) FROM "AWS/SQS" WHERE tag.RedriveDlq = 'billing'"#
+    );
+    let mut quoted = tfvars.clone();
+    quoted["dlq_tag"]["value"] = "bill'ing".into();
+    let error = console(&config, &quoted, "tagged-query-quoted", "local.query\n")
+        .expect_err("a quote in the tag value accepted");
+    assert!(
+        error
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains("without a quote"),
+        "{error}"
+    );
+}

@@ -32,6 +32,30 @@ module "dlq_alarm" {
   alarm_topic_arn = var.alarm_topic_arn
 }
 
+# Every DLQ that carries the team's tag, in one CloudWatch Metrics Insights alarm: a DLQ added later
+# is watched from its first message, before anyone adds it to var.queues. Tag queries need the
+# account's resource tags on telemetry turned on (CloudWatch settings); a queue is matched only
+# while it carries the tag.
+resource "aws_cloudwatch_metric_alarm" "tagged_dlqs" {
+  count = var.dlq_tag == null ? 0 : 1
+
+  alarm_name          = "billing-tagged-dlqs-not-empty"
+  alarm_description   = "A queue tagged ${var.dlq_tag.key}=${var.dlq_tag.value} holds messages. Runbook: docs/runbook.md, 'DLQ not empty'."
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = 0
+  evaluation_periods  = 1
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
+
+  metric_query {
+    id          = "tagged"
+    expression  = "SELECT MAX(ApproximateNumberOfMessagesVisible) FROM \"AWS/SQS\" WHERE tag.${var.dlq_tag.key} = '${var.dlq_tag.value}'"
+    period      = 60
+    return_data = true
+  }
+}
+
 # Called "redrive" before 0.2: its resources keep their state under the new name.
 moved {
   from = module.redrive

@@ -30,3 +30,17 @@ variable "alarm_topic_arn" {
     error_message = "alarm_topic_arn must be the ARN of an SNS topic."
   }
 }
+
+variable "dlq_tag" {
+  description = "A tag the team puts on its DLQs: one Metrics Insights alarm watches every queue that carries it, the ones added after this apply too. null for none."
+  type = object({
+    key   = string
+    value = string
+  })
+  default = null
+
+  validation {
+    condition     = var.dlq_tag == null ? true : can(regex("^[A-Za-z0-9_]{1,128}$", var.dlq_tag.key)) && can(regex("^[A-Za-z0-9_.:/=+@ -]{1,256}$", var.dlq_tag.value)) && !strcontains(var.dlq_tag.value, "'")
+    error_message = "dlq_tag.key must be 1 to 128 letters, digits or underscores (the query names it unquoted), and its value 1 to 256 characters without a quote."
+  }
+}
