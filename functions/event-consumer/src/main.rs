@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use event_consumer::{handle_event, redrive_count, EventError};
 use lambda_runtime::{service_fn, LambdaEvent};
 use orders::payments::SimulatedPayments;
@@ -13,12 +15,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         SimulatedPayments::from_env()?,
         CircuitBreaker::new("payments", settings.breaker),
     );
-    let orders = &orders;
-    lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<Box<RawValue>>| async move {
-            handle_event(event.payload.get(), redrive_count(&event.context), orders).await?;
+    // Shared by the invocations Lambda Managed Instances run at once (one at a time elsewhere).
+    let orders = Arc::new(orders);
+    lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<Box<RawValue>>| {
+        let orders = Arc::clone(&orders);
+        async move {
+            handle_event(event.payload.get(), redrive_count(&event.context), &*orders).await?;
             Ok::<_, EventError>(())
-        },
-    ))
+        }
+    }))
     .await
 }
