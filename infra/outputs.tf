@@ -39,7 +39,7 @@ output "stream" {
 output "redrive" {
   description = "The recovery functions and their queues."
   value = {
-    reprocessor       = module.recovery.reprocessor_function_name
+    reprocessors      = module.recovery.reprocessor_function_names
     eventbridge       = module.recovery.event_redrive_function_name
     archive_queue_url = module.recovery.archive_queue_url
     parked_queue_url  = module.recovery.parked_queue_url

@@ -44,6 +44,11 @@ variable "consumers" {
   }
   # With name_prefix at most 26, <name_prefix>-<key> (the consumer's function) stays within the
   # function module's 55, and <name_prefix>-<key>-dlq.fifo within SQS's 80.
+  # Each consumer's DLQ gets a reprocessor, <name_prefix>-<key>-dlq-redrive (modules/recovery).
+  validation {
+    condition     = alltrue([for k, c in var.consumers : length("${var.name_prefix}-${k}-dlq-redrive") <= 55])
+    error_message = "name_prefix and a consumer key together may take 42 characters: the key's DLQ reprocessor is <name_prefix>-<key>-dlq-redrive, and a function name 55 here."
+  }
   # A key whose names would be the stack's own: CreateQueue hands back an existing queue whose
   # attributes match, so two resources would own one queue; a function or role would fail at apply.
   validation {
@@ -69,8 +74,6 @@ locals {
   stack_names = [
     "alarms",
     "archive",
-    "dlq-redrive",
-    "dlq-redrive-function",
     "eventbridge-redrive",
     "eventbridge-redrive-function",
     "orders-events",
@@ -110,7 +113,7 @@ locals {
     "reprocessor-failures-dlq-oldest-message-age",
     "scheduler",
   ]
-  consumer_name_suffixes = ["", "-dlq", "-dlq-arrivals", "-dlq-not-empty", "-dlq-oldest-message-age", "-function", "-idempotency", "-mapping-failed-invokes"]
+  consumer_name_suffixes = ["", "-alerted", "-dlq", "-dlq-arrivals", "-dlq-not-empty", "-dlq-oldest-message-age", "-dlq-redrive", "-dlq-redrive-function", "-function", "-idempotency", "-mapping-failed-invokes"]
 }
 
 variable "retry" {

@@ -322,10 +322,20 @@ fn statements(modules: &[Module]) -> Vec<(String, String, String, bool)> {
                 s.identifier() == "statement"
                     && attr(s, "sid").is_some_and(|sid| sid.contains("CloudWatchPublishes"))
             });
-            // A Deny grants nothing: its wildcards (no request without TLS, say) only narrow.
-            for statement in document.body().blocks().filter(|b| {
-                b.identifier() == "statement" && attr(b, "effect").as_deref() != Some("\"Deny\"")
-            }) {
+            // A Deny grants nothing: its wildcards (no request without TLS, say) only narrow. A
+            // `dynamic "statement"` counts by its content.
+            let statements = document
+                .body()
+                .blocks()
+                .filter_map(|b| match b.identifier() {
+                    "statement" => Some(b),
+                    // One written out (a literal Sid); one per input is checked where the input is set.
+                    "dynamic" if label(b, 0) == "statement" => child(b, "content")
+                        .filter(|c| attr(c, "sid").is_some_and(|sid| sid.starts_with('"'))),
+                    _ => None,
+                });
+            for statement in statements.filter(|b| attr(b, "effect").as_deref() != Some("\"Deny\""))
+            {
                 out.push((
                     format!(
                         "{} {} statement {}",
@@ -1010,19 +1020,39 @@ fn name_after(value: &str, variable: &str) -> Option<String> {
     (!rest.contains("${")).then_some(rest)
 }
 
+/// Stands for a consumer's key in the names built once per DLQ (`for_each = var.dlqs`, whose keys
+/// the root stack takes from its consumers).
+const KEY: &str = "<key>";
+
+/// [`name_after`] for a block: in one made per DLQ, `${each.key}` is a consumer's key.
+fn block_name_after(block: &Block, value: &str, variable: &str) -> Option<String> {
+    if attr(block, "for_each").as_deref() == Some("var.dlqs") {
+        name_after(&value.replace("${each.key}", KEY), variable)
+    } else {
+        name_after(value, variable)
+    }
+}
+
 /// Every name module `dir` builds from its `var.name`, as what follows it, with those of the
 /// modules it calls: `""` (the function, its role, its log group), `-dlq`, `-dlq-not-empty`, ...
 fn built_names(modules: &[Module], dir: &str) -> BTreeSet<String> {
-    fn names_in(body: &Body, out: &mut BTreeSet<String>) {
+    fn names_in(body: &Body, per_dlq: bool, out: &mut BTreeSet<String>) {
         for attribute in body.attributes() {
             if attribute.key().ends_with("name") {
-                if let Some(name) = name_after(&text(attribute.expr()), "var.name") {
+                let value = text(attribute.expr());
+                let value = if per_dlq {
+                    value.replace("${each.key}", KEY)
+                } else {
+                    value
+                };
+                if let Some(name) = name_after(&value, "var.name") {
                     out.insert(name);
                 }
             }
         }
         for block in body.blocks().filter(|b| b.identifier() != "module") {
-            names_in(block.body(), out);
+            let per_dlq = per_dlq || attr(block, "for_each").as_deref() == Some("var.dlqs");
+            names_in(block.body(), per_dlq, out);
         }
     }
     let Some(module) = modules.iter().find(|m| m.dir == dir) else {
@@ -1030,7 +1060,7 @@ fn built_names(modules: &[Module], dir: &str) -> BTreeSet<String> {
     };
     let mut names = BTreeSet::new();
     for body in &module.bodies {
-        names_in(body, &mut names);
+        names_in(body, false, &mut names);
     }
     for call in module
         .bodies
@@ -1041,7 +1071,7 @@ fn built_names(modules: &[Module], dir: &str) -> BTreeSet<String> {
         let (Some(source), Some(name)) = (attr(call, "source"), attr(call, "name")) else {
             continue;
         };
-        let Some(prefix) = name_after(&name, "var.name") else {
+        let Some(prefix) = block_name_after(call, &name, "var.name") else {
             continue;
         };
         let child = normalize(&Path::new(dir).join(source.trim_matches('"')));
@@ -1078,12 +1108,26 @@ fn stack_and_consumer_names(modules: &[Module]) -> (BTreeSet<String>, BTreeSet<S
             (Some(after_key), _) => {
                 consumer.extend(built.iter().map(|n| format!("{after_key}{n}")))
             }
-            (None, Some(prefix)) => stack.extend(
-                built
-                    .iter()
-                    .map(|n| format!("{prefix}{n}").trim_start_matches('-').to_owned())
-                    .filter(|n| !n.is_empty()),
-            ),
+            (None, Some(prefix)) => {
+                // Names made per DLQ follow a consumer's key: <name_prefix>-<key>-dlq-redrive.
+                let dlqs_are_consumers =
+                    attr(call, "dlqs").is_some_and(|d| d.contains("module.consumer"));
+                for name in built.iter().map(|n| format!("{prefix}{n}")) {
+                    match name.strip_prefix(&format!("-{KEY}")) {
+                        Some(after_key) if dlqs_are_consumers => {
+                            consumer.insert(after_key.to_owned());
+                        }
+                        Some(_) => {}
+                        None if name.contains(KEY) => {}
+                        None => {
+                            let name = name.trim_start_matches('-');
+                            if !name.is_empty() {
+                                stack.insert(name.to_owned());
+                            }
+                        }
+                    }
+                }
+            }
             (None, None) => {}
         }
     }
@@ -1577,7 +1621,7 @@ fn wildcard_iam_is_caught() {
     assert_eq!(iam(&conditional).len(), 1, "{:?}", iam(&conditional));
     let scheduler = broken(
         "modules/recovery/main.tf",
-        "resources = [module.reprocessor.function_arn]",
+        "resources = [for reprocessor in module.reprocessor : reprocessor.function_arn]",
         "resources = [\"*\"]",
     );
     assert_eq!(iam(&scheduler).len(), 1, "{:?}", iam(&scheduler));
@@ -1971,9 +2015,9 @@ mod calls_against_roles {
             ("modules/recovery", "reprocessor"),
             &calls,
             |target| match target {
-                "orders-dlq" => "local.dlq_arns",
+                "orders-dlq" => "each.value.arn",
                 "redrive-archive" => "aws_sqs_queue.archive.arn",
-                _ => "local.origin_arns",
+                _ => "each.value.origin_arn",
             },
         );
         assert_eq!(unmet, Vec::<String>::new());
@@ -2250,14 +2294,14 @@ fn the_derived_names_are_the_ones_the_modules_build() {
         "orders-events-queue",
         "parked-dlq",
         "archive",
-        "dlq-redrive",
         "scheduler",
         "alarms",
         "orders-stream-dlq",
     ] {
         assert!(stack.contains(name), "{name}: {stack:#?}");
     }
-    for suffix in ["", "-dlq", "-dlq-not-empty", "-idempotency"] {
+    // The reprocessor made for each consumer's DLQ: <name_prefix>-<key>-dlq-redrive.
+    for suffix in ["", "-dlq", "-dlq-not-empty", "-idempotency", "-dlq-redrive"] {
         assert!(consumer.contains(suffix), "{suffix}: {consumer:#?}");
     }
     // A name added to a module and not to the lists is caught.

@@ -121,7 +121,15 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
     }
     assert_eq!(evaluate(&tfvars(), "as-is"), None);
 
-    let broken: [(&str, Breaking, &str); 10] = [
+    let broken: [(&str, Breaking, &str); 11] = [
+        (
+            "long-reprocessor-name",
+            |v| {
+                v["name_prefix"] = "redrive-production-eu-west".into();
+                v["consumers"]["order-fulfilment-eu"] = v["consumers"]["orders"].clone();
+            },
+            "name_prefix and a consumer key together may take 42 characters",
+        ),
         (
             "reserved-key",
             |v| v["consumers"]["archive"] = v["consumers"]["orders"].clone(),
@@ -306,23 +314,22 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
         let error = error.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(error.contains(message), "{fields}: {error}");
     }
-    // The reprocessor's role policy names every DLQ and origin: past IAM's size, refused here.
-    let many_dlqs = |count: usize| {
-        main_tf("redrive-only").replacen(
-            "dlqs = { for key, queue in var.queues : key => {",
-            &format!("dlqs = {{ for key, queue in {{ for i in range({count}) : \"consumer-${{i}}\" => {{ dlq_url = \"https://sqs.eu-west-1.amazonaws.com/123456789012/team-orders-consumer-${{i}}-dlq\", dlq_arn = \"arn:aws:sqs:eu-west-1:123456789012:team-orders-consumer-${{i}}-dlq\", source_arn = \"arn:aws:sqs:eu-west-1:123456789012:team-orders-consumer-${{i}}\" }} }} : key => {{"),
-            1,
-        )
-    };
-    assert_eq!(evaluate_example("redrive-only", &many_dlqs(40)), Ok(()));
-    let too_many = evaluate_example("redrive-only", &many_dlqs(80)).expect_err("80 DLQs accepted");
+    // Each DLQ gets a reprocessor named <name>-<key>-dlq-redrive: a key that makes it too long for
+    // a function name is refused.
+    let long_key = main_tf("redrive-only").replacen(
+        "dlqs = { for key, queue in var.queues : key => {",
+        "dlqs = { for key, queue in var.queues : \"${key}-of-the-billing-team-in-eu-west\" => {",
+        1,
+    );
+    let too_long =
+        evaluate_example("redrive-only", &long_key).expect_err("a 56-character name accepted");
     assert!(
-        too_many
+        too_long
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ")
-            .contains("split the DLQs over two recovery modules"),
-        "{too_many}"
+            .contains("shorten the name or the DLQ's key"),
+        "{too_long}"
     );
     let broken: [(&str, &str, &str, &str); 3] = [
         (
@@ -702,4 +709,137 @@ fn the_tagged_dlq_query_is_rendered_as_metrics_insights_reads_it() {
             .contains("without a quote"),
         "{error}"
     );
+}
+
+/// Each DLQ's reprocessor role, rendered by Terraform for two consumers: it may read its own DLQ
+/// and send to its own origin, and IAM refuses the cross-routes a hand-written command could ask
+/// for (one consumer's DLQ into the other's queue).
+#[test]
+fn a_reprocessor_role_refuses_to_move_one_consumers_dlq_into_anothers_queue() {
+    if !terraform_installed() {
+        return;
+    }
+    let main_tf =
+        std::fs::read_to_string(infra().join("modules").join("recovery").join("main.tf")).unwrap();
+    let body: hcl::Body = hcl::from_str(&main_tf).unwrap();
+    let reprocessor = body
+        .blocks()
+        .find(|b| b.identifier() == "module" && b.labels()[0].as_str() == "reprocessor")
+        .expect("module reprocessor");
+    let expression = |block: &hcl::Block, name: &str| {
+        block
+            .body()
+            .attributes()
+            .find(|a| a.key() == name)
+            .map(|a| hcl::format::to_string(a.expr()).unwrap())
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(
+        expression(reprocessor, "for_each"),
+        "var.dlqs",
+        "one per DLQ"
+    );
+    let queue_access = body
+        .blocks()
+        .filter(|b| b.identifier() == "locals")
+        .find_map(|b| {
+            b.body()
+                .attributes()
+                .find(|a| a.key() == "queue_access")
+                .cloned()
+        })
+        .map(|a| hcl::format::to_string(a.expr()).unwrap())
+        .expect("local.queue_access");
+    let statements = expression(reprocessor, "statements")
+        .replace("each.value", "dlq")
+        .replace(
+            "aws_sqs_queue.archive.arn",
+            "\"arn:aws:sqs:eu-west-1:123456789012:redrive-archive\"",
+        )
+        .replace(
+            "aws_sqs_queue.reprocessor_failures_dlq.arn",
+            "\"arn:aws:sqs:eu-west-1:123456789012:redrive-reprocessor-failures-dlq\"",
+        );
+    let config = format!(
+        "variable \"dlqs\" {{\n  type = map(object({{ url = string, arn = string, origin_arn = string, other_origin_arns = optional(list(string), []) }}))\n}}\n\
+         locals {{\n  queue_access = {queue_access}\n  roles = {{ for key, dlq in var.dlqs : key => {statements} }}\n}}\n"
+    );
+    let arn = |name: &str| format!("arn:aws:sqs:eu-west-1:123456789012:{name}");
+    let dlq = |key: &str| {
+        serde_json::json!({
+            "url": format!("https://sqs.eu-west-1.amazonaws.com/123456789012/redrive-{key}-dlq"),
+            "arn": arn(&format!("redrive-{key}-dlq")),
+            "origin_arn": arn(&format!("redrive-{key}")),
+        })
+    };
+    let tfvars =
+        serde_json::json!({ "dlqs": { "orders": dlq("orders"), "payments": dlq("payments") } });
+    let printed = console(
+        &config,
+        &tfvars,
+        "reprocessor-roles",
+        "jsonencode(local.roles)\n",
+    )
+    .unwrap();
+    let json: String = serde_json::from_str(&printed).unwrap();
+    let roles: serde_json::Value = serde_json::from_str(&json).unwrap();
+    // Whether a role's statements allow `action` on `resource` (exact ARNs; no wildcard is rendered).
+    let allows = |key: &str, action: &str, resource: &str| {
+        roles[key].as_array().unwrap().iter().any(|statement| {
+            statement["actions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == action)
+                && statement["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r == resource)
+        })
+    };
+    for (key, other) in [("orders", "payments"), ("payments", "orders")] {
+        let (own_dlq, own_origin) = (
+            arn(&format!("redrive-{key}-dlq")),
+            arn(&format!("redrive-{key}")),
+        );
+        let (other_dlq, other_origin) = (
+            arn(&format!("redrive-{other}-dlq")),
+            arn(&format!("redrive-{other}")),
+        );
+        assert!(
+            allows(key, "sqs:ReceiveMessage", &own_dlq),
+            "{key} reads its DLQ"
+        );
+        assert!(
+            allows(key, "sqs:DeleteMessage", &own_dlq),
+            "{key} deletes from its DLQ"
+        );
+        assert!(
+            allows(key, "sqs:SendMessage", &own_origin),
+            "{key} sends home"
+        );
+        assert!(
+            !allows(key, "sqs:SendMessage", &other_origin),
+            "{key} into {other}'s queue is refused"
+        );
+        assert!(
+            !allows(key, "sqs:ReceiveMessage", &other_dlq),
+            "{key} may not read {other}'s DLQ"
+        );
+        assert!(
+            !allows(key, "sqs:DeleteMessage", &other_dlq),
+            "{key} may not delete from {other}'s DLQ"
+        );
+        let resources: Vec<&serde_json::Value> = roles[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["resources"].as_array().unwrap())
+            .collect();
+        assert!(
+            resources.iter().all(|r| !r.as_str().unwrap().contains('*')),
+            "{resources:?}"
+        );
+    }
 }

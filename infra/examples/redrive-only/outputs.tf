@@ -1,6 +1,6 @@
-output "reprocessor_function_name" {
-  description = "The DLQ reprocessor: invoke it with a command for a manual redrive (docs/redrive.md)."
-  value       = module.recovery.reprocessor_function_name
+output "reprocessor_function_names" {
+  description = "The DLQ reprocessor of each queue, by key: invoke it with a command for a manual redrive of that queue's DLQ (docs/redrive.md)."
+  value       = module.recovery.reprocessor_function_names
 }
 
 output "archive_queue_url" {

@@ -4,10 +4,8 @@
 
 locals {
   queue_access = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"]
-  dlq_arns     = [for dlq in values(var.dlqs) : dlq.arn]
-  origin_arns  = distinct(flatten([for dlq in values(var.dlqs) : dlq.origin_arn]))
   event_arns   = values(var.event_sources)
-  # The EventBridge redrive exists only when it has queues to read; the reprocessor stands alone.
+  # The EventBridge redrive exists only when it has queues to read.
   event_redrive = length(var.event_sources) > 0 ? 1 : 0
 }
 
@@ -25,11 +23,16 @@ resource "aws_sqs_queue" "reprocessor_failures_dlq" {
   sqs_managed_sse_enabled   = true
 }
 
+# One reprocessor per DLQ, each with a role that may read that DLQ and send to its origin only: a
+# command written by hand cannot move one consumer's DLQ into another consumer's queue, because
+# IAM refuses the send (IAM cannot tie a send to the queue a message was read from, so the scope
+# is the role's).
 module "reprocessor" {
-  source = "../function"
+  source   = "../function"
+  for_each = var.dlqs
 
-  name               = "${var.name}-dlq-redrive"
-  description        = "DLQ reprocessor (redrive)"
+  name               = "${var.name}-${each.key}-dlq-redrive"
+  description        = "DLQ reprocessor of ${each.value.url} (redrive)"
   zip                = var.reprocessor_zip
   timeout_seconds    = var.reprocessor_timeout_seconds
   log_retention_days = var.log_retention_days
@@ -43,31 +46,29 @@ module "reprocessor" {
     # Where the Alerted alarm looks.
     REDRIVE_METRICS_NAMESPACE = var.metrics_namespace
   }
-  # A statement without resources is refused (modules/function): the scheduled DLQs' ones only
-  # when there are DLQs.
-  statements = concat(
-    length(var.dlqs) == 0 ? [] : [
-      {
-        sid       = "DrainDeadLetterQueues"
-        actions   = local.queue_access
-        resources = local.dlq_arns
-      },
-      {
-        sid       = "SendHome"
-        actions   = ["sqs:SendMessage", "sqs:GetQueueUrl"]
-        resources = local.origin_arns
-      },
-    ],
-    [{
+  statements = [
+    {
+      sid       = "DrainItsDeadLetterQueue"
+      actions   = local.queue_access
+      resources = [each.value.arn]
+    },
+    {
+      sid       = "SendHome"
+      actions   = ["sqs:SendMessage", "sqs:GetQueueUrl"]
+      resources = concat([each.value.origin_arn], each.value.other_origin_arns)
+    },
+    {
       sid       = "ArchiveAndRecordFailures"
       actions   = ["sqs:SendMessage"]
       resources = [aws_sqs_queue.archive.arn, aws_sqs_queue.reprocessor_failures_dlq.arn]
-    }],
-  )
+    },
+  ]
 }
 
 resource "aws_lambda_function_event_invoke_config" "reprocessor" {
-  function_name          = module.reprocessor.function_name
+  for_each = var.dlqs
+
+  function_name          = module.reprocessor[each.key].function_name
   maximum_retry_attempts = 0 # the next scheduled run is the retry
 
   destination_config {
@@ -123,10 +124,13 @@ resource "aws_iam_role" "scheduler" {
 }
 
 data "aws_iam_policy_document" "scheduler" {
-  statement {
-    sid       = "InvokeReprocessor"
-    actions   = ["lambda:InvokeFunction"]
-    resources = [module.reprocessor.function_arn]
+  dynamic "statement" {
+    for_each = length(var.dlqs) == 0 ? [] : [1]
+    content {
+      sid       = "InvokeReprocessors"
+      actions   = ["lambda:InvokeFunction"]
+      resources = [for reprocessor in module.reprocessor : reprocessor.function_arn]
+    }
   }
   statement {
     sid       = "SchedulerDeadLetter"
@@ -156,7 +160,7 @@ resource "aws_scheduler_schedule" "reprocess" {
   }
 
   target {
-    arn      = module.reprocessor.function_arn
+    arn      = module.reprocessor[each.key].function_arn
     role_arn = aws_iam_role.scheduler.arn
     # The queue the schedule is for is a fallback only: one DLQ may serve several sources, and each
     # message goes home to the origin its metadata or DeadLetterQueueSourceArn names.

@@ -1,6 +1,6 @@
-output "reprocessor_function_name" {
-  description = "Name of the DLQ reprocessor: invoke it by hand with a command (docs/redrive.md)."
-  value       = module.reprocessor.function_name
+output "reprocessor_function_names" {
+  description = "The DLQ reprocessor of each DLQ, by the DLQ's key: invoke it by hand with a command for that DLQ (docs/redrive.md); it may only send to that DLQ's origin."
+  value       = { for key, reprocessor in module.reprocessor : key => reprocessor.function_name }
 }
 
 output "event_redrive_function_name" {

@@ -64,11 +64,13 @@ variable "function_target_timeout_seconds" {
 }
 
 variable "dlqs" {
-  description = "DLQs the reprocessor drains on the schedule: URL, ARN and the origin queue ARN their messages go back to."
+  description = "DLQs to drain on the schedule, by a short key: URL, ARN, the origin queue ARN their messages go back to, and for a DLQ several queues share the other origins. Each gets a reprocessor of its own (<name>-<key>-dlq-redrive) that may send to those origins only."
   type = map(object({
     url        = string
     arn        = string
     origin_arn = string
+    # A DLQ several queues share: the other queues its messages may go home to.
+    other_origin_arns = optional(list(string), [])
   }))
   nullable = false
 
@@ -76,12 +78,10 @@ variable "dlqs" {
     condition     = alltrue([for dlq in values(var.dlqs) : startswith(dlq.arn, "arn:") && startswith(dlq.origin_arn, "arn:")])
     error_message = "Every DLQ needs its queue ARN and its origin queue ARN."
   }
-  # IAM caps a role's inline policies at 10,240 characters (white space not counted); the
-  # reprocessor's names every DLQ and origin queue, about 120 characters a consumer, beside some
-  # 2,000 of its own.
+  # Each DLQ's reprocessor is the function <name>-<key>-dlq-redrive, within modules/function's 55.
   validation {
-    condition     = sum(concat([0], [for dlq in values(var.dlqs) : length(dlq.arn) + length(dlq.origin_arn) + 6])) <= 8000
-    error_message = "These DLQs' and origin queues' ARNs take more than the 8,000 characters the reprocessor's role policy has for them (IAM allows 10,240 for a role's inline policies): split the DLQs over two recovery modules, each with a name of its own."
+    condition     = alltrue([for key in keys(var.dlqs) : can(regex("^[a-zA-Z0-9-_]{1,55}$", "${var.name}-${key}-dlq-redrive"))])
+    error_message = "Each DLQ's reprocessor is named <name>-<key>-dlq-redrive, which must be 1 to 55 letters, digits, hyphens or underscores: shorten the name or the DLQ's key."
   }
 }
 
