@@ -77,6 +77,7 @@ locals {
     "eventbridge-redrive",
     "eventbridge-redrive-function",
     "orders-events",
+    "orders-events-bus-logs",
     "orders-events-consumer",
     "orders-events-consumer-failures-dlq",
     "orders-events-consumer-failures-dlq-arrivals",

@@ -1292,6 +1292,29 @@ fn global_names(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// Every event bus says what it logs (`log_config`) and delivers those logs somewhere
+/// (`aws_cloudwatch_log_delivery_source` on its ARN): a failed delivery is otherwise seen only as a
+/// count.
+fn bus_logging(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for bus in module.blocks("resource", "aws_cloudwatch_event_bus") {
+            let arn = format!("aws_cloudwatch_event_bus.{}.arn", label(bus, 1));
+            let delivered = module
+                .blocks("resource", "aws_cloudwatch_log_delivery_source")
+                .any(|source| attr(source, "resource_arn").as_deref() == Some(arn.as_str()));
+            if child(bus, "log_config").is_none() || !delivered {
+                violations.push(format!(
+                    "{}: {}: its logs go nowhere",
+                    module.dir,
+                    label(bus, 1)
+                ));
+            }
+        }
+    }
+    violations
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -1410,6 +1433,7 @@ fn the_configuration_keeps_every_rule() {
         ("service policies", service_policies(&modules)),
         ("mapping metrics", mapping_metrics(&modules)),
         ("global names", global_names(&modules)),
+        ("bus logging", bus_logging(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -2382,5 +2406,18 @@ fn a_global_name_without_the_region_is_caught() {
     assert_eq!(
         global_names(&dashboard),
         ["modules/alerts: aws_cloudwatch_dashboard.redrive: \"${var.name}-redrive\" is the same in every region"]
+    );
+}
+
+#[test]
+fn a_bus_whose_logs_go_nowhere_is_caught() {
+    let route = broken(
+        "modules/eventbridge-route/main.tf",
+        "resource_arn = aws_cloudwatch_event_bus.bus.arn",
+        "resource_arn = aws_cloudwatch_event_rule.route.arn",
+    );
+    assert_eq!(
+        bus_logging(&route),
+        ["modules/eventbridge-route: bus: its logs go nowhere"]
     );
 }

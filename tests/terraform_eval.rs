@@ -843,3 +843,46 @@ fn a_reprocessor_role_refuses_to_move_one_consumers_dlq_into_anothers_queue() {
         );
     }
 }
+
+/// The event bus's log level picks the log types delivered to its log group: OFF none, and each
+/// level its own type and those below it.
+#[test]
+fn the_bus_log_level_delivers_its_log_types() {
+    if !terraform_installed() {
+        return;
+    }
+    let dir = infra().join("modules").join("eventbridge-route");
+    let body: hcl::Body =
+        hcl::from_str(&std::fs::read_to_string(dir.join("main.tf")).unwrap()).unwrap();
+    let types = body
+        .blocks()
+        .filter(|b| b.identifier() == "locals")
+        .find_map(|b| {
+            b.body()
+                .attributes()
+                .find(|a| a.key() == "bus_log_types")
+                .cloned()
+        })
+        .map(|a| hcl::format::to_string(a.expr()).unwrap())
+        .expect("local.bus_log_types");
+    let config = format!(
+        "variable \"bus_log_level\" {{\n  type = string\n}}\nlocals {{\n  bus_log_types = {types}\n}}\n"
+    );
+    for (level, expected) in [
+        ("OFF", vec![]),
+        ("ERROR", vec!["ERROR_LOGS"]),
+        ("INFO", vec!["ERROR_LOGS", "INFO_LOGS"]),
+        ("TRACE", vec!["ERROR_LOGS", "INFO_LOGS", "TRACE_LOGS"]),
+    ] {
+        let printed = console(
+            &config,
+            &serde_json::json!({ "bus_log_level": level }),
+            &format!("bus-log-{level}"),
+            "jsonencode(local.bus_log_types)\n",
+        )
+        .unwrap();
+        let json: String = serde_json::from_str(&printed).unwrap();
+        let delivered: Vec<String> = serde_json::from_str(&json).unwrap();
+        assert_eq!(delivered, expected, "{level}");
+    }
+}

@@ -32,6 +32,51 @@ locals {
 
 resource "aws_cloudwatch_event_bus" "bus" {
   name = var.name
+
+  # What the bus did with each event (matched, delivered, retried, sent to the DLQ) in its own log
+  # group; the event itself only with include_detail FULL.
+  log_config {
+    level          = var.bus_log_level
+    include_detail = var.bus_log_include_detail
+  }
+}
+
+locals {
+  # The bus writes one log type per level; a level takes the types below it too.
+  bus_log_types = slice(["ERROR_LOGS", "INFO_LOGS", "TRACE_LOGS"], 0, index(["OFF", "ERROR", "INFO", "TRACE"], var.bus_log_level))
+}
+
+resource "aws_cloudwatch_log_group" "bus" {
+  #checkov:skip=CKV_AWS_158:The bus logs record event processing steps (the event itself only with include_detail FULL); a customer KMS key would add cost and a key policy.
+  #checkov:skip=CKV_AWS_338:Retention is a validated input (log_retention_days), as for the functions' log groups.
+  count = length(local.bus_log_types) > 0 ? 1 : 0
+
+  name              = "/aws/vendedlogs/events/event-bus/${var.name}"
+  retention_in_days = var.log_retention_days
+}
+
+resource "aws_cloudwatch_log_delivery_source" "bus" {
+  for_each = toset(local.bus_log_types)
+
+  name         = "${var.name}-${lower(replace(each.key, "_LOGS", ""))}-logs"
+  log_type     = each.key
+  resource_arn = aws_cloudwatch_event_bus.bus.arn
+}
+
+resource "aws_cloudwatch_log_delivery_destination" "bus" {
+  count = length(local.bus_log_types) > 0 ? 1 : 0
+
+  name = "${var.name}-bus-logs"
+  delivery_destination_configuration {
+    destination_resource_arn = aws_cloudwatch_log_group.bus[0].arn
+  }
+}
+
+resource "aws_cloudwatch_log_delivery" "bus" {
+  for_each = aws_cloudwatch_log_delivery_source.bus
+
+  delivery_source_name     = each.value.name
+  delivery_destination_arn = aws_cloudwatch_log_delivery_destination.bus[0].arn
 }
 
 resource "aws_cloudwatch_event_rule" "route" {

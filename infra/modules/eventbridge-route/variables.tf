@@ -68,6 +68,30 @@ variable "reserved_concurrency" {
   }
 }
 
+variable "bus_log_level" {
+  description = "What the event bus logs to its log group (/aws/vendedlogs/events/event-bus/<name>): OFF, ERROR (failed deliveries and the DLQ), INFO (the main steps too) or TRACE (every step)."
+  type        = string
+  default     = "ERROR"
+  nullable    = false
+
+  validation {
+    condition     = contains(["OFF", "ERROR", "INFO", "TRACE"], var.bus_log_level)
+    error_message = "bus_log_level must be OFF, ERROR, INFO or TRACE."
+  }
+}
+
+variable "bus_log_include_detail" {
+  description = "FULL puts the event, the target input and request into the bus logs; NONE (the default) keeps payloads, which may hold personal data, out of them."
+  type        = string
+  default     = "NONE"
+  nullable    = false
+
+  validation {
+    condition     = contains(["FULL", "NONE"], var.bus_log_include_detail)
+    error_message = "bus_log_include_detail must be FULL or NONE."
+  }
+}
+
 variable "redrive_max_receive_count" {
   description = "Receives after which SQS moves a message of the target DLQ or the on-failure queue to the redrive's poison queue: the EventBridge redrive crashed or timed out on it that often (its own failures are retried by re-sending, which resets the count)."
   type        = number
