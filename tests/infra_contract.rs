@@ -1315,6 +1315,37 @@ fn bus_logging(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// A FIFO queue the modules make is a high-throughput one (deduplication and throughput per
+/// message group): otherwise a queue's deletes cap it near 300 messages a second whatever the
+/// number of groups.
+fn high_throughput_fifo(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for queue in module.blocks("resource", "aws_sqs_queue") {
+            if attr(queue, "fifo_queue").is_none_or(|f| f == "false") {
+                continue;
+            }
+            let setting = |name: &str| {
+                let value = attr(queue, name).unwrap_or_default();
+                match value.strip_prefix("local.") {
+                    Some(_) => module.local_of(&value),
+                    None => value,
+                }
+            };
+            if !setting("deduplication_scope").contains("\"messageGroup\"")
+                || !setting("fifo_throughput_limit").contains("\"perMessageGroupId\"")
+            {
+                violations.push(format!(
+                    "{}: {}: a FIFO queue without high throughput",
+                    module.dir,
+                    label(queue, 1)
+                ));
+            }
+        }
+    }
+    violations
+}
+
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -1434,6 +1465,7 @@ fn the_configuration_keeps_every_rule() {
         ("mapping metrics", mapping_metrics(&modules)),
         ("global names", global_names(&modules)),
         ("bus logging", bus_logging(&modules)),
+        ("high-throughput FIFO", high_throughput_fifo(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");
@@ -2419,5 +2451,21 @@ fn a_bus_whose_logs_go_nowhere_is_caught() {
     assert_eq!(
         bus_logging(&route),
         ["modules/eventbridge-route: bus: its logs go nowhere"]
+    );
+}
+
+#[test]
+fn a_fifo_queue_capped_per_queue_is_caught() {
+    let consumer = broken(
+        CONSUMER,
+        "fifo_throughput_limit = \"perMessageGroupId\"",
+        "fifo_throughput_limit = \"perQueue\"",
+    );
+    assert_eq!(
+        high_throughput_fifo(&consumer),
+        [
+            "modules/sqs-consumer: dlq: a FIFO queue without high throughput",
+            "modules/sqs-consumer: source: a FIFO queue without high throughput"
+        ]
     );
 }

@@ -34,7 +34,21 @@ resource "aws_sqs_queue" "dlq" {
   message_retention_seconds   = var.dlq_message_retention_seconds
   sqs_managed_sse_enabled     = true
   content_based_deduplication = false
+  deduplication_scope         = local.high_throughput.deduplication_scope
+  fifo_throughput_limit       = local.high_throughput.fifo_throughput_limit
   tags                        = var.tags
+}
+
+locals {
+  # High-throughput FIFO: throughput and deduplication per message group, not per queue. Every
+  # copy redrive sends to a FIFO queue names its group, and its deduplication id is unique within it.
+  high_throughput = var.fifo ? {
+    deduplication_scope   = "messageGroup"
+    fifo_throughput_limit = "perMessageGroupId"
+    } : {
+    deduplication_scope   = null
+    fifo_throughput_limit = null
+  }
 }
 
 resource "aws_sqs_queue" "source" {
@@ -45,6 +59,8 @@ resource "aws_sqs_queue" "source" {
   visibility_timeout_seconds = var.visibility_timeout_seconds
   message_retention_seconds  = var.message_retention_seconds
   sqs_managed_sse_enabled    = true
+  deduplication_scope        = local.high_throughput.deduplication_scope
+  fifo_throughput_limit      = local.high_throughput.fifo_throughput_limit
   tags                       = var.tags
   redrive_policy = jsonencode({
     deadLetterTargetArn = aws_sqs_queue.dlq[0].arn
