@@ -1024,9 +1024,15 @@ fn name_after(value: &str, variable: &str) -> Option<String> {
 /// the root stack takes from its consumers).
 const KEY: &str = "<key>";
 
-/// [`name_after`] for a block: in one made per DLQ, `${each.key}` is a consumer's key.
-fn block_name_after(block: &Block, value: &str, variable: &str) -> Option<String> {
-    if attr(block, "for_each").as_deref() == Some("var.dlqs") {
+/// Whether `block` is made once per DLQ (`for_each = var.dlqs`): its `${each.key}` is a consumer's
+/// key.
+fn per_dlq(block: &Block) -> bool {
+    attr(block, "for_each").as_deref() == Some("var.dlqs")
+}
+
+/// [`name_after`] for a name written in a block made per DLQ or not.
+fn name_after_in(per_dlq: bool, value: &str, variable: &str) -> Option<String> {
+    if per_dlq {
         name_after(&value.replace("${each.key}", KEY), variable)
     } else {
         name_after(value, variable)
@@ -1039,20 +1045,13 @@ fn built_names(modules: &[Module], dir: &str) -> BTreeSet<String> {
     fn names_in(body: &Body, per_dlq: bool, out: &mut BTreeSet<String>) {
         for attribute in body.attributes() {
             if attribute.key().ends_with("name") {
-                let value = text(attribute.expr());
-                let value = if per_dlq {
-                    value.replace("${each.key}", KEY)
-                } else {
-                    value
-                };
-                if let Some(name) = name_after(&value, "var.name") {
+                if let Some(name) = name_after_in(per_dlq, &text(attribute.expr()), "var.name") {
                     out.insert(name);
                 }
             }
         }
         for block in body.blocks().filter(|b| b.identifier() != "module") {
-            let per_dlq = per_dlq || attr(block, "for_each").as_deref() == Some("var.dlqs");
-            names_in(block.body(), per_dlq, out);
+            names_in(block.body(), per_dlq || self::per_dlq(block), out);
         }
     }
     let Some(module) = modules.iter().find(|m| m.dir == dir) else {
@@ -1071,7 +1070,7 @@ fn built_names(modules: &[Module], dir: &str) -> BTreeSet<String> {
         let (Some(source), Some(name)) = (attr(call, "source"), attr(call, "name")) else {
             continue;
         };
-        let Some(prefix) = block_name_after(call, &name, "var.name") else {
+        let Some(prefix) = name_after_in(per_dlq(call), &name, "var.name") else {
             continue;
         };
         let child = normalize(&Path::new(dir).join(source.trim_matches('"')));
