@@ -42,8 +42,8 @@ pub use redrive_core::oracles;
 #[doc(hidden)]
 pub use redrive_core::redrive;
 pub use redrive_core::{
-    backoff, breaker, carry, clock, envelope, error, fate, idempotency, metrics, port, processor,
-    reprocess_policy, stream,
+    backoff, breaker, carry, clock, envelope, error, fate, idempotency, ledger, metrics, port,
+    processor, reprocess_policy, stream,
 };
 
 /// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`] and

@@ -243,3 +243,44 @@ async fn a_key_reused_for_another_payload_is_told_apart_from_a_duplicate() {
         "a guard that does not check payloads sees a duplicate"
     );
 }
+
+#[tokio::test]
+async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
+    use redrive::ledger::{attempts_before, AttemptLedger};
+    let (client, table) = table("ledger").await;
+    let store = DynamoDbStore::with_client(client.clone(), &table);
+    store.record_untried("m-1", 2).await.unwrap();
+    store.record_untried("m-1", 2).await.unwrap();
+    store.record_untried("m-1", 3).await.unwrap();
+    store.record_untried("m-2", 1).await.unwrap();
+    let found = store.untried(&["m-1", "m-3", "m-2"]).await.unwrap();
+    let mut first = found[0].clone();
+    first.sort_unstable();
+    assert_eq!(first, [2, 3]);
+    assert_eq!(found[1..], [vec![], vec![1]]);
+    assert_eq!(attempts_before(5, &found[0]), 2);
+    // Beside the idempotency keys: a claim of the message id is a key of its own.
+    assert_eq!(
+        store
+            .claim("m-1", None, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    let item = client
+        .get_item()
+        .table_name(&table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("attempts#m-1".into()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the ledger item");
+    assert!(
+        item.contains_key("expires_at"),
+        "expires with the table's TTL"
+    );
+}

@@ -7,17 +7,24 @@
 //! the table's TTL attribute) and, when the guard checks payloads, `payload` (the body's
 //! fingerprint). A claim is one conditional put; DynamoDB deletes expired items
 //! within days, so the condition reads `expires_at` itself and never trusts an expired item.
+//!
+//! The same table holds the FIFO attempt ledger ([`redrive_core::ledger`]): one item per message
+//! given back untried, `pk` = `attempts#<message id>`, `untried` (a number set of receive counts;
+//! adding to a set is idempotent, so a retried write counts once) and `expires_at`.
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnValuesOnConditionCheckFailure,
+};
 use aws_sdk_dynamodb::Client;
 use tokio::sync::OnceCell;
 
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::error::PortError;
 use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
+use redrive_core::ledger::{ledger_key, AttemptLedger, BoxFuture, LEDGER_KEEP};
 
 const HELD: &str = "IN_PROGRESS";
 const DONE: &str = "DONE";
@@ -181,6 +188,119 @@ impl DynamoDbStore {
             .await
             .map_err(|error| PortError::new("GetItem", error_text(&error)))?;
         Ok(holder(output.item.as_ref(), payload))
+    }
+}
+
+impl AttemptLedger for DynamoDbStore {
+    fn untried<'a>(
+        &'a self,
+        message_ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>> {
+        Box::pin(async move {
+            let keys: Vec<String> = message_ids.iter().map(|id| ledger_key(id)).collect();
+            let mut found: HashMap<String, Vec<u32>> = HashMap::new();
+            let mut pending = keys.clone();
+            // BatchGetItem may answer part of a request (throttling): ask again for the rest.
+            for _ in 0..3 {
+                if pending.is_empty() {
+                    break;
+                }
+                let (items, unprocessed) = self.read_ledger(&pending).await?;
+                found.extend(items);
+                pending = unprocessed;
+            }
+            if !pending.is_empty() {
+                return Err(PortError::new(
+                    "BatchGetItem",
+                    format!(
+                        "{} ledger keys left unprocessed after 3 calls",
+                        pending.len()
+                    ),
+                ));
+            }
+            Ok(keys
+                .iter()
+                .map(|key| found.remove(key).unwrap_or_default())
+                .collect())
+        })
+    }
+
+    fn record_untried<'a>(
+        &'a self,
+        message_id: &'a str,
+        receive_count: u32,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            self.client()
+                .await
+                .update_item()
+                .table_name(&self.table)
+                .key("pk", AttributeValue::S(ledger_key(message_id)))
+                .update_expression("ADD untried :receive SET expires_at = :expires")
+                .expression_attribute_values(
+                    ":receive",
+                    AttributeValue::Ns(vec![receive_count.to_string()]),
+                )
+                .expression_attribute_values(":expires", self.expiry(LEDGER_KEEP))
+                .send()
+                .await
+                .map_err(|error| PortError::new("UpdateItem", error_text(&error)))?;
+            Ok(())
+        })
+    }
+}
+
+impl DynamoDbStore {
+    /// One consistent BatchGetItem of ledger `keys`: the untried receive counts found, and the
+    /// keys DynamoDB left unprocessed.
+    async fn read_ledger(
+        &self,
+        keys: &[String],
+    ) -> Result<(HashMap<String, Vec<u32>>, Vec<String>), PortError> {
+        let request = KeysAndAttributes::builder()
+            .set_keys(Some(
+                keys.iter()
+                    .map(|key| HashMap::from([("pk".to_owned(), AttributeValue::S(key.clone()))]))
+                    .collect(),
+            ))
+            .consistent_read(true)
+            .projection_expression("pk, untried")
+            .build()
+            .map_err(|error| PortError::new("BatchGetItem", error.to_string()))?;
+        let output = self
+            .client()
+            .await
+            .batch_get_item()
+            .request_items(&self.table, request)
+            .send()
+            .await
+            .map_err(|error| PortError::new("BatchGetItem", error_text(&error)))?;
+        let items = output
+            .responses
+            .and_then(|mut tables| tables.remove(&self.table))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|item| {
+                let key = item.get("pk")?.as_s().ok()?.clone();
+                let untried = item
+                    .get("untried")
+                    .and_then(|set| set.as_ns().ok())
+                    .map(|set| set.iter().filter_map(|n| n.parse().ok()).collect())
+                    .unwrap_or_default();
+                Some((key, untried))
+            })
+            .collect();
+        let unprocessed = output
+            .unprocessed_keys
+            .and_then(|mut tables| tables.remove(&self.table))
+            .map(|left| {
+                left.keys
+                    .iter()
+                    .filter_map(|key| key.get("pk")?.as_s().ok().cloned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok((items, unprocessed))
     }
 }
 

@@ -425,6 +425,9 @@ fn record_of(message: Message) -> SqsRecord<'static> {
     let attributes = SystemAttributes {
         approximate_receive_count: take(MessageSystemAttributeName::ApproximateReceiveCount),
         sent_timestamp: take(MessageSystemAttributeName::SentTimestamp),
+        approximate_first_receive_timestamp: take(
+            MessageSystemAttributeName::ApproximateFirstReceiveTimestamp,
+        ),
         message_group_id: take(MessageSystemAttributeName::MessageGroupId),
         message_deduplication_id: take(MessageSystemAttributeName::MessageDeduplicationId),
         aws_trace_header: take(MessageSystemAttributeName::AwsTraceHeader),

@@ -34,7 +34,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("REDRIVE_BACKOFF_CAP", "15m"),
     (
         "REDRIVE_DEFER_MAX_AGE",
-        "1h: how long after its first failure a record may still be deferred (1m to 14d)",
+        "1h: how long after its first failure (FIFO: its first receive) a record may still be deferred (1m to 14d)",
     ),
     ("REDRIVE_DEADLINE_MARGIN", "2s"),
     (

@@ -20,6 +20,9 @@ pub(crate) enum Outcome {
     NotDue(Duration),
     /// The record has no body: there is nothing to handle or to copy.
     NoBody,
+    /// FIFO, with the attempt ledger: earlier deliveries used up its attempts (a dead letter
+    /// whose delete was lost, delivered again); it is dead-lettered without another try.
+    AttemptsUsedUp,
 }
 
 impl Outcome {
@@ -134,7 +137,8 @@ pub(crate) enum StreamFate {
 pub(crate) struct History {
     /// Failed attempts before this delivery.
     pub attempts_before: u32,
-    /// Time since the record first failed (zero when it never has).
+    /// What bounds its deferrals: on a standard queue the time since the record first failed
+    /// (zero when it never has), on FIFO the time since it was first received (it waits in place).
     pub failing_for: Duration,
 }
 
@@ -238,13 +242,13 @@ impl<'p> Judge<'p> {
             Outcome::NotStarted => give_back(GiveBackReason::Deadline, None),
             Outcome::NoBody => give_back(GiveBackReason::NoBody, None),
             Outcome::GroupBlocked => give_back(GiveBackReason::GroupBlocked, Some(Duration::ZERO)),
+            Outcome::AttemptsUsedUp => Fate::DeadLetter {
+                attempts: history.attempts_before,
+            },
             Outcome::NotDue(left) if self.fifo => in_place(GiveBackReason::FifoDefer, *left),
             Outcome::NotDue(left) => Fate::Defer { delay: *left },
-            // A FIFO deferral is given back in place: the queue's maxReceiveCount bounds it.
             Outcome::Failed(error)
-                if error.is_deferral()
-                    && !self.fifo
-                    && history.failing_for >= self.policy.defer_max_age =>
+                if error.is_deferral() && history.failing_for >= self.policy.defer_max_age =>
             {
                 Fate::DeadLetter {
                     attempts: history.attempts_before,
@@ -253,7 +257,7 @@ impl<'p> Judge<'p> {
             Outcome::Failed(error) if error.is_deferral() => {
                 let delay = error.retry_after_hint().unwrap_or_default();
                 if self.fifo {
-                    in_place(GiveBackReason::FifoDefer, delay)
+                    in_place(GiveBackReason::FifoDefer, self.grown(delay, history))
                 } else {
                     Fate::Defer { delay }
                 }
@@ -273,6 +277,17 @@ impl<'p> Judge<'p> {
                 }
             }
         }
+    }
+
+    /// A FIFO deferral's wait in place: as long as the record has waited so far, so that the
+    /// waits double and an outage of hours costs a few receives, not one per breaker period; at
+    /// least the hint, and not past the deferral age limit.
+    fn grown(&self, hint: Duration, history: History) -> Duration {
+        let left = self
+            .policy
+            .defer_max_age
+            .saturating_sub(history.failing_for);
+        history.failing_for.min(left).max(hint)
     }
 }
 
@@ -452,7 +467,7 @@ mod tests {
             ),
             Fate::DeadLetter { attempts: 2 }
         );
-        // The age limit bounds deferrals only; attempts bound failures, and SQS a FIFO record.
+        // The age limit bounds deferrals only; attempts bound failures.
         assert_eq!(
             Judge::new(&policy, false).decide(
                 None,
@@ -465,18 +480,73 @@ mod tests {
                 delay: Duration::from_secs(4)
             }
         );
-        assert!(matches!(
+        // On FIFO too: the age is the time since the record was first received.
+        assert_eq!(
             Judge::new(&policy, true).decide(
                 Some("a"),
                 &Outcome::Failed(Box::new(deferred.clone())),
                 at_limit,
                 || 0.5
             ),
+            Fate::DeadLetter { attempts: 2 }
+        );
+    }
+
+    #[test]
+    fn a_fifo_deferral_waits_as_long_as_the_record_has_waited_within_the_age_limit() {
+        let policy = RetryPolicy {
+            defer_max_age: Duration::from_secs(12 * 3600),
+            ..RetryPolicy::default()
+        };
+        let open_for = Duration::from_secs(30);
+        let deferred = RecordError::defer("circuit_open", open_for);
+        let wait_at = |age: Duration| match Judge::new(&policy, true).decide(
+            Some("a"),
+            &Outcome::Failed(Box::new(deferred.clone())),
+            History {
+                attempts_before: 0,
+                failing_for: age,
+            },
+            || 0.5,
+        ) {
             Fate::GiveBack {
                 reason: GiveBackReason::FifoDefer,
-                ..
-            }
-        ));
+                visibility: Some(wait),
+            } => wait,
+            fate => panic!("in place, not {fate:?}"),
+        };
+        assert_eq!(wait_at(Duration::ZERO), open_for);
+        assert_eq!(wait_at(Duration::from_secs(10)), open_for);
+        assert_eq!(
+            wait_at(Duration::from_secs(3600)),
+            Duration::from_secs(3600)
+        );
+        // Past half the limit the wait ends at the limit, where the record is dead-lettered.
+        assert_eq!(
+            wait_at(Duration::from_secs(8 * 3600)),
+            Duration::from_secs(4 * 3600)
+        );
+        // Waits that double: an outage of eleven hours costs eleven receives, not 1,320.
+        let (mut age, mut receives) = (Duration::ZERO, 0);
+        while age < Duration::from_secs(11 * 3600) {
+            age += wait_at(age);
+            receives += 1;
+        }
+        assert_eq!(receives, 12);
+    }
+
+    #[test]
+    fn a_record_whose_attempts_are_used_up_is_dead_lettered_without_spending_another() {
+        let policy = RetryPolicy::default();
+        assert_eq!(
+            Judge::new(&policy, true).decide(
+                Some("a"),
+                &Outcome::AttemptsUsedUp,
+                History::attempts(5),
+                || 0.5
+            ),
+            Fate::DeadLetter { attempts: 5 }
+        );
     }
 
     #[test]

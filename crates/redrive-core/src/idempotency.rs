@@ -571,6 +571,7 @@ mod tests {
             id: "m-1",
             meta: None,
             attempts_before: 0,
+            receive_count: 0,
         };
         let error = handler
             .handle(&item.message(&invocation))

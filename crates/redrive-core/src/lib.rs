@@ -18,6 +18,7 @@ pub mod envelope;
 pub mod error;
 pub mod fate;
 pub mod idempotency;
+pub mod ledger;
 pub mod metrics;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redrive_core::clock::{Clock, ManualClock};
 use redrive_core::envelope::OutgoingMessage;
+use redrive_core::ledger::{AttemptLedger, MemoryLedger};
 use redrive_core::port::{Call, RecordingQueue};
 use redrive_core::{
     BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig,
@@ -732,6 +733,192 @@ async fn fifo_retries_in_place_and_holds_back_the_rest_of_the_group_only() {
     .await;
     assert!(failures(&processed).is_empty());
     assert_eq!(meta_of(&processor.queue().sent_to(DLQ)[0]).attempts, 5);
+}
+
+/// A ledger in memory that counts its calls.
+#[derive(Default)]
+struct CountingLedger {
+    inner: MemoryLedger,
+    reads: AtomicU32,
+    writes: AtomicU32,
+}
+
+impl AttemptLedger for CountingLedger {
+    fn untried<'a>(
+        &'a self,
+        message_ids: &'a [&'a str],
+    ) -> redrive_core::ledger::BoxFuture<'a, Result<Vec<Vec<u32>>, redrive_core::PortError>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.untried(message_ids)
+    }
+    fn record_untried<'a>(
+        &'a self,
+        message_id: &'a str,
+        receive_count: u32,
+    ) -> redrive_core::ledger::BoxFuture<'a, Result<(), redrive_core::PortError>> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.record_untried(message_id, receive_count)
+    }
+}
+
+/// A FIFO record of group `group`, received `receives` times, first `first_received_ago` ms ago.
+fn fifo_record(id: &str, body: &str, group: &str, receives: u32) -> serde_json::Value {
+    let mut rec = record(id, body);
+    rec["eventSourceARN"] = "arn:aws:sqs:eu-west-1:123456789012:orders.fifo".into();
+    rec["attributes"]["MessageGroupId"] = group.into();
+    rec["attributes"]["ApproximateReceiveCount"] = receives.to_string().into();
+    rec["attributes"]["ApproximateFirstReceiveTimestamp"] = NOW.to_string().into();
+    rec
+}
+
+#[tokio::test]
+async fn with_the_ledger_a_fifo_record_held_back_behind_its_group_keeps_its_attempts() {
+    let ledger = Arc::new(CountingLedger::default());
+    let processor = processor(RetryPolicy::default()).with_ledger(ledger.clone());
+    let handler = handler();
+    // a1 fails five times in place; a2, behind it in each batch, is received five times untried.
+    for receive in 1..=4 {
+        let processed = run(
+            &processor,
+            &handler,
+            &event(vec![
+                fifo_record("a1", "transient", "A", receive),
+                fifo_record("a2", "transient", "A", receive),
+            ]),
+        )
+        .await;
+        assert_eq!(failures(&processed), ["a1", "a2"]);
+    }
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![
+            fifo_record("a1", "transient", "A", 5),
+            fifo_record("a2", "transient", "A", 5),
+        ]),
+    )
+    .await;
+    assert_eq!(failures(&processed), ["a2"], "a1's fifth try was its last");
+    assert_eq!(processor.queue().sent_to(DLQ).len(), 1);
+    // a2's sixth receive is its first try: a transient failure is retried in place, not
+    // dead-lettered as SQS's count alone would have it.
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a2", "transient", "A", 6)]),
+    )
+    .await;
+    assert_eq!(failures(&processed), ["a2"]);
+    assert_eq!(processed.report.dead_lettered, 0);
+    assert_eq!(
+        ledger.writes.load(Ordering::SeqCst),
+        5,
+        "a2's five untried receives"
+    );
+    assert_eq!(
+        ledger.reads.load(Ordering::SeqCst),
+        2,
+        "read at receive 5 and 6 only"
+    );
+
+    // Without the ledger the same delivery is its sixth attempt: dead-lettered.
+    let without = self::processor(RetryPolicy::default());
+    let processed = run(
+        &without,
+        &handler,
+        &event(vec![fifo_record("a2", "transient", "A", 6)]),
+    )
+    .await;
+    assert_eq!(processed.report.dead_lettered, 1);
+}
+
+#[tokio::test]
+async fn with_the_ledger_the_happy_path_makes_no_ledger_call() {
+    let ledger = Arc::new(CountingLedger::default());
+    let processor = processor(RetryPolicy::default()).with_ledger(ledger.clone());
+    let records = (0..10)
+        .map(|n| fifo_record(&format!("m{n}"), "ok", &format!("g{}", n % 3), 1))
+        .collect();
+    let processed = run(&processor, &handler(), &event(records)).await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(
+        (
+            ledger.reads.load(Ordering::SeqCst),
+            ledger.writes.load(Ordering::SeqCst)
+        ),
+        (0, 0)
+    );
+}
+
+#[tokio::test]
+async fn with_the_ledger_a_delivery_past_its_attempts_is_dead_lettered_untried() {
+    let ledger = Arc::new(CountingLedger::default());
+    let processor = processor(RetryPolicy::default()).with_ledger(ledger.clone());
+    let handler = handler();
+    // Dead-lettered on its fifth receive, its delete lost: the sixth would be a sixth try.
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a1", "ok", "A", 6)]),
+    )
+    .await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 0, "not tried again");
+    let meta = meta_of(&processor.queue().sent_to(DLQ)[0]);
+    assert_eq!((&*meta.error_kind, meta.attempts), ("attempts_used_up", 5));
+    assert_eq!(meta.error_class, ErrorClass::Transient);
+}
+
+#[tokio::test]
+async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_ends_at_the_age_limit()
+{
+    let clock = Arc::new(ManualClock::at(NOW));
+    let ledger = Arc::new(CountingLedger::default());
+    let processor = processor(RetryPolicy::default())
+        .with_clock(clock.clone())
+        .with_ledger(ledger.clone());
+    let handler = handler();
+    let deliver = |receive: u32| {
+        let json = event(vec![
+            fifo_record("a1", "defer:30", "A", receive),
+            fifo_record("a2", "ok", "A", receive),
+        ]);
+        let (processor, handler, deadline) = (&processor, &handler, clock.now_ms() + 60_000);
+        async move {
+            let event = SqsEvent::parse(&json).unwrap();
+            processor
+                .process(handler, &event.records, deadline)
+                .await
+                .unwrap()
+        }
+    };
+    let mut waits = Vec::new();
+    let mut receive = 1;
+    loop {
+        let processed = deliver(receive).await;
+        if processed.report.dead_lettered > 0 {
+            assert_eq!(failures(&processed), ["a2"], "held back behind its head");
+            break;
+        }
+        let calls = processor.queue().calls();
+        let Some(Call::ChangeVisibility { changes, .. }) = calls.last() else {
+            panic!("{calls:?}")
+        };
+        let wait = changes[0].1;
+        waits.push(wait.as_secs());
+        clock.advance(u64::try_from(wait.as_millis()).unwrap());
+        receive += 1;
+    }
+    // Doubling from the breaker's 30 s to the 1 h limit: 8 receives, not the 120 of fixed waits.
+    assert_eq!(waits, [30, 30, 60, 120, 240, 480, 960, 1680]);
+    let dead = processor.queue().sent_to(DLQ);
+    assert_eq!(dead.len(), 1);
+    let meta = meta_of(&dead[0]);
+    assert_eq!((&*meta.error_kind, meta.attempts), ("deferred_too_long", 0));
+    // The deferrals and the holds behind them are untried: in the ledger, not in the attempts.
+    let untried = ledger.inner.untried(&["a1", "a2"]).await.unwrap();
+    assert_eq!(untried[0], (1..=8).collect::<Vec<u32>>());
+    assert_eq!(untried[1], (1..=9).collect::<Vec<u32>>());
 }
 
 #[tokio::test]

@@ -233,6 +233,9 @@ pub struct SystemAttributes<'a> {
     /// When the message was sent (ms since the epoch).
     #[serde(borrow, default)]
     pub sent_timestamp: Option<Text<'a>>,
+    /// When the message was first received (ms since the epoch): a FIFO record's age in place.
+    #[serde(borrow, default)]
+    pub approximate_first_receive_timestamp: Option<Text<'a>>,
     /// FIFO deduplication id.
     #[serde(borrow, default)]
     pub message_deduplication_id: Option<Text<'a>>,
@@ -292,6 +295,14 @@ impl SqsRecord<'_> {
             .is_some_and(|arn| arn.ends_with(".fifo"))
     }
 
+    /// When this copy was first received (ms since the epoch), if SQS said.
+    pub fn first_received_ms(&self) -> Option<u64> {
+        self.attributes
+            .approximate_first_receive_timestamp
+            .as_deref()
+            .and_then(|ms| ms.parse().ok())
+    }
+
     /// SQS's own count of deliveries of this copy (1 on the first delivery).
     pub fn receive_count(&self) -> u32 {
         self.attributes
@@ -319,6 +330,7 @@ impl<'a> From<&'a aws_lambda_events::sqs::SqsMessage> for SqsRecord<'a> {
             attributes: SystemAttributes {
                 approximate_receive_count: system("ApproximateReceiveCount"),
                 sent_timestamp: system("SentTimestamp"),
+                approximate_first_receive_timestamp: system("ApproximateFirstReceiveTimestamp"),
                 message_group_id: system("MessageGroupId"),
                 message_deduplication_id: system("MessageDeduplicationId"),
                 aws_trace_header: system("AWSTraceHeader"),

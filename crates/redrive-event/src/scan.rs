@@ -207,10 +207,11 @@ enum Field {
     EventSourceArn,
     EventSource,
     MessageAttributes,
-    /// The `attributes` object: its fields are the six below.
+    /// The `attributes` object: its fields are the seven below.
     Attributes,
     ReceiveCount,
     SentTimestamp,
+    FirstReceiveTimestamp,
     MessageGroupId,
     MessageDeduplicationId,
     TraceHeader,
@@ -237,6 +238,7 @@ impl Field {
         match key {
             "ApproximateReceiveCount" => Self::ReceiveCount,
             "SentTimestamp" => Self::SentTimestamp,
+            "ApproximateFirstReceiveTimestamp" => Self::FirstReceiveTimestamp,
             "MessageGroupId" => Self::MessageGroupId,
             "MessageDeduplicationId" => Self::MessageDeduplicationId,
             "AWSTraceHeader" => Self::TraceHeader,
@@ -881,6 +883,7 @@ fn string_slot<'r, 'a>(
         Field::EventSourceArn => &mut record.event_source_arn,
         Field::ReceiveCount => &mut attributes.approximate_receive_count,
         Field::SentTimestamp => &mut attributes.sent_timestamp,
+        Field::FirstReceiveTimestamp => &mut attributes.approximate_first_receive_timestamp,
         Field::MessageGroupId => &mut attributes.message_group_id,
         Field::MessageDeduplicationId => &mut attributes.message_deduplication_id,
         Field::TraceHeader => &mut attributes.aws_trace_header,

@@ -47,10 +47,11 @@ impl<Q: QueuePort> Processor<Q> {
             (source, &outgoing.to_source),
             (Destination::Dlq, &outgoing.to_dlq),
         ];
-        let (unconfirmed, unchanged) = futures_util::future::join(
+        let (unconfirmed, unchanged, ()) = futures_util::future::join3(
             self.carry.send(&sends, deadline),
             self.carry
                 .change_visibility(source, &outgoing.visibility, deadline),
+            self.write_untried(items, rulings, deadline),
         )
         .await;
         report.sqs_requests += unconfirmed.requests + unchanged.requests;
@@ -74,6 +75,42 @@ impl<Q: QueuePort> Processor<Q> {
                 error = %reason,
                 "visibility not changed: the record reappears after its visibility timeout",
             );
+        }
+    }
+
+    /// Writes down in the ledger each FIFO record given back untried (held back behind its group,
+    /// not started, deferred), by the carry deadline. A write that fails leaves that receive
+    /// counted as an attempt: fewer tries, never more.
+    async fn write_untried(
+        &self,
+        items: &[Item<'_>],
+        rulings: &[Ruling],
+        deadline: Option<Instant>,
+    ) {
+        let Some(ledger) = &self.ledger else { return };
+        let writes: Vec<_> = items
+            .iter()
+            .zip(rulings)
+            .filter(|(item, ruling)| item.receive_count > 0 && untried(&ruling.fate))
+            .map(|(item, _)| async move {
+                if let Err(error) = ledger.record_untried(item.id, item.receive_count).await {
+                    tracing::warn!(message_id = item.id, %error, "untried delivery not written to the attempt ledger: it counts as an attempt");
+                }
+            })
+            .collect();
+        if writes.is_empty() {
+            return;
+        }
+        let all = futures_util::future::join_all(writes);
+        match deadline {
+            Some(deadline) => {
+                if tokio::time::timeout_at(deadline, all).await.is_err() {
+                    tracing::warn!("attempt ledger writes cut off at the deadline: those receives count as attempts");
+                }
+            }
+            None => {
+                all.await;
+            }
         }
     }
 
@@ -260,6 +297,19 @@ struct Outgoing<'r> {
     to_source: Outbox<'r>,
     to_dlq: Outbox<'r>,
     visibility: Vec<(usize, VisibilityChange<'r>)>,
+}
+
+/// Whether a fate gives its record back without having tried it.
+fn untried(fate: &Fate) -> bool {
+    matches!(
+        fate,
+        Fate::GiveBack {
+            reason: GiveBackReason::GroupBlocked
+                | GiveBackReason::Deadline
+                | GiveBackReason::FifoDefer,
+            ..
+        }
+    )
 }
 
 pub(super) fn delay_seconds_of(delay: Duration) -> u32 {

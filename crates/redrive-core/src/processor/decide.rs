@@ -61,9 +61,23 @@ fn decide(
             Some(Box::new(deferred_too_long(&error, history.failing_for)))
         }
         Outcome::Failed(error) => Some(error),
+        Outcome::AttemptsUsedUp => Some(Box::new(attempts_used_up(item.receive_count))),
         _ => None,
     };
     Ruling { fate, error }
+}
+
+/// The failure a FIFO record is dead-lettered with when it arrives with its attempts used up:
+/// transient, so that the reprocessor may send it home.
+fn attempts_used_up(receive_count: u32) -> RecordError {
+    RecordError::transient(
+        "attempts_used_up",
+        format_args!(
+            "received {receive_count} times, and the attempt ledger counts REDRIVE_MAX_ATTEMPTS \
+             tries among them (a dead letter whose delete was lost, or receives with no try the \
+             ledger missed)"
+        ),
+    )
 }
 
 /// The failure a record is dead-lettered with when its deferrals outlast the age limit: transient,
@@ -73,7 +87,7 @@ fn deferred_too_long(deferral: &RecordError, failing_for: Duration) -> RecordErr
     RecordError::transient(
         "deferred_too_long",
         format_args!(
-            "still deferred ({}) {failing_for} after its first failure, past REDRIVE_DEFER_MAX_AGE",
+            "still deferred ({}) {failing_for} after its first failure (on FIFO: its first receive), past REDRIVE_DEFER_MAX_AGE",
             deferral.kind()
         ),
     )

@@ -26,6 +26,7 @@ use crate::envelope::{Meta, Timestamp};
 use crate::error::BatchError;
 use crate::event::SqsRecord;
 use crate::fate::{History, Outcome};
+use crate::ledger::AttemptLedger;
 use crate::lock;
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
@@ -90,6 +91,7 @@ pub struct Processor<Q> {
     config: ProcessorConfig,
     clock: Arc<dyn Clock>,
     rng: Mutex<fastrand::Rng>,
+    ledger: Option<Arc<dyn AttemptLedger>>,
 }
 
 /// A record ready for handling.
@@ -99,6 +101,9 @@ pub(crate) struct Item<'r> {
     /// Boxed: most records carry none, and a slim item is cheap to build for a large batch.
     pub(crate) meta: Option<Box<Meta<'r>>>,
     pub(crate) attempts_before: u32,
+    /// SQS's receive count of a FIFO record (its attempts are counted from it); 0 on a standard
+    /// queue, whose copies carry their attempts.
+    pub(crate) receive_count: u32,
 }
 
 impl<'r> Item<'r> {
@@ -114,9 +119,17 @@ impl<'r> Item<'r> {
     pub(crate) fn group(&self) -> Option<&'r str> {
         self.record.attributes.message_group_id.as_deref()
     }
-    /// Its failures so far, counted since the first failure or the latest redrive from the DLQ,
-    /// whichever came later (the metadata of re-sent copies carries both).
+    /// Its failures so far, and how long it has been failing: since the first failure or the
+    /// latest redrive from the DLQ, whichever came later (the metadata of re-sent copies carries
+    /// both); a FIFO record, which waits in place, since it was first received.
     pub(crate) fn history(&self, now_ms: u64) -> History {
+        if self.receive_count > 0 {
+            let since_ms = self.record.first_received_ms().unwrap_or(now_ms);
+            return History {
+                attempts_before: self.attempts_before,
+                failing_for: Duration::from_millis(now_ms.saturating_sub(since_ms)),
+            };
+        }
         let since_ms = self.meta.as_ref().map_or(now_ms, |meta| {
             let redriven_ms = meta.redriven_at.map_or(0, |at| at.0);
             meta.first_failure_at.0.max(redriven_ms)
@@ -136,7 +149,17 @@ impl<Q: QueuePort> Processor<Q> {
             config,
             clock: Arc::new(SystemClock),
             rng: Mutex::new(fastrand::Rng::new()),
+            ledger: None,
         }
+    }
+
+    /// Counts FIFO attempts with `ledger`: deliveries given back untried are written down there
+    /// and do not count ([`crate::ledger`]). Without one, every receive of a FIFO record counts as
+    /// an attempt, which is right in batches of one.
+    #[must_use]
+    pub fn with_ledger(mut self, ledger: Arc<dyn AttemptLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
     }
 
     /// Reads the time from `clock` (tests move it by hand).
@@ -183,7 +206,8 @@ impl<Q: QueuePort> Processor<Q> {
         invocation: impl Into<Invocation<'i>>,
     ) -> Result<Processed, BatchError> {
         let invocation = invocation.into();
-        let (items, fifo) = self.prepare(records)?;
+        let (mut items, fifo) = self.prepare(records)?;
+        self.recount(&mut items, &invocation).await;
         // Boxed: the whole batch's future, nested once more in the task-local scope, is large
         // enough to overflow a 2 MiB thread stack in unoptimised builds.
         crate::idempotency::with_own_completions(Box::pin(async {
@@ -205,7 +229,8 @@ impl<Q: QueuePort> Processor<Q> {
         invocation: impl Into<Invocation<'i>>,
     ) -> Result<Processed, BatchError> {
         let invocation = invocation.into();
-        let (items, fifo) = self.prepare(records)?;
+        let (mut items, fifo) = self.prepare(records)?;
+        self.recount(&mut items, &invocation).await;
         let handled = self.handle_batch(handler, &items, &invocation).await;
         Ok(self.conclude(&items, handled, fifo, &invocation).await)
     }
@@ -268,23 +293,62 @@ impl<Q: QueuePort> Processor<Q> {
             };
             let fifo = record.is_fifo();
             any_fifo |= fifo;
-            // FIFO records are retried in place, so SQS's own count is the attempt count.
-            let attempts_before = if fifo {
-                record.receive_count().saturating_sub(1)
+            // FIFO records are retried in place, so SQS's own count is the attempt count (less
+            // the deliveries the ledger knows were untried: `recount`).
+            let (attempts_before, receive_count) = if fifo {
+                let receive_count = record.receive_count().max(1);
+                (receive_count - 1, receive_count)
             } else {
-                meta.as_deref_mut().map_or(0, |meta| {
+                let attempts = meta.as_deref_mut().map_or(0, |meta| {
                     self.recognise_moved_back(id, meta);
                     meta.attempts
-                })
+                });
+                (attempts, 0)
             };
             items.push(Item {
                 record,
                 id,
                 meta,
                 attempts_before,
+                receive_count,
             });
         }
         Ok((items, any_fifo))
+    }
+
+    /// Takes the deliveries the ledger knows were untried off the attempts of each FIFO record
+    /// whose receive count says its attempts might be used up (none on the happy path, where every
+    /// receive count is 1). A ledger that fails or is slow leaves SQS's count, which errs towards
+    /// fewer attempts.
+    async fn recount(&self, items: &mut [Item<'_>], invocation: &Invocation<'_>) {
+        let Some(ledger) = &self.ledger else { return };
+        let max_attempts = self.config.retry.max_attempts;
+        let suspects: Vec<usize> = (0..items.len())
+            .filter(|&i| items[i].receive_count >= max_attempts.max(2))
+            .collect();
+        if suspects.is_empty() {
+            return;
+        }
+        let ids: Vec<&str> = suspects.iter().map(|&i| items[i].id).collect();
+        let within = self.budget(invocation.deadline_ms) / 4;
+        match tokio::time::timeout(within, ledger.untried(&ids)).await {
+            Ok(Ok(untried)) => {
+                for (&index, untried) in suspects.iter().zip(untried) {
+                    let item = &mut items[index];
+                    item.attempts_before =
+                        crate::ledger::attempts_before(item.receive_count, &untried);
+                }
+            }
+            Ok(Err(error)) => tracing::warn!(
+                %error,
+                records = ids.len(),
+                "attempt ledger not read: SQS's receive counts stand as attempts",
+            ),
+            Err(_) => tracing::warn!(
+                records = ids.len(),
+                "attempt ledger not read in time: SQS's receive counts stand as attempts",
+            ),
+        }
     }
 
     /// A dead letter that SQS moved back to a standard queue (a move task re-sends it as it is) is

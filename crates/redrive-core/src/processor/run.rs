@@ -232,6 +232,14 @@ impl<Q: QueuePort> Processor<Q> {
         if item.record.body.is_none() {
             return Some(Outcome::NoBody);
         }
+        // Only a ledger's count is exact enough to refuse a try on: SQS's alone counts receives
+        // nobody tried.
+        if self.ledger.is_some()
+            && item.receive_count > 0
+            && item.attempts_before >= self.config.retry.max_attempts
+        {
+            return Some(Outcome::AttemptsUsedUp);
+        }
         if let Some(due) = item.meta.as_ref().and_then(|meta| meta.due_at) {
             let now = self.clock.now_ms();
             if due.0 > now {

@@ -38,6 +38,7 @@ impl<Q: QueuePort> Processor<Q> {
                 id: sequence,
                 meta: None,
                 attempts_before: 0,
+                receive_count: 0,
             };
             let left = cutoff.left();
             let result = match (malformed, left.is_zero()) {
@@ -118,6 +119,7 @@ impl<Q: QueuePort> Processor<Q> {
                 id: item.id,
                 meta: None,
                 attempts_before: item.attempts_before,
+                receive_count: 0,
             };
             self.dead_letter(&item, (self.now_ms(), failed_in), error, 1)
                 .map(OutgoingMessage::into_owned)
