@@ -37,10 +37,11 @@ variable "consumers" {
     condition     = alltrue([for k, c in var.consumers : c.idempotency_key == null || c.idempotency_key == "messageId" || startswith(coalesce(c.idempotency_key, "-"), "/")])
     error_message = "A consumer's idempotency_key is messageId or a JSON pointer into the body (/orderId); its function must be built with redrive's dynamodb feature."
   }
-  # On FIFO the attempt count is SQS's receive count: see modules/sqs-consumer's max_receive_count.
+  # A FIFO consumer in batches counts attempts with the ledger in its idempotency table, and its
+  # receive count has room for the receives held back: see modules/sqs-consumer.
   validation {
-    condition     = alltrue([for k, c in var.consumers : !c.fifo || c.batch_size == 1 || c.max_receive_count >= var.retry.max_attempts * c.batch_size])
-    error_message = "A FIFO consumer takes batch_size 1 (its receive count is then each record's own attempts), or a max_receive_count of at least retry.max_attempts x batch_size."
+    condition     = alltrue([for k, c in var.consumers : !c.fifo || c.batch_size == 1 || (c.idempotency_key != null && c.max_receive_count >= c.batch_size * (var.retry.max_attempts + 1) + 21)])
+    error_message = "A FIFO consumer with batch_size above 1 needs an idempotency_key (its table holds the attempt ledger) and a max_receive_count of at least batch_size x (retry.max_attempts + 1) + 21."
   }
   # With name_prefix at most 26, <name_prefix>-<key> (the consumer's function) stays within the
   # function module's 55, and <name_prefix>-<key>-dlq.fifo within SQS's 80.

@@ -294,7 +294,8 @@ fn variable_rules(modules: &[Module]) -> Vec<String> {
         ("modules/sqs-consumer", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
         ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count >= 5"),
         ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count > var.max_attempts"),
-        ("modules/sqs-consumer", "max_receive_count", "!var.fifo || var.batch_size == 1 || var.max_receive_count >= var.max_attempts * var.batch_size"),
+        ("modules/sqs-consumer", "max_receive_count", "!var.fifo || var.batch_size == 1 || var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21"),
+        ("modules/sqs-consumer", "batch_size", "!var.fifo || var.batch_size == 1 || length(setintersection(keys(var.environment), [\"REDRIVE_IDEMPOTENCY_TABLE\", \"REDRIVE_LEDGER_TABLE\"])) > 0"),
         ("modules/eventbridge-route", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
         ("modules/stream-consumer", "maximum_record_age_seconds", "var.maximum_record_age_seconds < var.retention_hours * 3600"),
         ("modules/stream-consumer", "maximum_retry_attempts", "var.maximum_retry_attempts >= 0"),
@@ -1642,10 +1643,20 @@ fn weakened_variable_rules_are_caught() {
     assert_eq!(variable_rules(&receives), ["modules/sqs-consumer: variable max_receive_count: no validation `var.max_receive_count > var.max_attempts`"]);
     let fifo = broken(
         CONSUMER_VARIABLES,
-        "var.batch_size == 1 || var.max_receive_count >= var.max_attempts * var.batch_size",
+        "var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21",
+        "var.max_receive_count >= var.max_attempts * var.batch_size",
+    );
+    assert_eq!(variable_rules(&fifo), ["modules/sqs-consumer: variable max_receive_count: no validation `!var.fifo || var.batch_size == 1 || var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21`"]);
+    let no_ledger = broken(
+        CONSUMER_VARIABLES,
+        "length(setintersection(keys(var.environment), [\"REDRIVE_IDEMPOTENCY_TABLE\", \"REDRIVE_LEDGER_TABLE\"])) > 0",
         "true",
     );
-    assert_eq!(variable_rules(&fifo), ["modules/sqs-consumer: variable max_receive_count: no validation `!var.fifo || var.batch_size == 1 || var.max_receive_count >= var.max_attempts * var.batch_size`"]);
+    assert_eq!(
+        variable_rules(&no_ledger).len(),
+        1,
+        "a FIFO batch without the attempt ledger"
+    );
     let age = broken(
         "modules/stream-consumer/variables.tf",
         " && var.maximum_record_age_seconds < var.retention_hours * 3600",

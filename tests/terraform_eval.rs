@@ -121,7 +121,7 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
     }
     assert_eq!(evaluate(&tfvars(), "as-is"), None);
 
-    let broken: [(&str, Breaking, &str); 11] = [
+    let broken: [(&str, Breaking, &str); 12] = [
         (
             "long-reprocessor-name",
             |v| {
@@ -171,9 +171,19 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
             "alarms.period_seconds must be a multiple of 60",
         ),
         (
-            "fifo-batch",
-            |v| v["consumers"]["payments"]["batch_size"] = 10.into(),
-            "A FIFO consumer takes batch_size 1",
+            "fifo-batch-without-ledger",
+            |v| {
+                v["consumers"]["payments"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("idempotency_key");
+            },
+            "A FIFO consumer with batch_size above 1 needs an idempotency_key",
+        ),
+        (
+            "fifo-batch-receive-count",
+            |v| v["consumers"]["payments"]["max_receive_count"] = 50.into(),
+            "A FIFO consumer with batch_size above 1 needs an idempotency_key",
         ),
         (
             "instant-deferral-limit",

@@ -49,6 +49,8 @@ pub struct Options<'a> {
     pub knobs: &'a [(&'a str, &'a str)],
     /// Records per batch the poller hands over, as the mapping's `batch_size`.
     pub batch_size: u32,
+    /// Count FIFO attempts with the attempt ledger in a DynamoDB table on moto.
+    pub ledger: bool,
 }
 
 impl Default for Options<'_> {
@@ -60,6 +62,7 @@ impl Default for Options<'_> {
             settings: &[("REDRIVE_RETRY_SEQUENCE", "1s")],
             knobs: &[],
             batch_size: 10,
+            ledger: false,
         }
     }
 }
@@ -109,6 +112,18 @@ impl Stack {
             SqsQueue::with_client(client.clone()),
             ProcessorConfig::from(&settings),
         );
+        let processor = if options.ledger {
+            let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+            let table = format!("{}-{key}-idempotency", topology.name_prefix);
+            redrive_local::provision::idempotency_table(&dynamodb, &table)
+                .await
+                .unwrap();
+            processor.with_ledger(std::sync::Arc::new(
+                redrive::dynamodb::DynamoDbStore::with_client(dynamodb, table),
+            ))
+        } else {
+            processor
+        };
         let timeout =
             Duration::from_secs(u64::from(topology.consumers[key].function_timeout_seconds));
         Self {

@@ -56,6 +56,11 @@ impl DynamoDbStore {
         }
     }
 
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
     /// Reads the time from `clock` (tests move it by hand to lapse a lease).
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {

@@ -58,6 +58,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "REDRIVE_IDEMPOTENCY_PAYLOAD_CHECK",
         "false: true refuses a key reused with another body (idempotency_key_reused)",
     ),
+    (
+        "REDRIVE_LEDGER_TABLE",
+        "(unset: REDRIVE_IDEMPOTENCY_TABLE, if set) DynamoDB table of the FIFO attempt ledger",
+    ),
     // The DLQ reprocessor (functions/dlq-redrive and the operator CLI): redrive-recovery's
     // `ReprocessSettings`.
     (
@@ -223,6 +227,9 @@ pub struct Settings {
     pub metrics_namespace: String,
     /// The shared idempotency store, when `REDRIVE_IDEMPOTENCY_TABLE` names one.
     pub idempotency: Option<IdempotencySettings>,
+    /// The DynamoDB table of the FIFO attempt ledger ([`crate::ledger`]): `REDRIVE_LEDGER_TABLE`,
+    /// else the idempotency store's table. `None`: a FIFO record's receives all count as attempts.
+    pub ledger_table: Option<String>,
 }
 
 impl From<&Settings> for ProcessorConfig {
@@ -432,6 +439,9 @@ impl Settings {
                 open_for,
             },
             metrics_namespace: get("REDRIVE_METRICS_NAMESPACE").unwrap_or_else(|| "redrive".into()),
+            ledger_table: get("REDRIVE_LEDGER_TABLE")
+                .or_else(|| get("REDRIVE_IDEMPOTENCY_TABLE"))
+                .filter(|table| !table.is_empty()),
             idempotency: IdempotencySettings::from_env(&env)?,
         })
     }
@@ -463,6 +473,7 @@ mod tests {
         );
         assert_eq!(s.breaker, BreakerSettings::default());
         assert_eq!(s.idempotency, None);
+        assert_eq!(s.ledger_table, None);
         let s = settings(&[
             ("REDRIVE_IDEMPOTENCY_TABLE", "orders-idempotency"),
             ("REDRIVE_IDEMPOTENCY_KEY", "/orderId"),
@@ -479,6 +490,9 @@ mod tests {
                 check_payload: false,
             })
         );
+        assert_eq!(s.ledger_table.as_deref(), Some("orders-idempotency"));
+        let s = settings(&[("REDRIVE_LEDGER_TABLE", "payments-ledger")]).unwrap();
+        assert_eq!(s.ledger_table.as_deref(), Some("payments-ledger"));
         let s = settings(&[("REDRIVE_DEFER_MAX_AGE", "6h")]).unwrap();
         assert_eq!(
             s.processor.retry.defer_max_age,

@@ -6,8 +6,8 @@
 //! one a record is never held back by a neighbour, so the count is close; in batches of ten the
 //! last of a group can be received ten times for one try. The ledger keeps, per message, the
 //! receive counts at which it was given back untried, so that its attempts are the receives that
-//! are not in it. It is written only when a FIFO record is given back untried, and read only for a
-//! record whose receive count says its attempts might be used up: the happy path makes no call.
+//! are not in it. It is written only when a FIFO record is given back untried, and read once for a
+//! batch with a record received before: the happy path makes no call.
 //!
 //! Every error errs towards fewer attempts, never more: a receive the ledger does not know of
 //! (a lost write, a throttled invocation, a function that overran its timeout) counts as a try.

@@ -40,7 +40,8 @@ pub enum BatchResponse {
 /// configured SQS client, and for every SQS or Kinesis batch the partial batch response and one
 /// EMF line. `make_handler` builds the handler from the settings (a circuit breaker from
 /// `settings.breaker`, say). With `REDRIVE_IDEMPOTENCY_TABLE` set (and redrive's `dynamodb`
-/// feature on) the handler is wrapped in the shared idempotency store.
+/// feature on) the handler is wrapped in the shared idempotency store, and FIFO attempts are
+/// counted with the attempt ledger in the same table (or in `REDRIVE_LEDGER_TABLE`).
 ///
 /// ```no_run
 /// use redrive_core::{Message, RecordError, RecordHandler};
@@ -79,19 +80,42 @@ where
         );
     }
     let handler = make_handler(&settings)?;
-    match &settings.idempotency {
-        None => serve(&settings, handler).await,
-        // Every copy of a message, whichever container it reaches, takes effect once.
+    let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings));
+    match (&settings.idempotency, &settings.ledger_table) {
+        (None, None) => serve(&settings, processor, handler).await,
+        // Every copy of a message, whichever container it reaches, takes effect once; the
+        // ledger shares the store's table (and client) unless it has one of its own.
         #[cfg(feature = "dynamodb")]
-        Some(idempotency) => {
-            let store = redrive_aws::dynamodb::DynamoDbStore::lazy(&idempotency.table);
-            serve(&settings, idempotency.wrap(handler, store)).await
+        (idempotency, ledger) => {
+            use redrive_aws::dynamodb::DynamoDbStore;
+            let store = idempotency
+                .as_ref()
+                .map(|idempotency| Arc::new(DynamoDbStore::lazy(&idempotency.table)));
+            let ledger = ledger.as_ref().map(|table| match &store {
+                Some(store) if store.table() == table => Arc::clone(store),
+                _ => Arc::new(DynamoDbStore::lazy(table)),
+            });
+            let processor = match ledger {
+                Some(ledger) => processor.with_ledger(ledger),
+                None => processor,
+            };
+            match (idempotency, store) {
+                (Some(idempotency), Some(store)) => {
+                    serve(&settings, processor, idempotency.wrap(handler, store)).await
+                }
+                _ => serve(&settings, processor, handler).await,
+            }
         }
         #[cfg(not(feature = "dynamodb"))]
-        Some(idempotency) => Err(format!(
-            "REDRIVE_IDEMPOTENCY_TABLE={} is set, but this function was built without redrive's \
-             dynamodb feature: add it to the redrive dependency, or unset the variable",
-            idempotency.table
+        (idempotency, ledger) => Err(format!(
+            "{} is set, but this function was built without redrive's dynamodb feature: add it \
+             to the redrive dependency, or unset the variable",
+            match (idempotency, ledger) {
+                (Some(idempotency), _) =>
+                    format!("REDRIVE_IDEMPOTENCY_TABLE={}", idempotency.table),
+                (None, Some(table)) => format!("REDRIVE_LEDGER_TABLE={table}"),
+                (None, None) => unreachable!("matched above"),
+            }
         )
         .into()),
     }
@@ -101,13 +125,10 @@ where
 /// of clients for every invocation, however many Lambda runs at once.
 async fn serve<H: RecordHandler + Send + 'static>(
     settings: &Settings,
+    processor: Processor<SqsQueue>,
     handler: H,
 ) -> Result<(), lambda_runtime::Error> {
-    let shared = Arc::new((
-        Processor::new(SqsQueue::lazy(), ProcessorConfig::from(settings)),
-        handler,
-        settings.metrics_namespace.clone(),
-    ));
+    let shared = Arc::new((processor, handler, settings.metrics_namespace.clone()));
     run(move |event| {
         let shared = Arc::clone(&shared);
         // Boxed: the type of the whole invocation (runtime, processor, handler) nests deeply

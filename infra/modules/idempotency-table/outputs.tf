@@ -9,10 +9,10 @@ output "table_arn" {
 }
 
 output "access_statement" {
-  description = "The IAM statement the consumer's role needs (the item actions the store uses, on this table only): pass it in the consumer's extra_statements."
+  description = "The IAM statement the consumer's role needs (the item actions the store and the FIFO attempt ledger use, on this table only): pass it in the consumer's extra_statements."
   value = {
     sid       = "IdempotencyStore"
-    actions   = ["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"]
+    actions   = ["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"]
     resources = [aws_dynamodb_table.keys.arn]
   }
 }

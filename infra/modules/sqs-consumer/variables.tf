@@ -135,11 +135,14 @@ variable "max_receive_count" {
     condition     = var.max_receive_count >= 5 && var.max_receive_count <= 1000 && var.max_receive_count > var.max_attempts
     error_message = "max_receive_count must be 5 to 1000 and above max_attempts."
   }
-  # On FIFO the attempt count is SQS's receive count, which also counts a record held back behind
-  # a failing one of its group in the same batch; with batch_size 1 no record is ever held back.
+  # On FIFO in batches, a record's receive count also rises while it is held back behind each
+  # record ahead of it in its batch (each tried up to max_attempts times, and ending its deferrals
+  # once), and while its group waits out an outage: deferrals in place double from the breaker's
+  # open time (1 s at least) up to REDRIVE_DEFER_MAX_AGE (14 d at most), 21 receives at most. SQS's
+  # own move must catch only crash loops, so the count has to stay above all of that.
   validation {
-    condition     = !var.fifo || var.batch_size == 1 || var.max_receive_count >= var.max_attempts * var.batch_size
-    error_message = "On FIFO, use batch_size 1 (the receive count is then each record's own attempts), or a max_receive_count of at least max_attempts x batch_size: a record held back behind a failing one of its group is counted too."
+    condition     = !var.fifo || var.batch_size == 1 || var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21
+    error_message = "On FIFO with batch_size above 1, max_receive_count must be at least batch_size x (max_attempts + 1) + 21: a record is received again while held back behind each record ahead of it in its batch and while its group waits out an outage, and SQS's own move must only catch crash loops."
   }
 }
 
@@ -151,6 +154,12 @@ variable "batch_size" {
   validation {
     condition     = var.batch_size >= 1 && var.batch_size <= (var.fifo ? 10 : 10000) && (var.batch_size <= 10 || var.batching_window_seconds >= 1)
     error_message = "batch_size must be 1 to 10 on FIFO, 1 to 10000 on standard queues, and above 10 only with batching_window_seconds >= 1."
+  }
+  # A FIFO record's attempts are its receives less those the attempt ledger knows were untried;
+  # in batches of one none is held back behind a neighbour, so the receives alone are close.
+  validation {
+    condition     = !var.fifo || var.batch_size == 1 || length(setintersection(keys(var.environment), ["REDRIVE_IDEMPOTENCY_TABLE", "REDRIVE_LEDGER_TABLE"])) > 0
+    error_message = "On FIFO, batch_size above 1 needs the attempt ledger: a DynamoDB table in environment REDRIVE_LEDGER_TABLE or REDRIVE_IDEMPOTENCY_TABLE (the root module gives a consumer with an idempotency_key one), else a record held back behind its group would spend attempts it never had."
   }
 }
 

@@ -159,7 +159,9 @@ impl<'r> Message<'r> {
         self.invocation
     }
 
-    /// 1 on the first delivery, 2 on the first retry, ...
+    /// 1 on the first try, 2 on the first retry, ... On FIFO it is SQS's receive count, less the
+    /// receives the attempt ledger knows were untried ([`crate::ledger`]); without the ledger,
+    /// a record held back behind its group or deferred counts those receives too.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }

@@ -317,14 +317,14 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// Takes the deliveries the ledger knows were untried off the attempts of each FIFO record
-    /// whose receive count says its attempts might be used up (none on the happy path, where every
-    /// receive count is 1). A ledger that fails or is slow leaves SQS's count, which errs towards
-    /// fewer attempts.
+    /// received before (none on the happy path, where every receive count is 1), so that the
+    /// attempt a handler sees is exact too: one read per batch that holds such records, which
+    /// only a batch with give-backs (and their ledger writes) makes. A ledger that fails or is
+    /// slow leaves SQS's count, which errs towards fewer attempts.
     async fn recount(&self, items: &mut [Item<'_>], invocation: &Invocation<'_>) {
         let Some(ledger) = &self.ledger else { return };
-        let max_attempts = self.config.retry.max_attempts;
         let suspects: Vec<usize> = (0..items.len())
-            .filter(|&i| items[i].receive_count >= max_attempts.max(2))
+            .filter(|&i| items[i].receive_count >= 2)
             .collect();
         if suspects.is_empty() {
             return;
