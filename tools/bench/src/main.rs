@@ -1,6 +1,7 @@
 //! `make bench`: one run, one table. Throughput on a 10,000-record SQS event against Powertools for
 //! AWS Lambda (Python and TypeScript) doing the same work, side by side; start-up of the release
 //! `bootstrap`; its peak memory on that event; SQS requests per re-sent message; zip sizes.
+mod fifo_cycle;
 mod io_bound;
 
 use std::ffi::OsStr;
@@ -452,6 +453,7 @@ fn main() -> Result<(), String> {
     let startup_ms = startup_ms(bootstrap)?;
     let function = function_on_event(bootstrap, event.as_bytes())?;
     let managed = managed_instances(bootstrap)?;
+    let fifo = fifo_as_deployed(&runtime)?;
     let zips = zip_sizes(&args.lambda_dir)?;
 
     let mut table = Table::default();
@@ -459,6 +461,7 @@ fn main() -> Result<(), String> {
     table.io_bound(&io_measured);
     table.function(&throughput, startup_ms, &function, &zips);
     table.managed_instances(&managed);
+    table.fifo_as_deployed(&fifo);
     let results = format!(
         "| measure | value | target | met |\n|---|---|---|---|\n{}",
         table.0
@@ -631,6 +634,29 @@ const MANAGED_CONCURRENCY: usize = 8;
 /// Invocations per mode: 10-record batches whose payment calls each wait `MANAGED_LATENCY`.
 const MANAGED_INVOCATIONS: usize = 160;
 const MANAGED_LATENCY: &str = "20ms";
+
+/// The FIFO consumer's cycle at batch size 1 and at the tfvars' batch size, in one run.
+fn fifo_as_deployed(
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(fifo_cycle::Drained, fifo_cycle::Drained), String> {
+    let topology =
+        redrive_local::topology::Topology::load(&redrive_local::topology::default_path())
+            .map_err(|e| e.to_string())?;
+    let deployed = topology
+        .consumers
+        .values()
+        .find(|consumer| consumer.fifo)
+        .ok_or("the tfvars have no FIFO consumer")?
+        .batch_size;
+    eprintln!(
+        "FIFO: one group of {} messages, batch 1 and {deployed}",
+        fifo_cycle::MESSAGES
+    );
+    Ok((
+        runtime.block_on(fifo_cycle::drain(1))?,
+        runtime.block_on(fifo_cycle::drain(deployed))?,
+    ))
+}
 
 fn managed_instances(bootstrap: &str) -> Result<Managed, String> {
     let event = generate_event(10, None);
@@ -848,6 +874,35 @@ impl Table {
             ),
             ratio >= (MANAGED_CONCURRENCY / 2) as f64
                 && managed.max_in_flight == MANAGED_CONCURRENCY,
+        );
+    }
+
+    fn fifo_as_deployed(&mut self, (one, deployed): &(fifo_cycle::Drained, fifo_cycle::Drained)) {
+        let measure = |drained: &fifo_cycle::Drained| {
+            format!(
+                "FIFO as deployed: one group of {} messages through receive -> invoke -> delete cycles of {:?} fixed cost, payment calls of {:?}, batch size {}",
+                fifo_cycle::MESSAGES,
+                fifo_cycle::CYCLE,
+                fifo_cycle::HANDLER,
+                drained.batch_size
+            )
+        };
+        let value = |drained: &fifo_cycle::Drained| {
+            format!(
+                "{:.1} messages/s; {:.2} invocations and {:.2} SQS requests per message; {} ledger calls",
+                drained.messages_per_second,
+                drained.invocations_per_message,
+                drained.requests_per_message,
+                drained.ledger_calls
+            )
+        };
+        self.row(&measure(one), value(one), "-", true);
+        let speedup = deployed.messages_per_second / one.messages_per_second;
+        self.row(
+            &format!("{} (the tfvars')", measure(deployed)),
+            format!("{} = {speedup:.2}x batch size 1", value(deployed)),
+            "<= 0.15 invocations/message, no ledger call",
+            deployed.invocations_per_message <= 0.15 && deployed.ledger_calls == 0,
         );
     }
 
