@@ -12,6 +12,7 @@
 //! Every error errs towards fewer attempts, never more: a receive the ledger does not know of
 //! (a lost write, a throttled invocation, a function that overran its timeout) counts as a try.
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -113,6 +114,57 @@ impl AttemptLedger for MemoryLedger {
             untried.push(receive_count);
         }
         Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// A ledger that counts the calls made of the one it wraps (the demo and the bench report them).
+pub struct Counted<L> {
+    inner: L,
+    reads: AtomicU32,
+    writes: AtomicU32,
+}
+
+impl<L> Counted<L> {
+    /// Counts the calls of `inner`.
+    pub fn new(inner: L) -> Self {
+        Self {
+            inner,
+            reads: AtomicU32::new(0),
+            writes: AtomicU32::new(0),
+        }
+    }
+
+    /// The ledger counted.
+    pub fn inner(&self) -> &L {
+        &self.inner
+    }
+
+    /// Reads made so far.
+    pub fn reads(&self) -> u32 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Writes made so far.
+    pub fn writes(&self) -> u32 {
+        self.writes.load(Ordering::Relaxed)
+    }
+}
+
+impl<L: AttemptLedger> AttemptLedger for Counted<L> {
+    fn untried<'a>(
+        &'a self,
+        message_ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.untried(message_ids)
+    }
+    fn record_untried<'a>(
+        &'a self,
+        message_id: &'a str,
+        receive_count: u32,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_untried(message_id, receive_count)
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redrive_core::clock::{Clock, ManualClock};
 use redrive_core::envelope::OutgoingMessage;
-use redrive_core::ledger::{AttemptLedger, MemoryLedger};
+use redrive_core::ledger::{AttemptLedger, Counted, MemoryLedger};
 use redrive_core::port::{Call, RecordingQueue};
 use redrive_core::{
     BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig,
@@ -735,32 +735,6 @@ async fn fifo_retries_in_place_and_holds_back_the_rest_of_the_group_only() {
     assert_eq!(meta_of(&processor.queue().sent_to(DLQ)[0]).attempts, 5);
 }
 
-/// A ledger in memory that counts its calls.
-#[derive(Default)]
-struct CountingLedger {
-    inner: MemoryLedger,
-    reads: AtomicU32,
-    writes: AtomicU32,
-}
-
-impl AttemptLedger for CountingLedger {
-    fn untried<'a>(
-        &'a self,
-        message_ids: &'a [&'a str],
-    ) -> redrive_core::ledger::BoxFuture<'a, Result<Vec<Vec<u32>>, redrive_core::PortError>> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.untried(message_ids)
-    }
-    fn record_untried<'a>(
-        &'a self,
-        message_id: &'a str,
-        receive_count: u32,
-    ) -> redrive_core::ledger::BoxFuture<'a, Result<(), redrive_core::PortError>> {
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        self.inner.record_untried(message_id, receive_count)
-    }
-}
-
 /// A FIFO record of group `group`, received `receives` times, first `first_received_ago` ms ago.
 fn fifo_record(id: &str, body: &str, group: &str, receives: u32) -> serde_json::Value {
     let mut rec = record(id, body);
@@ -773,7 +747,7 @@ fn fifo_record(id: &str, body: &str, group: &str, receives: u32) -> serde_json::
 
 #[tokio::test]
 async fn with_the_ledger_a_fifo_record_held_back_behind_its_group_keeps_its_attempts() {
-    let ledger = Arc::new(CountingLedger::default());
+    let ledger = Arc::new(Counted::new(MemoryLedger::new()));
     let processor = processor(RetryPolicy::default()).with_ledger(ledger.clone());
     let handler = handler();
     // a1 fails five times in place; a2, behind it in each batch, is received five times untried.
@@ -810,13 +784,9 @@ async fn with_the_ledger_a_fifo_record_held_back_behind_its_group_keeps_its_atte
     .await;
     assert_eq!(failures(&processed), ["a2"]);
     assert_eq!(processed.report.dead_lettered, 0);
+    assert_eq!(ledger.writes(), 5, "a2's five untried receives");
     assert_eq!(
-        ledger.writes.load(Ordering::SeqCst),
-        5,
-        "a2's five untried receives"
-    );
-    assert_eq!(
-        ledger.reads.load(Ordering::SeqCst),
+        ledger.reads(),
         5,
         "one read per batch received before: receives 2 to 6"
     );
@@ -834,25 +804,19 @@ async fn with_the_ledger_a_fifo_record_held_back_behind_its_group_keeps_its_atte
 
 #[tokio::test]
 async fn with_the_ledger_the_happy_path_makes_no_ledger_call() {
-    let ledger = Arc::new(CountingLedger::default());
+    let ledger = Arc::new(Counted::new(MemoryLedger::new()));
     let processor = processor(RetryPolicy::default()).with_ledger(ledger.clone());
     let records = (0..10)
         .map(|n| fifo_record(&format!("m{n}"), "ok", &format!("g{}", n % 3), 1))
         .collect();
     let processed = run(&processor, &handler(), &event(records)).await;
     assert!(failures(&processed).is_empty());
-    assert_eq!(
-        (
-            ledger.reads.load(Ordering::SeqCst),
-            ledger.writes.load(Ordering::SeqCst)
-        ),
-        (0, 0)
-    );
+    assert_eq!((ledger.reads(), ledger.writes()), (0, 0));
 }
 
 #[tokio::test]
 async fn with_the_ledger_a_delivery_past_its_attempts_is_dead_lettered_untried() {
-    let ledger = Arc::new(CountingLedger::default());
+    let ledger = Arc::new(Counted::new(MemoryLedger::new()));
     let processor = processor(RetryPolicy::default()).with_ledger(ledger.clone());
     let handler = handler();
     // Dead-lettered on its fifth receive, its delete lost: the sixth would be a sixth try.
@@ -873,7 +837,7 @@ async fn with_the_ledger_a_delivery_past_its_attempts_is_dead_lettered_untried()
 async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_ends_at_the_age_limit()
 {
     let clock = Arc::new(ManualClock::at(NOW));
-    let ledger = Arc::new(CountingLedger::default());
+    let ledger = Arc::new(Counted::new(MemoryLedger::new()));
     let processor = processor(RetryPolicy::default())
         .with_clock(clock.clone())
         .with_ledger(ledger.clone());
@@ -916,7 +880,7 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
     let meta = meta_of(&dead[0]);
     assert_eq!((&*meta.error_kind, meta.attempts), ("deferred_too_long", 0));
     // The deferrals and the holds behind them are untried: in the ledger, not in the attempts.
-    let untried = ledger.inner.untried(&["a1", "a2"]).await.unwrap();
+    let untried = ledger.inner().untried(&["a1", "a2"]).await.unwrap();
     assert_eq!(untried[0], (1..=8).collect::<Vec<u32>>());
     assert_eq!(untried[1], (1..=9).collect::<Vec<u32>>());
 }

@@ -5,17 +5,14 @@
 //! the records of a batch run one after the other (one group is one lane). The queue is the
 //! in-memory SQS of the soak (FIFO group locking as SQS does it), the processor and its attempt
 //! ledger are the real ones; the ledger's calls are counted (none on this happy path).
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redrive::clock::ManualClock;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::Text;
-use redrive::ledger::{AttemptLedger, BoxFuture, MemoryLedger};
-use redrive::{
-    Message, PortError, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler,
-};
+use redrive::ledger::{Counted, MemoryLedger};
+use redrive::{Message, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler};
 use redrive_local::memory::MemorySqs;
 
 /// Messages of the one group drained.
@@ -44,31 +41,6 @@ impl RecordHandler for Payment {
     }
 }
 
-/// The ledger in memory, its calls counted.
-#[derive(Default)]
-struct Counted {
-    inner: MemoryLedger,
-    calls: AtomicU32,
-}
-
-impl AttemptLedger for Counted {
-    fn untried<'a>(
-        &'a self,
-        message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.untried(message_ids)
-    }
-    fn record_untried<'a>(
-        &'a self,
-        message_id: &'a str,
-        receive_count: u32,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_untried(message_id, receive_count)
-    }
-}
-
 /// Drains [`MESSAGES`] of one group in batches of `batch_size`.
 pub async fn drain(batch_size: u32) -> Result<Drained, String> {
     let sqs = MemorySqs::new(Arc::new(ManualClock::at(1_763_790_000_000)));
@@ -90,7 +62,7 @@ pub async fn drain(batch_size: u32) -> Result<Drained, String> {
             .await
             .map_err(|e| e.to_string())?;
     }
-    let ledger = Arc::new(Counted::default());
+    let ledger = Arc::new(Counted::new(MemoryLedger::new()));
     let processor = Processor::new(
         &sqs,
         ProcessorConfig {
@@ -139,7 +111,7 @@ pub async fn drain(batch_size: u32) -> Result<Drained, String> {
         messages_per_second: MESSAGES as f64 / elapsed,
         invocations_per_message: per_message(invocations),
         requests_per_message: per_message(requests),
-        ledger_calls: ledger.calls.load(Ordering::Relaxed),
+        ledger_calls: ledger.reads() + ledger.writes(),
     })
 }
 

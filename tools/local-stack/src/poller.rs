@@ -32,6 +32,9 @@ pub struct Poll {
     /// Listed in the partial batch response, or part of a batch whose invocation failed.
     pub given_back: usize,
     pub whole_batch_failed: bool,
+    /// SQS requests the poll made for a batch: the receives that delivered it and the deletes
+    /// (a poll that found nothing counts none).
+    pub requests: u32,
 }
 
 impl Poller {
@@ -51,6 +54,11 @@ impl Poller {
         }
     }
 
+    /// Records per batch at the most (the mapping's `batch_size`).
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
     /// Receives one batch (waiting up to `wait` for the first message, then up to the batching
     /// window for more), invokes `invoke` with the event JSON and settles the batch from its answer.
     /// `invoke` returns the function's response JSON, or `Err` for a function error or timeout.
@@ -59,13 +67,14 @@ impl Poller {
         F: FnOnce(String) -> Fut,
         Fut: Future<Output = Result<String, String>>,
     {
-        let messages = self.receive(wait).await?;
+        let (messages, receives) = self.receive(wait).await?;
         if messages.is_empty() {
             return Ok(Poll::default());
         }
         let event = lambda_event(&messages, &self.queue_arn, &self.region);
         let mut poll = Poll {
             received: messages.len(),
+            requests: receives,
             ..Poll::default()
         };
         let failed: Vec<String> = match invoke(event)
@@ -104,16 +113,20 @@ impl Poller {
                 .send()
                 .await
                 .map_err(Error::sdk)?;
+            poll.requests += 1;
             poll.deleted += output.successful().len();
         }
         poll.given_back = poll.received - poll.deleted;
         Ok(poll)
     }
 
-    async fn receive(&self, wait: Duration) -> Result<Vec<Message>, Error> {
+    /// One batch, and the ReceiveMessage calls it took.
+    async fn receive(&self, wait: Duration) -> Result<(Vec<Message>, u32), Error> {
         let started = Instant::now();
         let mut messages: Vec<Message> = Vec::new();
+        let mut receives = 0;
         loop {
+            receives += 1;
             let left = self.batch_size - messages.len();
             let wait_seconds = if messages.is_empty() {
                 wait
@@ -137,11 +150,9 @@ impl Poller {
             if messages.len() >= self.batch_size
                 || (got_none && !messages.is_empty())
                 || started.elapsed() >= self.window.max(wait)
+                || (messages.is_empty() && got_none)
             {
-                return Ok(messages);
-            }
-            if messages.is_empty() && got_none {
-                return Ok(messages);
+                return Ok((messages, receives));
             }
         }
     }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
@@ -18,6 +19,7 @@ use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::idempotency::{Idempotent, KeyFrom};
 use redrive::lambda::Bytes;
+use redrive::ledger::Counted;
 use redrive::reprocess::{browse, ReprocessCommand, ReprocessSummary, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{BatchReport, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
@@ -44,6 +46,10 @@ struct Lane {
     workload: VecDeque<(String, Option<String>)>,
     produced: usize,
     report: BatchReport,
+    /// SQS requests of the event source mapping for the batches it delivered (receives, deletes).
+    mapping_requests: u32,
+    /// The FIFO attempt ledger (in the idempotency table), its calls counted.
+    ledger: Arc<Counted<DynamoDbStore>>,
     whole_batch_errors: usize,
     /// Records and duration (ms) of each invocation.
     batches: Vec<(u32, f64)>,
@@ -115,6 +121,7 @@ impl Lane {
                 .push((report.records, took.as_secs_f64() * 1000.0));
         }
         self.whole_batch_errors += usize::from(poll.whole_batch_failed);
+        self.mapping_requests += poll.requests;
         Ok(())
     }
 
@@ -268,6 +275,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         // The table infra/modules/idempotency-table makes for a consumer with an idempotency_key.
         let table = format!("{}-{}-idempotency", topology.name_prefix, queue.key);
         idempotency_table(&dynamodb, &table).await?;
+        let ledger = Arc::new(Counted::new(DynamoDbStore::with_client(
+            dynamodb.clone(),
+            &table,
+        )));
         let workload = if queue.fifo {
             fifo_workload(&mut payments)
         } else {
@@ -280,10 +291,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 consumer.batch_size,
                 Duration::from_secs(u64::from(consumer.batching_window_seconds)),
             ),
+            // FIFO attempts are counted with the ledger in the same table (infra/ does the same).
             processor: Processor::new(
                 Observed::new(SqsQueue::with_client(client.clone())),
                 ProcessorConfig::from(&settings),
-            ),
+            )
+            .with_ledger(ledger.clone()),
+            ledger,
             handler: Idempotent::new(
                 OrdersHandler::new(payments, CircuitBreaker::new("payments", settings.breaker)),
                 DynamoDbStore::with_client(dynamodb.clone(), &table),
@@ -294,6 +308,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             workload,
             produced: 0,
             report: BatchReport::default(),
+            mapping_requests: 0,
             whole_batch_errors: 0,
             batches: Vec::new(),
             concurrency: settings.processor.concurrency.get(),
@@ -482,6 +497,7 @@ async fn report(
 ) -> Result<(), Box<dyn std::error::Error>> {
     print_fates(lanes);
     print_batch_durations(lanes);
+    print_fifo_costs(lanes);
     // Alarms first: reading the DLQs below makes their messages invisible for a while.
     print_alarms(client, topology, lanes, scale).await?;
     let all_dead = account_for_every_message(client, lanes).await?;
@@ -549,6 +565,26 @@ fn print_batch_durations(lanes: &[Lane]) {
         );
     }
     println!("  (FIFO: one record per message group at a time; the groups run side by side)");
+}
+
+/// What a FIFO message cost: Lambda invocations, SQS requests (the mapping's receives and deletes
+/// for the batches it delivered, and the consumer's own) and attempt ledger calls.
+fn print_fifo_costs(lanes: &[Lane]) {
+    for lane in lanes
+        .iter()
+        .filter(|lane| lane.queue.fifo && lane.produced > 0)
+    {
+        let messages = lane.produced as f64;
+        let per_message = |n: f64| n / messages;
+        println!(
+            "  FIFO cost per message, batch size {}: {:.2} Lambda invocations, {:.2} SQS requests, {:.2} attempt ledger calls ({} messages; at batch size 1 every message is an invocation)",
+            lane.poller.batch_size(),
+            per_message(lane.batches.len() as f64),
+            per_message(f64::from(lane.mapping_requests + lane.report.sqs_requests)),
+            per_message(f64::from(lane.ledger.reads() + lane.ledger.writes())),
+            lane.produced
+        );
+    }
 }
 
 /// The tfvars' alarm rules evaluated on the local figures.
