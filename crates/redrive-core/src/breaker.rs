@@ -104,7 +104,10 @@ impl CircuitBreaker {
     }
 
     /// Runs `call` if the breaker lets it through; otherwise returns a deferral without calling.
-    /// Transient failures count towards opening; permanent ones say nothing of the downstream.
+    /// Transient failures count towards opening; permanent ones say nothing of the downstream. A
+    /// probe that fails transiently opens the breaker again and defers its record: it tested the
+    /// downstream, not the record (else every probe of a long outage spends an attempt, and a FIFO
+    /// group's head, the only record its group offers, runs out of them).
     pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, RecordError>
     where
         F: FnOnce() -> Fut,
@@ -116,7 +119,15 @@ impl CircuitBreaker {
         let generation = self.admit()?;
         let result = call().await;
         let transient = matches!(&result, Err(error) if error.class() == ErrorClass::Transient);
-        self.record(generation, transient);
+        if self.record(generation, transient) {
+            if let Err(error) = &result {
+                tracing::warn!(downstream = self.downstream, %error, "probe failed: its record is deferred");
+            }
+            return Err(RecordError::defer(
+                format!("{}_circuit_open", self.downstream),
+                self.settings.open_for,
+            ));
+        }
         result
     }
 
@@ -148,12 +159,14 @@ impl CircuitBreaker {
         Err(error)
     }
 
-    fn record(&self, generation: u64, transient_failure: bool) {
+    /// Counts a call's result in its generation; true when it was a probe that failed.
+    fn record(&self, generation: u64, transient_failure: bool) -> bool {
         let now = self.clock.now_ms();
         let mut guarded = self.guarded();
         if guarded.generation != generation {
-            return;
+            return false;
         }
+        let probe = matches!(guarded.state, BreakerState::HalfOpen { .. });
         match (guarded.state, transient_failure) {
             // While closed, failures are counted within the generation.
             (BreakerState::Closed { .. }, false) => {
@@ -176,6 +189,7 @@ impl CircuitBreaker {
                 });
             }
         }
+        probe && transient_failure
     }
 }
 
@@ -223,8 +237,10 @@ mod tests {
         assert_eq!(calls, 3, "no call while open");
 
         clock.advance(10_000);
-        // The probe fails: open again.
-        assert!(!fail(&breaker, &mut calls).await.unwrap_err().is_deferral());
+        // The probe fails: open again, and its record is deferred, not failed.
+        let probe = fail(&breaker, &mut calls).await.unwrap_err();
+        assert!(probe.is_deferral());
+        assert_eq!(probe.retry_after_hint(), Some(Duration::from_secs(10)));
         assert_eq!(calls, 4);
         assert!(matches!(breaker.state(), BreakerState::Open { .. }));
 

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::error::ErrorClass;
-use crate::fate::Fate;
+use crate::fate::{Fate, GiveBackReason};
 use crate::Invocation;
 
 /// One batch's figures (the EMF line's metrics).
@@ -20,7 +20,7 @@ pub struct BatchReport {
     pub retried: u32,
     /// Records dead-lettered.
     pub dead_lettered: u32,
-    /// Records deferred.
+    /// Records deferred: re-sent with a delay, or on FIFO waiting in place (given back too).
     pub deferred: u32,
     /// Records given back to SQS.
     pub given_back: u32,
@@ -86,6 +86,14 @@ impl BatchReport {
             }
             Fate::DeadLetter { .. } => self.dead_lettered += 1,
             Fate::Defer { .. } => self.deferred += 1,
+            // A FIFO deferral waits in place: given back, and a deferral for the Deferred alarm.
+            Fate::GiveBack {
+                reason: GiveBackReason::FifoDefer,
+                ..
+            } => {
+                self.given_back += 1;
+                self.deferred += 1;
+            }
             Fate::GiveBack { .. } => self.given_back += 1,
         }
     }

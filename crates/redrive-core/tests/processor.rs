@@ -864,6 +864,10 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
             assert_eq!(failures(&processed), ["a2"], "held back behind its head");
             break;
         }
+        assert_eq!(
+            processed.report.deferred, 1,
+            "a deferral in place counts for the Deferred alarm"
+        );
         let calls = processor.queue().calls();
         let Some(Call::ChangeVisibility { changes, .. }) = calls.last() else {
             panic!("{calls:?}")

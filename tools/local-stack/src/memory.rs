@@ -21,6 +21,8 @@ struct Stored {
     attributes: MessageAttributes<'static>,
     group: Option<String>,
     sent_ms: u64,
+    /// `ApproximateFirstReceiveTimestamp`: a FIFO record's age in place is read from it.
+    first_received_ms: Option<u64>,
     visible_at_ms: u64,
     receives: u32,
     /// The queue SQS moved it from (`DeadLetterQueueSourceArn`).
@@ -166,6 +168,7 @@ impl QueuePort for MemorySqs {
                     .collect(),
                 group: message.group_id.as_deref().map(str::to_owned),
                 sent_ms: now,
+                first_received_ms: None,
                 visible_at_ms: now + u64::from(message.delay_seconds) * 1000,
                 receives: 0,
                 moved_from: None,
@@ -250,6 +253,7 @@ impl QueuePort for MemorySqs {
                 }
             }
             message.receives += 1;
+            message.first_received_ms.get_or_insert(now);
             message.visible_at_ms = now + hold_ms;
             message.receipt = format!("{}#{}", message.id, message.receives);
             // A FIFO group's later messages may come in the same receive, in order; after it, the
@@ -264,6 +268,7 @@ impl QueuePort for MemorySqs {
                     // and says where it came from.
                     message.visible_at_ms = now;
                     message.receives = 0;
+                    message.first_received_ms = None;
                     message.moved_from = Some(arn.clone());
                     dlq.messages.push_back(message);
                 }
@@ -303,6 +308,9 @@ fn record_of(message: &Stored) -> SqsRecord<'static> {
     };
     record.attributes.approximate_receive_count = Some(Text::from(message.receives.to_string()));
     record.attributes.sent_timestamp = Some(Text::from(message.sent_ms.to_string()));
+    record.attributes.approximate_first_receive_timestamp = message
+        .first_received_ms
+        .map(|ms| Text::from(ms.to_string()));
     record.attributes.message_group_id = message.group.clone().map(Text::from);
     record.attributes.dead_letter_queue_source_arn = message.moved_from.clone().map(Text::from);
     record

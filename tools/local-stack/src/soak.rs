@@ -19,6 +19,7 @@ use redrive::dynamodb::DynamoDbStore;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
 use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom, MemoryStore};
+use redrive::ledger::{AttemptLedger, BoxFuture, MemoryLedger};
 use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
@@ -136,9 +137,10 @@ pub struct SoakConfig {
     pub second_source: bool,
 }
 
-/// The store the simulated containers share.
+/// The store the simulated containers share, and the FIFO attempt ledger in it (on DynamoDB the
+/// same table holds both, as in Lambda).
 enum SharedStore {
-    Memory(MemoryStore),
+    Memory(MemoryStore, MemoryLedger),
     DynamoDb(DynamoDbStore),
 }
 
@@ -150,7 +152,7 @@ impl IdempotencyStore for SharedStore {
         lease: Duration,
     ) -> Result<Claim, PortError> {
         match self {
-            Self::Memory(store) => store.claim(key, payload, lease).await,
+            Self::Memory(store, _) => store.claim(key, payload, lease).await,
             Self::DynamoDb(store) => store.claim(key, payload, lease).await,
         }
     }
@@ -161,14 +163,23 @@ impl IdempotencyStore for SharedStore {
         keep: Duration,
     ) -> Result<(), PortError> {
         match self {
-            Self::Memory(store) => store.complete(key, payload, keep).await,
+            Self::Memory(store, _) => store.complete(key, payload, keep).await,
             Self::DynamoDb(store) => store.complete(key, payload, keep).await,
         }
     }
     async fn release(&self, key: &str) -> Result<(), PortError> {
         match self {
-            Self::Memory(store) => store.release(key).await,
+            Self::Memory(store, _) => store.release(key).await,
             Self::DynamoDb(store) => store.release(key).await,
+        }
+    }
+}
+
+impl SharedStore {
+    fn ledger(&self) -> &dyn AttemptLedger {
+        match self {
+            Self::Memory(_, ledger) => ledger,
+            Self::DynamoDb(store) => store,
         }
     }
 }
@@ -242,6 +253,31 @@ impl FaultyStore {
             operation,
             "injected: ProvisionedThroughputExceededException",
         ))
+    }
+}
+
+/// The ledger's calls meet the store's faults: failed (half of them after the write took effect)
+/// and late.
+impl AttemptLedger for FaultyStore {
+    fn untried<'a>(
+        &'a self,
+        message_ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>> {
+        Box::pin(self.call("BatchGetItem", self.inner.ledger().untried(message_ids)))
+    }
+    fn record_untried<'a>(
+        &'a self,
+        message_id: &'a str,
+        receive_count: u32,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(
+            self.call(
+                "UpdateItem",
+                self.inner
+                    .ledger()
+                    .record_untried(message_id, receive_count),
+            ),
+        )
     }
 }
 
@@ -329,6 +365,14 @@ pub struct SoakReport {
     pub chains_past_16: usize,
     /// Dead letters whose deferral outlasted `REDRIVE_DEFER_MAX_AGE` (kind `deferred_too_long`).
     pub deferred_too_long: usize,
+    /// The most tries one message had in one chain, and the chains with more than
+    /// `REDRIVE_MAX_ATTEMPTS`.
+    pub most_tries: u32,
+    pub tries_beyond_limit: usize,
+    /// Whether tries beyond the limit break the invariant: on FIFO, whose attempts the ledger
+    /// counts, yes; on a standard queue a lost delete brings back a copy already re-sent, which is
+    /// tried again with the attempt it carries.
+    pub tries_checked: bool,
     /// Per minute of the run's clock: records deferred and transient errors (the EMF figures
     /// the consumer's alarms watch).
     pub minutes: Vec<(u32, u32)>,
@@ -366,6 +410,7 @@ impl SoakReport {
             && self.beyond_cap == 0
             && self.still_queued == 0
             && (self.out_of_order == 0 || !self.order_checked)
+            && (self.tries_beyond_limit == 0 || !self.tries_checked)
             && self.wrong_source == 0
     }
 }
@@ -447,6 +492,17 @@ impl fmt::Display for SoakReport {
             f,
             "  timed out by Lambda         {:>8}  (the processor answered after its deadline)",
             self.timed_out
+        )?;
+        writeln!(
+            f,
+            "  most tries of one message   {:>8}  ({} chains past REDRIVE_MAX_ATTEMPTS{})",
+            self.most_tries,
+            self.tries_beyond_limit,
+            if self.tries_checked {
+                "; FIFO, counted by the attempt ledger: in the invariant"
+            } else {
+                "; a copy whose delete was lost is tried again: not in the invariant"
+            }
         )?;
         writeln!(
             f,
@@ -705,6 +761,8 @@ pub struct PlannedHandler {
     wrong_source: AtomicU64,
     /// The long outage: a downstream behind a breaker, down until `heal_at_ms` on `clock`.
     outage: Option<DownstreamOutage>,
+    /// Tries of each message per chain (its id and reprocess count: a redrive starts a new one).
+    tries: Mutex<HashMap<(String, u32), u32>>,
 }
 
 struct DownstreamOutage {
@@ -733,9 +791,14 @@ impl RecordHandler for PlannedHandler {
         if body.src.is_some() && message.record().event_source_arn.as_deref() != body.src {
             self.wrong_source.fetch_add(1, Ordering::Relaxed);
         }
+        let chain = (
+            body.id.to_owned(),
+            message.meta().map_or(0, |meta| meta.reprocess_count),
+        );
+        let tried = || *self.tries.lock().unwrap().entry(chain.clone()).or_default() += 1;
         if let Some(outage) = &self.outage {
             let down = outage.clock.now_ms() < outage.heal_at_ms;
-            outage
+            let called = outage
                 .breaker
                 .call(|| async move {
                     if down {
@@ -744,7 +807,14 @@ impl RecordHandler for PlannedHandler {
                         Ok(())
                     }
                 })
-                .await?;
+                .await;
+            // A deferral (the breaker open, or its probe failed) spends no attempt: not a try.
+            if !matches!(&called, Err(error) if error.is_deferral()) {
+                tried();
+            }
+            called?;
+        } else {
+            tried();
         }
         match plan {
             Plan::Flaky(n) if message.attempt() <= n => {
@@ -810,8 +880,28 @@ pub async fn run<Q: SoakQueues>(
     .late(config.slow_calls, config.budget / 2)
     .throttling_visibility(config.throttled_visibility)
     .counting_chains_to(source_url);
+    let planned = PlannedHandler::new(config, &clock);
+    let store = Arc::new(FaultyStore {
+        inner: match &config.idempotency_table {
+            None => SharedStore::Memory(
+                MemoryStore::new(config.messages * 2).with_clock(clock.clone()),
+                MemoryLedger::new(),
+            ),
+            Some(table) => {
+                SharedStore::DynamoDb(DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone()))
+            }
+        },
+        latency: Latency::new(config.seed ^ 0x1a7d, config.slow_calls, config.budget / 2),
+        rng: Mutex::new(fastrand::Rng::with_seed(config.seed ^ 0xd1d0)),
+        share: config.store_faults,
+        injected: AtomicU64::new(0),
+    });
+    // FIFO attempts are counted with the ledger, as the tfvars' FIFO consumer does.
+    let ledger: Option<Arc<dyn AttemptLedger>> = config
+        .fifo_groups
+        .map(|_| Arc::clone(&store) as Arc<dyn AttemptLedger>);
     let processor_of = |url: &str| {
-        Processor::new(
+        let processor = Processor::new(
             &queue,
             ProcessorConfig {
                 dlq_url: Some(dlq.to_owned()),
@@ -822,25 +912,14 @@ pub async fn run<Q: SoakQueues>(
             },
         )
         .with_clock(clock.clone())
-        .with_seed(config.seed)
+        .with_seed(config.seed);
+        match &ledger {
+            Some(ledger) => processor.with_ledger(Arc::clone(ledger)),
+            None => processor,
+        }
     };
     let processor = processor_of(source_url);
     let second_processor = second.map(|(url, _)| processor_of(url));
-    let planned = PlannedHandler::new(config, &clock);
-    let store = Arc::new(FaultyStore {
-        inner: match &config.idempotency_table {
-            None => {
-                SharedStore::Memory(MemoryStore::new(config.messages * 2).with_clock(clock.clone()))
-            }
-            Some(table) => {
-                SharedStore::DynamoDb(DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone()))
-            }
-        },
-        latency: Latency::new(config.seed ^ 0x1a7d, config.slow_calls, config.budget / 2),
-        rng: Mutex::new(fastrand::Rng::with_seed(config.seed ^ 0xd1d0)),
-        share: config.store_faults,
-        injected: AtomicU64::new(0),
-    });
     let containers = containers(&planned, &store, config);
     let mut report = SoakReport {
         messages: config.messages,
@@ -903,6 +982,7 @@ impl PlannedHandler {
             out_of_order: AtomicU64::new(0),
             first_out_of_order: Mutex::default(),
             wrong_source: AtomicU64::new(0),
+            tries: Mutex::default(),
             outage: config.outage.as_ref().map(|outage| DownstreamOutage {
                 breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
                 heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),
@@ -1118,6 +1198,14 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report.stalled_calls = queue.stalls.load(Ordering::Relaxed);
         report.stalled_after_delivery = queue.stalls_after_delivery.load(Ordering::Relaxed);
         report.out_of_order = planned.out_of_order.load(Ordering::Relaxed);
+        let tries = planned.tries.lock().unwrap();
+        report.most_tries = tries.values().copied().max().unwrap_or(0);
+        report.tries_beyond_limit = tries
+            .values()
+            .filter(|&&n| n > config.retry.max_attempts)
+            .count();
+        report.tries_checked = config.fifo_groups.is_some();
+        drop(tries);
         report.first_out_of_order = planned.first_out_of_order.lock().unwrap().clone();
         report.wrong_source = planned.wrong_source.load(Ordering::Relaxed);
         report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
@@ -1402,6 +1490,19 @@ impl SoakConfig {
         }
     }
 
+    /// The long outage on FIFO: the same three hours, with a deferral age limit (12 h) that
+    /// outlasts them, so that every group waits the outage out in place and goes on in order.
+    pub fn fifo_outage(messages: usize, seed: u64) -> Self {
+        let outage = Self::outage(messages, seed).fifo(8);
+        Self {
+            retry: RetryPolicy {
+                defer_max_age: Duration::from_secs(12 * 3600),
+                ..outage.retry.clone()
+            },
+            ..outage
+        }
+    }
+
     /// The moto run: real time, so short waits; fewer messages, so more faults.
     pub fn moto(messages: usize, seed: u64) -> Self {
         Self {
@@ -1429,11 +1530,14 @@ impl SoakConfig {
 }
 
 impl SoakConfig {
-    /// The same run on a FIFO queue whose messages are dealt round `groups` message groups.
+    /// The same run on a FIFO queue whose messages are dealt round `groups` message groups, in
+    /// batches of ten with the attempt ledger, and the tfvars' FIFO `max_receive_count` (at least
+    /// batch size x (attempts + 1) + 21, modules/sqs-consumer).
     #[must_use]
     pub fn fifo(self, groups: usize) -> Self {
         Self {
             fifo_groups: Some(groups),
+            max_receive_count: 100,
             ..self
         }
     }

@@ -91,19 +91,26 @@ async fn main() -> ExitCode {
         if messages == 0 {
             break;
         }
-        println!("== in-memory SQS, a three-hour outage, {messages} messages, seed {seed}");
-        match run_in_memory(&SoakConfig::outage(messages, seed)).await {
-            Ok(report) => {
-                println!("{report}\n");
-                // The alarms must have fired; whether they are OK in the last minute is printed,
-                // not required: the redrive's burst meets the injected store faults (1%), whose
-                // transient errors pass the TransientErrors threshold in that minute.
-                let (deferred, _, _) = report.alarms();
-                broken |= !report.holds() || report.processed != messages || deferred == 0;
-            }
-            Err(error) => {
-                eprintln!("redrive-soak: {error}");
-                return ExitCode::FAILURE;
+        for (kind, config) in [
+            ("", SoakConfig::outage(messages, seed)),
+            (", FIFO, 8 groups", SoakConfig::fifo_outage(messages, seed)),
+        ] {
+            println!(
+                "== in-memory SQS{kind}, a three-hour outage, {messages} messages, seed {seed}"
+            );
+            match run_in_memory(&config).await {
+                Ok(report) => {
+                    println!("{report}\n");
+                    // The alarms must have fired; whether they are OK in the last minute is
+                    // printed, not required: the redrive's burst meets the injected store faults
+                    // (1%), whose transient errors pass the TransientErrors threshold then.
+                    let (deferred, _, _) = report.alarms();
+                    broken |= !report.holds() || report.processed != messages || deferred == 0;
+                }
+                Err(error) => {
+                    eprintln!("redrive-soak: {error}");
+                    return ExitCode::FAILURE;
+                }
             }
         }
     }
