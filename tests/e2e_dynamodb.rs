@@ -246,19 +246,22 @@ async fn a_key_reused_for_another_payload_is_told_apart_from_a_duplicate() {
 
 #[tokio::test]
 async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
-    use redrive::ledger::{attempts_before, AttemptLedger};
+    use redrive::ledger::AttemptLedger;
     let (client, table) = table("ledger").await;
     let store = DynamoDbStore::with_client(client.clone(), &table);
     store.record_untried("m-1", 2).await.unwrap();
     store.record_untried("m-1", 2).await.unwrap();
     store.record_untried("m-1", 3).await.unwrap();
     store.record_untried("m-2", 1).await.unwrap();
-    let found = store.untried(&["m-1", "m-3", "m-2"]).await.unwrap();
-    let mut first = found[0].clone();
+    let found = store.entries(&["m-1", "m-3", "m-2"]).await.unwrap();
+    let mut first = found[0].untried.clone();
     first.sort_unstable();
     assert_eq!(first, [2, 3]);
-    assert_eq!(found[1..], [vec![], vec![1]]);
-    assert_eq!(attempts_before(5, &found[0]), 2);
+    assert_eq!(
+        (found[1].untried.len(), &found[2].untried[..]),
+        (0, &[1][..])
+    );
+    assert_eq!(found[0].attempts_before(5), 2);
     // Beside the idempotency keys: a claim of the message id is a key of its own.
     assert_eq!(
         store
@@ -283,4 +286,83 @@ async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
         item.contains_key("expires_at"),
         "expires with the table's TTL"
     );
+}
+
+#[tokio::test]
+async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
+    use redrive::ledger::{AttemptLedger, Hold, Release};
+    let (client, table) = table("ledger-hold").await;
+    let store = DynamoDbStore::with_client(client, &table);
+    let hold = |receive_count: u32, since_ms: u64, error_kind: &str| Hold {
+        since_ms,
+        receive_count,
+        receipt_handle: format!("rh-{receive_count}"),
+        queue_arn: "arn:aws:sqs:us-east-1:123456789012:payments.fifo".into(),
+        error_kind: error_kind.into(),
+        error_message: if error_kind.is_empty() {
+            ""
+        } else {
+            "no amount"
+        }
+        .into(),
+        release: None,
+    };
+    store
+        .hold("m-1", &hold(5, 100, "invalid_order"), false)
+        .await
+        .unwrap();
+    // Back after its wait in place: held again, untried, the first failure kept.
+    store.hold("m-1", &hold(6, 900, ""), true).await.unwrap();
+    let entry = &store.entries(&["m-1"]).await.unwrap()[0];
+    let held = entry.hold.clone().expect("held");
+    assert_eq!(
+        (
+            held.since_ms,
+            held.receive_count,
+            &*held.receipt_handle,
+            &*held.error_kind
+        ),
+        (100, 6, "rh-6", "invalid_order")
+    );
+    assert_eq!(entry.untried, [6]);
+    let listed = store.held().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].0, "m-1");
+
+    // Released to the DLQ: the mark stays for the consumer; renewing the hold keeps it.
+    let released = store
+        .release_hold("m-1", Release::DeadLetter)
+        .await
+        .unwrap();
+    assert_eq!(
+        released.map(|hold| hold.receipt_handle),
+        Some("rh-6".into())
+    );
+    store.hold("m-1", &hold(7, 2000, ""), true).await.unwrap();
+    let entry = &store.entries(&["m-1"]).await.unwrap()[0];
+    assert_eq!(
+        entry.hold.as_ref().unwrap().release,
+        Some(Release::DeadLetter)
+    );
+
+    // Released to be tried again: the hold ends and the next receive starts a fresh set.
+    store
+        .hold("m-2", &hold(5, 100, "payment_timeout"), false)
+        .await
+        .unwrap();
+    store.release_hold("m-2", Release::Retry).await.unwrap();
+    let entry = &store.entries(&["m-2"]).await.unwrap()[0];
+    assert_eq!(
+        (
+            entry.hold.is_none(),
+            entry.attempts_before(6),
+            entry.attempts_before(8)
+        ),
+        (true, 0, 2)
+    );
+    assert_eq!(
+        store.release_hold("m-3", Release::Retry).await.unwrap(),
+        None
+    );
+    assert_eq!(store.held().await.unwrap().len(), 1, "m-1 only");
 }

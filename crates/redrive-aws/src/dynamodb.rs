@@ -9,8 +9,10 @@
 //! within days, so the condition reads `expires_at` itself and never trusts an expired item.
 //!
 //! The same table holds the FIFO attempt ledger ([`redrive_core::ledger`]): one item per message
-//! given back untried, `pk` = `attempts#<message id>`, `untried` (a number set of receive counts;
-//! adding to a set is idempotent, so a retried write counts once) and `expires_at`.
+//! given back untried or held, `pk` = `attempts#<message id>`, `untried` (a number set of receive
+//! counts; adding to a set is idempotent, so a retried write counts once), `attempts_from` (after
+//! an operator's release), the hold (`held_since`, `held_receive`, `held_receipt`, `held_queue`,
+//! `held_error_kind`, `held_error`, `held_release`) and `expires_at`.
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +26,9 @@ use tokio::sync::OnceCell;
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::error::PortError;
 use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
-use redrive_core::ledger::{ledger_key, AttemptLedger, BoxFuture, LEDGER_KEEP};
+use redrive_core::ledger::{
+    ledger_key, AttemptLedger, BoxFuture, Entry, Hold, Release, LEDGER_KEEP,
+};
 
 const HELD: &str = "IN_PROGRESS";
 const DONE: &str = "DONE";
@@ -197,13 +201,13 @@ impl DynamoDbStore {
 }
 
 impl AttemptLedger for DynamoDbStore {
-    fn untried<'a>(
+    fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
         Box::pin(async move {
             let keys: Vec<String> = message_ids.iter().map(|id| ledger_key(id)).collect();
-            let mut found: HashMap<String, Vec<u32>> = HashMap::new();
+            let mut found: HashMap<String, Entry> = HashMap::new();
             let mut pending = keys.clone();
             // BatchGetItem may answer part of a request (throttling): ask again for the rest.
             for _ in 0..3 {
@@ -242,10 +246,7 @@ impl AttemptLedger for DynamoDbStore {
                 .table_name(&self.table)
                 .key("pk", AttributeValue::S(ledger_key(message_id)))
                 .update_expression("ADD untried :receive SET expires_at = :expires")
-                .expression_attribute_values(
-                    ":receive",
-                    AttributeValue::Ns(vec![receive_count.to_string()]),
-                )
+                .expression_attribute_values(":receive", receives(receive_count))
                 .expression_attribute_values(":expires", self.expiry(LEDGER_KEEP))
                 .send()
                 .await
@@ -253,15 +254,149 @@ impl AttemptLedger for DynamoDbStore {
             Ok(())
         })
     }
+
+    fn hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            let mut set = vec![
+                "held_since = if_not_exists(held_since, :since)",
+                "held_receive = :receive_count",
+                "held_receipt = :receipt",
+                "held_queue = :queue",
+                "expires_at = :expires",
+            ];
+            let mut request = self
+                .client()
+                .await
+                .update_item()
+                .table_name(&self.table)
+                .key("pk", AttributeValue::S(ledger_key(message_id)))
+                .expression_attribute_values(":since", number(hold.since_ms))
+                .expression_attribute_values(":receive_count", number(hold.receive_count.into()))
+                .expression_attribute_values(":receipt", text(&hold.receipt_handle))
+                .expression_attribute_values(":queue", text(&hold.queue_arn))
+                .expression_attribute_values(":expires", self.expiry(LEDGER_KEEP));
+            if !hold.error_kind.is_empty() {
+                set.extend(["held_error_kind = :kind", "held_error = :error"]);
+                request = request
+                    .expression_attribute_values(":kind", text(&hold.error_kind))
+                    .expression_attribute_values(":error", text(&hold.error_message));
+            }
+            let mut expression = format!("SET {}", set.join(", "));
+            if untried {
+                expression.push_str(" ADD untried :untried");
+                request =
+                    request.expression_attribute_values(":untried", receives(hold.receive_count));
+            }
+            request
+                .update_expression(expression)
+                .send()
+                .await
+                .map_err(|error| PortError::new("UpdateItem", error_text(&error)))?;
+            Ok(())
+        })
+    }
+
+    fn release_hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        Box::pin(async move {
+            let key = ledger_key(message_id);
+            // The hold as it stands, then a change conditional on it: a head that came back and
+            // was held again in between is released on the next try.
+            for _ in 0..3 {
+                let Some(hold) = self.read_hold(&key).await? else {
+                    return Ok(None);
+                };
+                let request = self
+                    .client()
+                    .await
+                    .update_item()
+                    .table_name(&self.table)
+                    .key("pk", AttributeValue::S(key.clone()))
+                    .condition_expression("held_receive = :receive_count")
+                    .expression_attribute_values(
+                        ":receive_count",
+                        number(hold.receive_count.into()),
+                    );
+                let request = match release {
+                    Release::Retry => request
+                        .update_expression(
+                            "SET attempts_from = :from REMOVE held_since, held_receive, held_receipt, held_queue, held_error_kind, held_error, held_release",
+                        )
+                        .expression_attribute_values(
+                            ":from",
+                            number(u64::from(hold.receive_count) + 1),
+                        ),
+                    Release::DeadLetter => request
+                        .update_expression("SET held_release = :release")
+                        .expression_attribute_values(":release", text(release.as_str())),
+                };
+                match request.send().await {
+                    Ok(_) => return Ok(Some(hold)),
+                    Err(error)
+                        if error
+                            .as_service_error()
+                            .is_some_and(|e| e.is_conditional_check_failed_exception()) => {}
+                    Err(error) => return Err(PortError::new("UpdateItem", error_text(&error))),
+                }
+            }
+            Err(PortError::new(
+                "UpdateItem",
+                "the head was held again three times while being released: try again",
+            ))
+        })
+    }
+
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        Box::pin(async move {
+            let mut held = Vec::new();
+            let mut start = None;
+            loop {
+                let output = self
+                    .client()
+                    .await
+                    .scan()
+                    .table_name(&self.table)
+                    .filter_expression("attribute_exists(held_since)")
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|error| PortError::new("Scan", error_text(&error)))?;
+                for item in output.items.unwrap_or_default() {
+                    let id = item
+                        .get("pk")
+                        .and_then(|pk| pk.as_s().ok())
+                        .and_then(|pk| pk.strip_prefix("attempts#"))
+                        .map(str::to_owned);
+                    if let (Some(id), Some(hold)) = (id, hold_of(&item)) {
+                        held.push((id, hold));
+                    }
+                }
+                start = output.last_evaluated_key;
+                if start.is_none() {
+                    break;
+                }
+            }
+            held.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(held)
+        })
+    }
 }
 
 impl DynamoDbStore {
-    /// One consistent BatchGetItem of ledger `keys`: the untried receive counts found, and the
-    /// keys DynamoDB left unprocessed.
+    /// One consistent BatchGetItem of ledger `keys`: the entries found, and the keys DynamoDB
+    /// left unprocessed.
     async fn read_ledger(
         &self,
         keys: &[String],
-    ) -> Result<(HashMap<String, Vec<u32>>, Vec<String>), PortError> {
+    ) -> Result<(HashMap<String, Entry>, Vec<String>), PortError> {
         let request = KeysAndAttributes::builder()
             .set_keys(Some(
                 keys.iter()
@@ -269,7 +404,6 @@ impl DynamoDbStore {
                     .collect(),
             ))
             .consistent_read(true)
-            .projection_expression("pk, untried")
             .build()
             .map_err(|error| PortError::new("BatchGetItem", error.to_string()))?;
         let output = self
@@ -287,12 +421,7 @@ impl DynamoDbStore {
             .into_iter()
             .filter_map(|item| {
                 let key = item.get("pk")?.as_s().ok()?.clone();
-                let untried = item
-                    .get("untried")
-                    .and_then(|set| set.as_ns().ok())
-                    .map(|set| set.iter().filter_map(|n| n.parse().ok()).collect())
-                    .unwrap_or_default();
-                Some((key, untried))
+                Some((key, entry_of(&item)))
             })
             .collect();
         let unprocessed = output
@@ -307,6 +436,65 @@ impl DynamoDbStore {
             .unwrap_or_default();
         Ok((items, unprocessed))
     }
+
+    /// The hold of ledger `key`, read consistently.
+    async fn read_hold(&self, key: &str) -> Result<Option<Hold>, PortError> {
+        let output = self
+            .client()
+            .await
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(key.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|error| PortError::new("GetItem", error_text(&error)))?;
+        Ok(output.item.as_ref().and_then(hold_of))
+    }
+}
+
+/// A ledger item as an [`Entry`].
+fn entry_of(item: &HashMap<String, AttributeValue>) -> Entry {
+    Entry {
+        untried: item
+            .get("untried")
+            .and_then(|set| set.as_ns().ok())
+            .map(|set| set.iter().filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default(),
+        attempts_from: numeric(item, "attempts_from").unwrap_or(0) as u32,
+        hold: hold_of(item),
+    }
+}
+
+/// The hold a ledger item records, if any.
+fn hold_of(item: &HashMap<String, AttributeValue>) -> Option<Hold> {
+    let string = |name: &str| {
+        item.get(name)
+            .and_then(|value| value.as_s().ok())
+            .cloned()
+            .unwrap_or_default()
+    };
+    Some(Hold {
+        since_ms: numeric(item, "held_since")?,
+        receive_count: numeric(item, "held_receive").unwrap_or(0) as u32,
+        receipt_handle: string("held_receipt"),
+        queue_arn: string("held_queue"),
+        error_kind: string("held_error_kind"),
+        error_message: string("held_error"),
+        release: Release::parse(&string("held_release")),
+    })
+}
+
+fn numeric(item: &HashMap<String, AttributeValue>, name: &str) -> Option<u64> {
+    item.get(name)?.as_n().ok()?.parse().ok()
+}
+
+fn receives(receive_count: u32) -> AttributeValue {
+    AttributeValue::Ns(vec![receive_count.to_string()])
+}
+
+fn text(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
 }
 
 /// What the item that refused a claim says: reused for another payload, done, or in progress.

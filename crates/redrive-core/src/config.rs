@@ -6,7 +6,7 @@ use crate::backoff::{parse_duration, parse_sequence, Backoff, RetryPolicy};
 use crate::breaker::BreakerSettings;
 use crate::error::ConfigError;
 use crate::idempotency::{IdempotencyStore, Idempotent, KeyFrom};
-use crate::processor::{ProcessorConfig, RecordHandler};
+use crate::processor::{FifoOnDeadLetter, ProcessorConfig, RecordHandler};
 
 /// Every variable redrive reads, with its default; any other `REDRIVE_*` variable is a typo and
 /// refused at start. One list for every function, so that a function that reads two settings
@@ -61,6 +61,14 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "REDRIVE_LEDGER_TABLE",
         "(unset: REDRIVE_IDEMPOTENCY_TABLE, if set) DynamoDB table of the FIFO attempt ledger",
+    ),
+    (
+        "REDRIVE_FIFO_ON_DEAD_LETTER",
+        "continue: a FIFO head dead-lettered lets its group go on; hold keeps the group waiting (needs the ledger)",
+    ),
+    (
+        "REDRIVE_FIFO_HOLD_MAX_AGE",
+        "3d: how long after its sending a held head may hold its group (below the queue's retention)",
     ),
     // The DLQ reprocessor (functions/dlq-redrive and the operator CLI): redrive-recovery's
     // `ReprocessSettings`.
@@ -426,6 +434,10 @@ impl Settings {
                 "between 1s and 15m",
             ));
         }
+        let ledger_table = get("REDRIVE_LEDGER_TABLE")
+            .or_else(|| get("REDRIVE_IDEMPOTENCY_TABLE"))
+            .filter(|table| !table.is_empty());
+        let fifo_on_dead_letter = fifo_on_dead_letter(&env, ledger_table.is_some())?;
         Ok(Self {
             processor: ProcessorConfig {
                 dlq_url,
@@ -433,17 +445,47 @@ impl Settings {
                 retry,
                 deadline_margin,
                 concurrency: NonZeroUsize::new(concurrency as usize).unwrap_or(NonZeroUsize::MIN),
+                fifo_on_dead_letter,
             },
             breaker: BreakerSettings {
                 threshold,
                 open_for,
             },
             metrics_namespace: get("REDRIVE_METRICS_NAMESPACE").unwrap_or_else(|| "redrive".into()),
-            ledger_table: get("REDRIVE_LEDGER_TABLE")
-                .or_else(|| get("REDRIVE_IDEMPOTENCY_TABLE"))
-                .filter(|table| !table.is_empty()),
+            ledger_table,
             idempotency: IdempotencySettings::from_env(&env)?,
         })
+    }
+}
+
+/// `REDRIVE_FIFO_ON_DEAD_LETTER` and, with `hold`, `REDRIVE_FIFO_HOLD_MAX_AGE`.
+fn fifo_on_dead_letter<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+    ledger: bool,
+) -> Result<FifoOnDeadLetter, ConfigError> {
+    let hold_max_age = env.duration("REDRIVE_FIFO_HOLD_MAX_AGE", Duration::from_secs(3 * 86400))?;
+    match env.get("REDRIVE_FIFO_ON_DEAD_LETTER").as_deref() {
+        None | Some("continue") => Ok(FifoOnDeadLetter::Continue),
+        Some("hold") if !ledger => Err(ConfigError::new(
+            "REDRIVE_FIFO_ON_DEAD_LETTER",
+            "hold",
+            "hold keeps held groups in the attempt ledger: set REDRIVE_LEDGER_TABLE (or REDRIVE_IDEMPOTENCY_TABLE)",
+        )),
+        Some("hold") if !(Duration::from_secs(3600)..=Duration::from_secs(14 * 86400)).contains(&hold_max_age) => {
+            Err(ConfigError::new(
+                "REDRIVE_FIFO_HOLD_MAX_AGE",
+                &format!("{hold_max_age:?}"),
+                "between 1h and 14d, and below the source queue's retention period",
+            ))
+        }
+        Some("hold") => Ok(FifoOnDeadLetter::Hold {
+            max_age: hold_max_age,
+        }),
+        Some(other) => Err(ConfigError::new(
+            "REDRIVE_FIFO_ON_DEAD_LETTER",
+            other,
+            "continue or hold",
+        )),
     }
 }
 
@@ -493,6 +535,25 @@ mod tests {
         assert_eq!(s.ledger_table.as_deref(), Some("orders-idempotency"));
         let s = settings(&[("REDRIVE_LEDGER_TABLE", "payments-ledger")]).unwrap();
         assert_eq!(s.ledger_table.as_deref(), Some("payments-ledger"));
+        assert_eq!(s.processor.fifo_on_dead_letter, FifoOnDeadLetter::Continue);
+        let s = settings(&[
+            ("REDRIVE_LEDGER_TABLE", "payments-ledger"),
+            ("REDRIVE_FIFO_ON_DEAD_LETTER", "hold"),
+            ("REDRIVE_FIFO_HOLD_MAX_AGE", "13d"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.processor.fifo_on_dead_letter,
+            FifoOnDeadLetter::Hold {
+                max_age: Duration::from_secs(13 * 86400)
+            }
+        );
+        let error = settings(&[("REDRIVE_FIFO_ON_DEAD_LETTER", "hold")]).unwrap_err();
+        assert!(
+            error.to_string().contains("REDRIVE_LEDGER_TABLE"),
+            "{error}"
+        );
+        assert!(settings(&[("REDRIVE_FIFO_ON_DEAD_LETTER", "pause")]).is_err());
         let s = settings(&[("REDRIVE_DEFER_MAX_AGE", "6h")]).unwrap();
         assert_eq!(
             s.processor.retry.defer_max_age,

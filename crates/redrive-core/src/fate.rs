@@ -23,6 +23,10 @@ pub(crate) enum Outcome {
     /// FIFO, with the attempt ledger: earlier deliveries used up its attempts (a dead letter
     /// whose delete was lost, delivered again); it is dead-lettered without another try.
     AttemptsUsedUp,
+    /// FIFO: its group is held on it, waiting for an operator; not tried.
+    Held,
+    /// FIFO: held, and released to the DLQ by an operator.
+    ReleasedToDeadLetter,
 }
 
 impl Outcome {
@@ -93,6 +97,9 @@ pub enum GiveBackReason {
     FifoDefer,
     /// FIFO: an earlier record of its group did not succeed.
     GroupBlocked,
+    /// FIFO, `REDRIVE_FIFO_ON_DEAD_LETTER=hold`: it would be dead-lettered; it holds its group
+    /// in place until an operator releases it.
+    Held,
     /// The re-send or DLQ send was not confirmed.
     SendFailed,
     /// The annotated copy would exceed SQS's size limit: SQS's redrive policy dead-letters it as is.
@@ -111,6 +118,7 @@ impl GiveBackReason {
             Self::FifoRetry => "fifo_retry",
             Self::FifoDefer => "fifo_defer",
             Self::GroupBlocked => "group_blocked",
+            Self::Held => "held",
             Self::SendFailed => "send_failed",
             Self::Reported => "reported",
             Self::TooLarge => "too_large",
@@ -140,6 +148,8 @@ pub(crate) struct History {
     /// What bounds its deferrals: on a standard queue the time since the record first failed
     /// (zero when it never has), on FIFO the time since it was first received (it waits in place).
     pub failing_for: Duration,
+    /// FIFO: the time since it was sent (the queue's retention counts from then).
+    pub in_queue_for: Duration,
 }
 
 impl History {
@@ -149,6 +159,7 @@ impl History {
         Self {
             attempts_before,
             failing_for: Duration::ZERO,
+            in_queue_for: Duration::ZERO,
         }
     }
 }
@@ -158,6 +169,8 @@ pub(crate) struct Judge<'p> {
     policy: &'p RetryPolicy,
     fifo: bool,
     report_only: bool,
+    /// FIFO heads hold their group instead of being dead-lettered, up to this age.
+    hold_for: Option<Duration>,
     blocked_groups: Vec<String>,
 }
 
@@ -168,8 +181,17 @@ impl<'p> Judge<'p> {
             policy,
             fifo,
             report_only: false,
+            hold_for: None,
             blocked_groups: Vec::new(),
         }
+    }
+
+    /// FIFO heads that would be dead-lettered hold their group in place instead, until they were
+    /// sent `max_age` ago (`REDRIVE_FIFO_ON_DEAD_LETTER=hold`).
+    #[must_use]
+    pub fn hold_for(mut self, max_age: Option<Duration>) -> Self {
+        self.hold_for = max_age;
+        self
     }
 
     /// Without a DLQ nothing is re-sent: every failure is given back to SQS, whose retries and
@@ -207,6 +229,18 @@ impl<'p> Judge<'p> {
                     visibility: None,
                 }
             }
+            Fate::DeadLetter { .. }
+                if self.fifo
+                    && !matches!(outcome, Outcome::ReleasedToDeadLetter)
+                    && self
+                        .hold_for
+                        .is_some_and(|max_age| history.in_queue_for < max_age) =>
+            {
+                Fate::GiveBack {
+                    reason: GiveBackReason::Held,
+                    visibility: Some(MAX_IN_PLACE_WAIT),
+                }
+            }
             fate => fate,
         };
         if self.fifo && fate != Fate::Done {
@@ -242,9 +276,13 @@ impl<'p> Judge<'p> {
             Outcome::NotStarted => give_back(GiveBackReason::Deadline, None),
             Outcome::NoBody => give_back(GiveBackReason::NoBody, None),
             Outcome::GroupBlocked => give_back(GiveBackReason::GroupBlocked, Some(Duration::ZERO)),
-            Outcome::AttemptsUsedUp => Fate::DeadLetter {
-                attempts: history.attempts_before,
-            },
+            // Held: dead-lettered, which the hold (`decide`) turns into another wait in place
+            // until it is too old.
+            Outcome::AttemptsUsedUp | Outcome::Held | Outcome::ReleasedToDeadLetter => {
+                Fate::DeadLetter {
+                    attempts: history.attempts_before,
+                }
+            }
             Outcome::NotDue(left) if self.fifo => in_place(GiveBackReason::FifoDefer, *left),
             Outcome::NotDue(left) => Fate::Defer { delay: *left },
             Outcome::Failed(error)
@@ -444,6 +482,7 @@ mod tests {
         let failing_for = |age| History {
             attempts_before: 2,
             failing_for: age,
+            ..History::default()
         };
         let just_under = failing_for(policy.defer_max_age - Duration::from_millis(1));
         assert_eq!(
@@ -504,8 +543,8 @@ mod tests {
             Some("a"),
             &Outcome::Failed(Box::new(deferred.clone())),
             History {
-                attempts_before: 0,
                 failing_for: age,
+                ..History::default()
             },
             || 0.5,
         ) {

@@ -572,6 +572,7 @@ mod tests {
             meta: None,
             attempts_before: 0,
             receive_count: 0,
+            held: crate::processor::Held::No,
         };
         let error = handler
             .handle(&item.message(&invocation))

@@ -11,6 +11,12 @@
 //!
 //! Every error errs towards fewer attempts, never more: a receive the ledger does not know of
 //! (a lost write, a throttled invocation, a function that overran its timeout) counts as a try.
+//!
+//! With `REDRIVE_FIFO_ON_DEAD_LETTER=hold` the ledger also holds a group: a head that would be
+//! dead-lettered stays in flight in its queue (given back with the longest visibility SQS allows,
+//! and again each time it comes back), so SQS itself keeps the rest of its group waiting, in
+//! order; the entry says why. An operator releases it (`dlq release`): to be tried again with a
+//! fresh set of attempts, or dead-lettered so that the group goes on.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,14 +36,91 @@ pub fn ledger_key(message_id: &str) -> String {
     format!("attempts#{message_id}")
 }
 
-/// Where untried deliveries are written down (DynamoDB in Lambda, memory in tests and the soak).
-/// Object-safe: the processor holds one behind an `Arc`, and calls it off the happy path only.
+/// What the ledger knows of one message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Entry {
+    /// The receive counts at which it was given back untried.
+    pub untried: Vec<u32>,
+    /// Its attempts are counted from this receive on (an operator's release gives a fresh set);
+    /// 0 counts from the first.
+    pub attempts_from: u32,
+    /// Its group is held on it.
+    pub hold: Option<Hold>,
+}
+
+impl Entry {
+    /// The attempts a delivery `receive_count` has behind it: the receives before it (since
+    /// `attempts_from`) that are not written down as untried.
+    pub fn attempts_before(&self, receive_count: u32) -> u32 {
+        let from = self.attempts_from.max(1);
+        let mut untried: Vec<u32> = self
+            .untried
+            .iter()
+            .copied()
+            .filter(|&r| r >= from && r < receive_count)
+            .collect();
+        untried.sort_unstable();
+        untried.dedup();
+        let receives = receive_count.saturating_sub(from);
+        receives.saturating_sub(u32::try_from(untried.len()).unwrap_or(u32::MAX))
+    }
+}
+
+/// A FIFO group held on its head, and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hold {
+    /// When the group was first held (ms since the epoch).
+    pub since_ms: u64,
+    /// The latest receive of the head, and its receipt handle: `dlq release` makes the head
+    /// visible through it at once.
+    pub receive_count: u32,
+    /// The receipt handle of that receive.
+    pub receipt_handle: String,
+    /// The queue the head waits in.
+    pub queue_arn: String,
+    /// The failure that held it.
+    pub error_kind: String,
+    /// Its message, truncated.
+    pub error_message: String,
+    /// What an operator decided, if anything yet.
+    pub release: Option<Release>,
+}
+
+/// An operator's decision on a held head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Try it again with a fresh set of attempts (the cause is fixed).
+    Retry,
+    /// Dead-letter it with its failure: the group goes on without it.
+    DeadLetter,
+}
+
+impl Release {
+    /// The name stored in the ledger and given on the command line.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::DeadLetter => "dead_letter",
+        }
+    }
+
+    /// The release named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Retry, Self::DeadLetter]
+            .into_iter()
+            .find(|release| release.as_str() == name)
+    }
+}
+
+/// Where untried deliveries and held groups are written down (DynamoDB in Lambda, memory in tests
+/// and the soak). Object-safe: the processor holds one behind an `Arc`, and calls it off the happy
+/// path only.
 pub trait AttemptLedger: Send + Sync {
-    /// For each message id, in order, the receive counts at which it was given back untried.
-    fn untried<'a>(
+    /// What the ledger knows of each message id, in order.
+    fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>>;
+    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>>;
 
     /// Writes down that the delivery `receive_count` of `message_id` was given back untried.
     /// Idempotent: writing the same pair twice (a retried call) counts once.
@@ -46,14 +129,37 @@ pub trait AttemptLedger: Send + Sync {
         message_id: &'a str,
         receive_count: u32,
     ) -> BoxFuture<'a, Result<(), PortError>>;
+
+    /// Holds the group on `message_id`, or renews the hold with this receive (`since_ms`, an
+    /// operator's release already written and, when `hold` has none, the error are kept from the
+    /// hold before). `untried`: this
+    /// receive was not a try (the head came back while held), and is written down as such.
+    fn hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<(), PortError>>;
+
+    /// An operator's release of a held head: `Retry` ends the hold and gives the head a fresh set
+    /// of attempts from its next receive; `DeadLetter` marks it for the consumer to dead-letter.
+    /// Returns the hold released (its queue and receipt handle), or `None` when none was held.
+    fn release_hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>>;
+
+    /// Every held head: its message id and hold.
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>>;
 }
 
 impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
-    fn untried<'a>(
+    fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>> {
-        (**self).untried(message_ids)
+    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
+        (**self).entries(message_ids)
     }
     fn record_untried<'a>(
         &'a self,
@@ -62,25 +168,30 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
     ) -> BoxFuture<'a, Result<(), PortError>> {
         (**self).record_untried(message_id, receive_count)
     }
-}
-
-/// The attempts a delivery has behind it: the receives before `receive_count` not in `untried`.
-pub fn attempts_before(receive_count: u32, untried: &[u32]) -> u32 {
-    let mut earlier: Vec<u32> = untried
-        .iter()
-        .copied()
-        .filter(|&r| r >= 1 && r < receive_count)
-        .collect();
-    earlier.sort_unstable();
-    earlier.dedup();
-    let untried = u32::try_from(earlier.len()).unwrap_or(u32::MAX);
-    receive_count.saturating_sub(1).saturating_sub(untried)
+    fn hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        (**self).hold(message_id, hold, untried)
+    }
+    fn release_hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        (**self).release_hold(message_id, release)
+    }
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        (**self).held()
+    }
 }
 
 /// A ledger in memory, shared by the simulated containers of a test or the soak.
 #[derive(Default)]
 pub struct MemoryLedger {
-    entries: Mutex<HashMap<String, Vec<u32>>>,
+    entries: Mutex<HashMap<String, Entry>>,
 }
 
 impl MemoryLedger {
@@ -90,17 +201,22 @@ impl MemoryLedger {
     }
 }
 
+fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, Result<T, PortError>> {
+    Box::pin(std::future::ready(Ok(value)))
+}
+
 impl AttemptLedger for MemoryLedger {
-    fn untried<'a>(
+    fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
         let entries = lock(&self.entries);
-        let found = message_ids
-            .iter()
-            .map(|id| entries.get(*id).cloned().unwrap_or_default())
-            .collect();
-        Box::pin(std::future::ready(Ok(found)))
+        ready(
+            message_ids
+                .iter()
+                .map(|id| entries.get(*id).cloned().unwrap_or_default())
+                .collect(),
+        )
     }
 
     fn record_untried<'a>(
@@ -109,11 +225,66 @@ impl AttemptLedger for MemoryLedger {
         receive_count: u32,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         let mut entries = lock(&self.entries);
-        let untried = entries.entry(message_id.to_owned()).or_default();
-        if !untried.contains(&receive_count) {
-            untried.push(receive_count);
+        let entry = entries.entry(message_id.to_owned()).or_default();
+        if !entry.untried.contains(&receive_count) {
+            entry.untried.push(receive_count);
         }
-        Box::pin(std::future::ready(Ok(())))
+        ready(())
+    }
+
+    fn hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(message_id.to_owned()).or_default();
+        if untried && !entry.untried.contains(&hold.receive_count) {
+            entry.untried.push(hold.receive_count);
+        }
+        let mut renewed = hold.clone();
+        if let Some(kept) = entry.hold.take() {
+            renewed.since_ms = kept.since_ms;
+            renewed.release = kept.release;
+            if renewed.error_kind.is_empty() {
+                renewed.error_kind = kept.error_kind;
+                renewed.error_message = kept.error_message;
+            }
+        }
+        entry.hold = Some(renewed);
+        ready(())
+    }
+
+    fn release_hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        let mut entries = lock(&self.entries);
+        let Some(entry) = entries.get_mut(message_id) else {
+            return ready(None);
+        };
+        let released = entry.hold.clone();
+        match (release, &mut entry.hold) {
+            (_, None) => {}
+            (Release::Retry, Some(hold)) => {
+                entry.attempts_from = hold.receive_count + 1;
+                entry.hold = None;
+            }
+            (Release::DeadLetter, Some(hold)) => hold.release = Some(Release::DeadLetter),
+        }
+        ready(released)
+    }
+
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        let entries = lock(&self.entries);
+        let mut held: Vec<(String, Hold)> = entries
+            .iter()
+            .filter_map(|(id, entry)| Some((id.clone(), entry.hold.clone()?)))
+            .collect();
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+        ready(held)
     }
 }
 
@@ -151,12 +322,12 @@ impl<L> Counted<L> {
 }
 
 impl<L: AttemptLedger> AttemptLedger for Counted<L> {
-    fn untried<'a>(
+    fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.untried(message_ids)
+        self.inner.entries(message_ids)
     }
     fn record_untried<'a>(
         &'a self,
@@ -166,20 +337,55 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.inner.record_untried(message_id, receive_count)
     }
+    fn hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.hold(message_id, hold, untried)
+    }
+    fn release_hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.release_hold(message_id, release)
+    }
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.held()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn untried(untried: &[u32]) -> Entry {
+        Entry {
+            untried: untried.to_vec(),
+            ..Entry::default()
+        }
+    }
+
     #[test]
     fn attempts_are_the_earlier_receives_not_written_down_as_untried() {
-        assert_eq!(attempts_before(1, &[]), 0);
-        assert_eq!(attempts_before(6, &[]), 5);
+        assert_eq!(untried(&[]).attempts_before(1), 0);
+        assert_eq!(untried(&[]).attempts_before(6), 5);
         // Received 10 times, 8 of them held back behind its group: this is its second try.
-        assert_eq!(attempts_before(10, &[1, 2, 3, 4, 5, 6, 7, 9]), 1);
+        assert_eq!(untried(&[1, 2, 3, 4, 5, 6, 7, 9]).attempts_before(10), 1);
         // This delivery's own entry (a retried write), duplicates and noise do not count.
-        assert_eq!(attempts_before(4, &[3, 3, 4, 0, 12]), 2);
+        assert_eq!(untried(&[3, 3, 4, 0, 12]).attempts_before(4), 2);
+        // Released after its hold at receive 7: receives 8 on count afresh.
+        let released = Entry {
+            attempts_from: 8,
+            ..untried(&[1, 2])
+        };
+        assert_eq!(released.attempts_before(8), 0);
+        assert_eq!(released.attempts_before(10), 2);
     }
 
     #[tokio::test]
@@ -188,8 +394,54 @@ mod tests {
         ledger.record_untried("m-1", 2).await.unwrap();
         ledger.record_untried("m-1", 2).await.unwrap();
         ledger.record_untried("m-1", 3).await.unwrap();
-        let found = ledger.untried(&["m-1", "m-2"]).await.unwrap();
-        assert_eq!(found, vec![vec![2, 3], vec![]]);
-        assert_eq!(attempts_before(5, &found[0]), 2);
+        let found = ledger.entries(&["m-1", "m-2"]).await.unwrap();
+        assert_eq!(found[0].untried, [2, 3]);
+        assert_eq!(found[1], Entry::default());
+        assert_eq!(found[0].attempts_before(5), 2);
+    }
+
+    #[tokio::test]
+    async fn a_hold_keeps_its_start_and_a_release_and_a_retry_gives_fresh_attempts() {
+        let ledger = MemoryLedger::new();
+        let hold = |receive_count, since_ms| Hold {
+            since_ms,
+            receive_count,
+            receipt_handle: format!("rh-{receive_count}"),
+            queue_arn: "arn:aws:sqs:eu-west-1:1:payments.fifo".into(),
+            error_kind: "invalid".into(),
+            ..Hold::default()
+        };
+        ledger.hold("m-1", &hold(5, 100), false).await.unwrap();
+        ledger.hold("m-1", &hold(6, 900), true).await.unwrap();
+        let entry = &ledger.entries(&["m-1"]).await.unwrap()[0];
+        let held = entry.hold.as_ref().unwrap();
+        assert_eq!(
+            (held.since_ms, held.receive_count, &*held.receipt_handle),
+            (100, 6, "rh-6")
+        );
+        assert_eq!(entry.untried, [6], "the receive while held was no try");
+        assert_eq!(ledger.held().await.unwrap().len(), 1);
+
+        let released = ledger
+            .release_hold("m-1", Release::DeadLetter)
+            .await
+            .unwrap();
+        assert_eq!(released.unwrap().receipt_handle, "rh-6");
+        ledger.hold("m-1", &hold(7, 2000), true).await.unwrap();
+        let entry = &ledger.entries(&["m-1"]).await.unwrap()[0];
+        assert_eq!(
+            entry.hold.as_ref().unwrap().release,
+            Some(Release::DeadLetter),
+            "kept"
+        );
+
+        ledger.hold("m-2", &hold(5, 100), false).await.unwrap();
+        ledger.release_hold("m-2", Release::Retry).await.unwrap();
+        let entry = &ledger.entries(&["m-2"]).await.unwrap()[0];
+        assert_eq!((entry.hold.is_none(), entry.attempts_before(6)), (true, 0));
+        assert_eq!(
+            ledger.release_hold("m-3", Release::Retry).await.unwrap(),
+            None
+        );
     }
 }

@@ -24,6 +24,9 @@ pub struct BatchReport {
     pub deferred: u32,
     /// Records given back to SQS.
     pub given_back: u32,
+    /// FIFO heads holding their group (`REDRIVE_FIFO_ON_DEAD_LETTER=hold`; given back too): an
+    /// operator's job.
+    pub held: u32,
     /// Transient failures.
     pub transient_errors: u32,
     /// Permanent failures.
@@ -40,7 +43,7 @@ pub struct BatchReport {
     pub retry_delay_sum_seconds: u64,
 }
 
-const COUNTS: [&str; 12] = [
+const COUNTS: [&str; 13] = [
     "Records",
     "Done",
     "DoneAfterRetry",
@@ -48,6 +51,7 @@ const COUNTS: [&str; 12] = [
     "DeadLettered",
     "Deferred",
     "GivenBack",
+    "Held",
     "TransientErrors",
     "PermanentErrors",
     "Panics",
@@ -65,6 +69,7 @@ impl BatchReport {
         self.dead_lettered += other.dead_lettered;
         self.deferred += other.deferred;
         self.given_back += other.given_back;
+        self.held += other.held;
         self.transient_errors += other.transient_errors;
         self.permanent_errors += other.permanent_errors;
         self.panics += other.panics;
@@ -93,6 +98,13 @@ impl BatchReport {
             } => {
                 self.given_back += 1;
                 self.deferred += 1;
+            }
+            Fate::GiveBack {
+                reason: GiveBackReason::Held,
+                ..
+            } => {
+                self.given_back += 1;
+                self.held += 1;
             }
             Fate::GiveBack { .. } => self.given_back += 1,
         }

@@ -92,6 +92,7 @@ fn on_the_real_clock(concurrency: usize) -> (Processor<RecordingQueue>, u64) {
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_millis(100),
         concurrency: NonZeroUsize::new(concurrency).unwrap(),
+        ..ProcessorConfig::default()
     };
     let now = redrive_core::clock::Clock::now_ms(&redrive_core::clock::SystemClock);
     (Processor::new(RecordingQueue::default(), config), now)
@@ -884,9 +885,125 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
     let meta = meta_of(&dead[0]);
     assert_eq!((&*meta.error_kind, meta.attempts), ("deferred_too_long", 0));
     // The deferrals and the holds behind them are untried: in the ledger, not in the attempts.
-    let untried = ledger.inner().untried(&["a1", "a2"]).await.unwrap();
-    assert_eq!(untried[0], (1..=8).collect::<Vec<u32>>());
-    assert_eq!(untried[1], (1..=9).collect::<Vec<u32>>());
+    let entries = ledger.inner().entries(&["a1", "a2"]).await.unwrap();
+    assert_eq!(entries[0].untried, (1..=8).collect::<Vec<u32>>());
+    assert_eq!(entries[1].untried, (1..=9).collect::<Vec<u32>>());
+}
+
+#[tokio::test]
+async fn with_hold_a_head_that_would_be_dead_lettered_holds_its_group_until_an_operator_releases_it(
+) {
+    use redrive_core::ledger::Release;
+    use redrive_core::processor::FifoOnDeadLetter;
+    let ledger = Arc::new(MemoryLedger::new());
+    let holding = |max_age: Duration| {
+        let config = ProcessorConfig {
+            dlq_url: Some(DLQ.into()),
+            fifo_on_dead_letter: FifoOnDeadLetter::Hold { max_age },
+            ..ProcessorConfig::default()
+        };
+        Processor::new(RecordingQueue::default(), config)
+            .with_clock(Arc::new(ManualClock::at(NOW)))
+            .with_ledger(ledger.clone())
+    };
+    let processor = holding(Duration::from_secs(3 * 86400));
+    let handler = handler();
+    let batch = |receive: u32, head: &str| {
+        event(vec![
+            fifo_record("a1", head, "A", receive),
+            fifo_record("a2", "ok", "A", receive),
+            fifo_record("b1", "ok", "B", receive),
+        ])
+    };
+    // A permanent failure: not dead-lettered, the group waits in place; B goes on.
+    let processed = run(&processor, &handler, &batch(1, "permanent")).await;
+    assert_eq!(failures(&processed), ["a1", "a2"]);
+    assert_eq!(
+        (processed.report.held, processed.report.dead_lettered),
+        (1, 0)
+    );
+    assert!(processor.queue().sent_to(DLQ).is_empty());
+    let Some(Call::ChangeVisibility { changes, .. }) = processor.queue().calls().last().cloned()
+    else {
+        panic!("a visibility change")
+    };
+    assert_eq!(
+        changes[0],
+        ("rh-a1".to_owned(), redrive_core::fate::MAX_IN_PLACE_WAIT)
+    );
+    let held = ledger.held().await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        (&*held[0].0, &*held[0].1.error_kind),
+        ("a1", "invalid_order")
+    );
+
+    // Back after its wait: held again without a try, the failure it was held for kept.
+    let calls = handler.calls.load(Ordering::SeqCst);
+    let processed = run(&processor, &handler, &batch(2, "ok")).await;
+    assert_eq!(failures(&processed), ["a1", "a2"]);
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        calls + 1,
+        "b1 only: a1 is not tried"
+    );
+    let entry = &ledger.entries(&["a1"]).await.unwrap()[0];
+    assert_eq!(
+        (
+            entry.untried.as_slice(),
+            &*entry.hold.as_ref().unwrap().error_kind
+        ),
+        (&[2][..], "invalid_order")
+    );
+
+    // Released to be tried again (the cause is fixed): a fresh set of attempts, and the group
+    // goes on in order.
+    ledger.release_hold("a1", Release::Retry).await.unwrap();
+    let processed = run(&processor, &handler, &batch(3, "ok")).await;
+    assert!(failures(&processed).is_empty());
+    assert!(ledger.held().await.unwrap().is_empty());
+
+    // Released to the DLQ: dead-lettered as the operator's decision; the group goes on.
+    run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("c1", "permanent", "C", 1)]),
+    )
+    .await;
+    ledger
+        .release_hold("c1", Release::DeadLetter)
+        .await
+        .unwrap();
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![
+            fifo_record("c1", "permanent", "C", 2),
+            fifo_record("c2", "ok", "C", 1),
+        ]),
+    )
+    .await;
+    // As any head dead-lettered: the rest of the group follows in the next batch.
+    assert_eq!(failures(&processed), ["c2"]);
+    let dead = processor.queue().sent_to(DLQ);
+    assert_eq!(&*meta_of(&dead[0]).error_kind, "released_to_dlq");
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("c2", "ok", "C", 2)]),
+    )
+    .await;
+    assert!(failures(&processed).is_empty());
+
+    // A hold older than the hold limit dead-letters its head before the retention drops it.
+    let old = holding(Duration::from_secs(3600));
+    let mut record = fifo_record("d1", "permanent", "D", 1);
+    record["attributes"]["SentTimestamp"] = (NOW - 2 * 3_600_000).to_string().into();
+    let processed = run(&old, &handler, &event(vec![record])).await;
+    assert_eq!(
+        (processed.report.held, processed.report.dead_lettered),
+        (0, 1)
+    );
 }
 
 #[tokio::test]

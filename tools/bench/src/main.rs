@@ -148,6 +148,7 @@ fn processor_with(dlq: Option<&str>, concurrency: NonZeroUsize) -> Processor<Rec
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(2),
         concurrency,
+        ..ProcessorConfig::default()
     };
     Processor::new(RecordingQueue::default(), config)
 }

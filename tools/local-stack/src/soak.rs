@@ -19,8 +19,9 @@ use redrive::dynamodb::DynamoDbStore;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
 use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom, MemoryStore};
-use redrive::ledger::{AttemptLedger, BoxFuture, MemoryLedger};
+use redrive::ledger::{AttemptLedger, BoxFuture, Entry, Hold, MemoryLedger, Release};
 use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
+use redrive::processor::FifoOnDeadLetter;
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{
@@ -135,6 +136,10 @@ pub struct SoakConfig {
     /// A second source queue shares the DLQ; the messages are dealt between the two, and the
     /// scheduled redrive must send each dead letter home to its own.
     pub second_source: bool,
+    /// FIFO: what a head that would be dead-lettered means for its group. With `Hold`, an
+    /// operator releases the held heads from time to time, and the order of every group's
+    /// effects is checked to the end, the redrive included.
+    pub fifo_on_dead_letter: FifoOnDeadLetter,
 }
 
 /// The store the simulated containers share, and the FIFO attempt ledger in it (on DynamoDB the
@@ -170,7 +175,7 @@ impl IdempotencyStore for SharedStore {
     async fn release(&self, key: &str) -> Result<(), PortError> {
         match self {
             Self::Memory(store, _) => store.release(key).await,
-            Self::DynamoDb(store) => store.release(key).await,
+            Self::DynamoDb(store) => IdempotencyStore::release(store, key).await,
         }
     }
 }
@@ -259,11 +264,11 @@ impl FaultyStore {
 /// The ledger's calls meet the store's faults: failed (half of them after the write took effect)
 /// and late.
 impl AttemptLedger for FaultyStore {
-    fn untried<'a>(
+    fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Vec<u32>>, PortError>> {
-        Box::pin(self.call("BatchGetItem", self.inner.ledger().untried(message_ids)))
+    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
+        Box::pin(self.call("BatchGetItem", self.inner.ledger().entries(message_ids)))
     }
     fn record_untried<'a>(
         &'a self,
@@ -278,6 +283,28 @@ impl AttemptLedger for FaultyStore {
                     .record_untried(message_id, receive_count),
             ),
         )
+    }
+    fn hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(self.call(
+            "UpdateItem",
+            self.inner.ledger().hold(message_id, hold, untried),
+        ))
+    }
+    // The operator's calls are not faulted: the soak's operator retries nothing.
+    fn release_hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        self.inner.ledger().release_hold(message_id, release)
+    }
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        self.inner.ledger().held()
     }
 }
 
@@ -909,6 +936,7 @@ pub async fn run<Q: SoakQueues>(
                 retry: config.retry.clone(),
                 deadline_margin: Duration::from_millis(5),
                 concurrency: config.concurrency,
+                fifo_on_dead_letter: config.fifo_on_dead_letter,
             },
         )
         .with_clock(clock.clone())
@@ -1198,14 +1226,15 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report.stalled_calls = queue.stalls.load(Ordering::Relaxed);
         report.stalled_after_delivery = queue.stalls_after_delivery.load(Ordering::Relaxed);
         report.out_of_order = planned.out_of_order.load(Ordering::Relaxed);
-        let tries = planned.tries.lock().unwrap();
-        report.most_tries = tries.values().copied().max().unwrap_or(0);
-        report.tries_beyond_limit = tries
-            .values()
-            .filter(|&&n| n > config.retry.max_attempts)
-            .count();
+        {
+            let tries = planned.tries.lock().unwrap();
+            report.most_tries = tries.values().copied().max().unwrap_or(0);
+            report.tries_beyond_limit = tries
+                .values()
+                .filter(|&&n| n > config.retry.max_attempts)
+                .count();
+        }
         report.tries_checked = config.fifo_groups.is_some();
-        drop(tries);
         report.first_out_of_order = planned.first_out_of_order.lock().unwrap().clone();
         report.wrong_source = planned.wrong_source.load(Ordering::Relaxed);
         report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
@@ -1465,6 +1494,7 @@ impl SoakConfig {
             idempotency_table: None,
             order_checked: true,
             second_source: false,
+            fifo_on_dead_letter: FifoOnDeadLetter::Continue,
         }
     }
 

@@ -7,7 +7,7 @@ use super::decide::Ruling;
 use super::{Item, Processed};
 use crate::envelope::truncate;
 use crate::error::RecordError;
-use crate::fate::Fate;
+use crate::fate::{Fate, GiveBackReason};
 use crate::metrics::BatchReport;
 
 /// The partial batch response (every give-back listed), with each fate and error counted in
@@ -95,6 +95,22 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
                 error = %message,
                 fate = "dead_letter",
                 "record dead-lettered",
+            )
+        }
+        // A fresh hold (it failed now; a head that comes back held has no error): an operator's job.
+        Fate::GiveBack {
+            reason: GiveBackReason::Held,
+            ..
+        } if error.is_some() => {
+            tracing::error!(
+                message_id = item.id,
+                group = item.group().unwrap_or_default(),
+                attempt,
+                error_class,
+                error_kind,
+                error = %message,
+                fate = "held",
+                "FIFO group held on this record: fix the cause, then `dlq release`",
             )
         }
         Fate::GiveBack { reason, visibility } => {

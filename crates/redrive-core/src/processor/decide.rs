@@ -2,7 +2,7 @@
 //! order, so that a FIFO group's first failure blocks the rest of the group whichever finished first.
 use std::time::Duration;
 
-use super::{Item, Processor};
+use super::{FifoOnDeadLetter, Item, Processor};
 use crate::error::RecordError;
 use crate::fate::{Fate, History, Judge, Outcome};
 use crate::lock;
@@ -29,7 +29,13 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// The judge of one batch.
     pub(crate) fn judge(&self, fifo: bool) -> Judge<'_> {
-        Judge::new(&self.config.retry, fifo).report_only(self.config.dlq_url.is_none())
+        let hold_for = match self.config.fifo_on_dead_letter {
+            FifoOnDeadLetter::Hold { max_age } => Some(max_age),
+            FifoOnDeadLetter::Continue => None,
+        };
+        Judge::new(&self.config.retry, fifo)
+            .report_only(self.config.dlq_url.is_none())
+            .hold_for(hold_for)
     }
 
     /// A generator for this batch's jitter, forked from the processor's (seedable) one.
@@ -62,6 +68,18 @@ fn decide(
         }
         Outcome::Failed(error) => Some(error),
         Outcome::AttemptsUsedUp => Some(Box::new(attempts_used_up(item.receive_count))),
+        Outcome::ReleasedToDeadLetter => Some(Box::new(RecordError::permanent(
+            "released_to_dlq",
+            "its group was held on it, and an operator released it to the DLQ (dlq release --dead-letter): the group went on without it",
+        ))),
+        // A hold that outlasted REDRIVE_FIFO_HOLD_MAX_AGE: dead-lettered before the queue's
+        // retention drops it.
+        Outcome::Held if matches!(fate, Fate::DeadLetter { .. }) => Some(Box::new(
+            RecordError::transient(
+                "held_too_long",
+                "its group was held on it past REDRIVE_FIFO_HOLD_MAX_AGE without an operator's release: dead-lettered before the queue's retention drops it, and the group goes on",
+            ),
+        )),
         _ => None,
     };
     Ruling { fate, error }

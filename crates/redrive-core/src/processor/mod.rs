@@ -26,7 +26,7 @@ use crate::envelope::{Meta, Timestamp};
 use crate::error::BatchError;
 use crate::event::SqsRecord;
 use crate::fate::{History, Outcome};
-use crate::ledger::AttemptLedger;
+use crate::ledger::{AttemptLedger, Release};
 use crate::lock;
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
@@ -48,6 +48,26 @@ pub struct ProcessorConfig {
     /// Records handled at once. On a FIFO queue one record of each message group at a time, in
     /// order. 1 handles the records one after the other.
     pub concurrency: NonZeroUsize,
+    /// What a FIFO record that would be dead-lettered means for its group.
+    pub fifo_on_dead_letter: FifoOnDeadLetter,
+}
+
+/// What a FIFO record that would be dead-lettered means for the rest of its message group
+/// (`REDRIVE_FIFO_ON_DEAD_LETTER`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FifoOnDeadLetter {
+    /// It goes to the DLQ and the group goes on: its effect, once redriven, lands after its
+    /// successors'.
+    #[default]
+    Continue,
+    /// It stays in flight at the head of its group (needs the attempt ledger), which SQS keeps
+    /// waiting in order, until an operator releases it (`dlq release`); a hold that outlasts
+    /// `max_age` from the message's sending dead-letters it (the queue's retention would drop it
+    /// and its group).
+    Hold {
+        /// How long a head may hold its group, from when it was sent.
+        max_age: Duration,
+    },
 }
 
 /// The default bound on records in flight: a whole batch of Lambda's default size (10) and any
@@ -67,6 +87,7 @@ impl Default for ProcessorConfig {
             retry: RetryPolicy::default(),
             deadline_margin: Duration::from_secs(2),
             concurrency: DEFAULT_CONCURRENCY,
+            fifo_on_dead_letter: FifoOnDeadLetter::Continue,
         }
     }
 }
@@ -104,6 +125,20 @@ pub(crate) struct Item<'r> {
     /// SQS's receive count of a FIFO record (its attempts are counted from it); 0 on a standard
     /// queue, whose copies carry their attempts.
     pub(crate) receive_count: u32,
+    /// Whether the ledger holds its group on it, and what an operator decided.
+    pub(crate) held: Held,
+}
+
+/// A FIFO record's hold, as the ledger has it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Not held.
+    #[default]
+    No,
+    /// Held, waiting for an operator.
+    Waiting,
+    /// Released to the DLQ by an operator.
+    ToDeadLetter,
 }
 
 impl<'r> Item<'r> {
@@ -124,10 +159,19 @@ impl<'r> Item<'r> {
     /// both); a FIFO record, which waits in place, since it was first received.
     pub(crate) fn history(&self, now_ms: u64) -> History {
         if self.receive_count > 0 {
-            let since_ms = self.record.first_received_ms().unwrap_or(now_ms);
+            let since = |ms: Option<u64>| {
+                Duration::from_millis(now_ms.saturating_sub(ms.unwrap_or(now_ms)))
+            };
+            let sent_ms = self
+                .record
+                .attributes
+                .sent_timestamp
+                .as_deref()
+                .and_then(|ms| ms.parse().ok());
             return History {
                 attempts_before: self.attempts_before,
-                failing_for: Duration::from_millis(now_ms.saturating_sub(since_ms)),
+                failing_for: since(self.record.first_received_ms()),
+                in_queue_for: since(sent_ms),
             };
         }
         let since_ms = self.meta.as_ref().map_or(now_ms, |meta| {
@@ -137,6 +181,7 @@ impl<'r> Item<'r> {
         History {
             attempts_before: self.attempts_before,
             failing_for: Duration::from_millis(now_ms.saturating_sub(since_ms)),
+            in_queue_for: Duration::ZERO,
         }
     }
 }
@@ -311,6 +356,7 @@ impl<Q: QueuePort> Processor<Q> {
                 meta,
                 attempts_before,
                 receive_count,
+                held: Held::No,
             });
         }
         Ok((items, any_fifo))
@@ -331,12 +377,16 @@ impl<Q: QueuePort> Processor<Q> {
         }
         let ids: Vec<&str> = suspects.iter().map(|&i| items[i].id).collect();
         let within = self.budget(invocation.deadline_ms) / 4;
-        match tokio::time::timeout(within, ledger.untried(&ids)).await {
-            Ok(Ok(untried)) => {
-                for (&index, untried) in suspects.iter().zip(untried) {
+        match tokio::time::timeout(within, ledger.entries(&ids)).await {
+            Ok(Ok(entries)) => {
+                for (&index, entry) in suspects.iter().zip(entries) {
                     let item = &mut items[index];
-                    item.attempts_before =
-                        crate::ledger::attempts_before(item.receive_count, &untried);
+                    item.attempts_before = entry.attempts_before(item.receive_count);
+                    item.held = match entry.hold.map(|hold| hold.release) {
+                        None => Held::No,
+                        Some(Some(Release::DeadLetter)) => Held::ToDeadLetter,
+                        Some(_) => Held::Waiting,
+                    };
                 }
             }
             Ok(Err(error)) => tracing::warn!(

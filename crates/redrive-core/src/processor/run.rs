@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use super::{BatchHandler, Invocation, Item, Message, Processor, RecordHandler};
+use super::{BatchHandler, Held, Invocation, Item, Message, Processor, RecordHandler};
 use crate::clock::Cutoff;
 use crate::error::{ErrorClass, RecordError};
 use crate::fate::Outcome;
@@ -231,6 +231,11 @@ impl<Q: QueuePort> Processor<Q> {
     fn precheck(&self, item: &Item<'_>, cutoff: Cutoff) -> Option<Outcome> {
         if item.record.body.is_none() {
             return Some(Outcome::NoBody);
+        }
+        match item.held {
+            Held::Waiting => return Some(Outcome::Held),
+            Held::ToDeadLetter => return Some(Outcome::ReleasedToDeadLetter),
+            Held::No => {}
         }
         // Only a ledger's count is exact enough to refuse a try on: SQS's alone counts receives
         // nobody tried.

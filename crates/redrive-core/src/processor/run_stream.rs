@@ -1,6 +1,6 @@
 //! Running a Kinesis batch: in order, one record at a time, each record's fate decided by the
 //! judge's stream rule and carried out before the next record starts.
-use super::{caught, deadline_error, Invocation, Item, Processed, Processor, RecordHandler};
+use super::{caught, deadline_error, Held, Invocation, Item, Processed, Processor, RecordHandler};
 use crate::carry::{Destination, Outbox};
 use crate::clock::Cutoff;
 use crate::envelope::{sqs_accepts, FailedIn, OutgoingMessage};
@@ -39,6 +39,7 @@ impl<Q: QueuePort> Processor<Q> {
                 meta: None,
                 attempts_before: 0,
                 receive_count: 0,
+                held: Held::No,
             };
             let left = cutoff.left();
             let result = match (malformed, left.is_zero()) {
@@ -120,6 +121,7 @@ impl<Q: QueuePort> Processor<Q> {
                 meta: None,
                 attempts_before: item.attempts_before,
                 receive_count: 0,
+                held: Held::No,
             };
             self.dead_letter(&item, (self.now_ms(), failed_in), error, 1)
                 .map(OutgoingMessage::into_owned)
