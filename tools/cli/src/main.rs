@@ -6,6 +6,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
+use redrive::dynamodb::DynamoDbStore;
+use redrive::ledger::{AttemptLedger, Release};
+use redrive::port::{QueuePort, VisibilityChange};
 use redrive::reprocess::{
     browse, export_line, AttributeFilter, Inventory, ReprocessCommand, ReprocessSummary,
     Reprocessor,
@@ -28,6 +31,9 @@ use redrive::{ErrorClass, SqsQueue};
 ///   dlq redrive orders-dlq --error-class permanent --force    # after deploying a fix
 ///   dlq redrive orders-dlq --copy --destination arn:aws:sqs:eu-west-1:123456789012:orders-test
 ///   dlq move-task start orders-dlq
+///   dlq held redrive-payments-idempotency
+///   dlq release redrive-payments-idempotency 1f0c...-message-id              # retry it
+///   dlq release redrive-payments-idempotency 1f0c...-message-id --dead-letter
 ///
 /// Settings: REDRIVE_REPROCESS_MAX, REDRIVE_REPROCESS_AFTER, REDRIVE_DISCARD_KINDS and
 /// REDRIVE_ARCHIVE_QUEUE_URL as for the dlq-redrive function (README, Configuration).
@@ -68,6 +74,22 @@ enum Command {
     /// SQS's native StartMessageMoveTask: moves everything, no filters, up to 500 messages/s.
     #[command(subcommand)]
     MoveTask(MoveTask),
+    /// List the FIFO groups held on a head (REDRIVE_FIFO_ON_DEAD_LETTER=hold), as JSON lines.
+    Held {
+        /// The consumer's ledger table (its REDRIVE_LEDGER_TABLE or REDRIVE_IDEMPOTENCY_TABLE).
+        table: String,
+    },
+    /// Release a held FIFO head: tried again with a fresh set of attempts (the cause is fixed),
+    /// or with --dead-letter sent to the DLQ so that its group goes on. The head comes back at once.
+    Release {
+        /// The consumer's ledger table.
+        table: String,
+        /// The held head's message id (`dlq held` lists them).
+        message_id: String,
+        /// Dead-letter it instead of trying it again.
+        #[arg(long)]
+        dead_letter: bool,
+    },
 }
 
 #[derive(Args)]
@@ -248,6 +270,60 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::MoveTask(MoveTask::Cancel { task_handle }) => {
             let moved = sqs.cancel_move_task(&task_handle).await?;
             writeln!(out, "cancelled; about {moved} messages had been moved")?;
+        }
+        Command::Held { table } => {
+            let ledger = DynamoDbStore::with_client(aws_sdk_dynamodb::Client::new(&config), table);
+            let held = ledger.held().await?;
+            let now = SystemClock.now_ms();
+            for (message_id, hold) in &held {
+                let line = serde_json::json!({
+                    "messageId": message_id,
+                    "queueArn": hold.queue_arn,
+                    "heldFor": humantime::format_duration(std::time::Duration::from_secs(now.saturating_sub(hold.since_ms) / 1000)).to_string(),
+                    "errorKind": hold.error_kind,
+                    "error": hold.error_message,
+                    "receives": hold.receive_count,
+                    "release": hold.release.map(|release| release.as_str()),
+                });
+                writeln!(out, "{line}")?;
+            }
+            eprintln!("dlq: {} held heads", held.len());
+        }
+        Command::Release {
+            table,
+            message_id,
+            dead_letter,
+        } => {
+            let ledger = DynamoDbStore::with_client(aws_sdk_dynamodb::Client::new(&config), table);
+            let release = if dead_letter {
+                Release::DeadLetter
+            } else {
+                Release::Retry
+            };
+            let Some(hold) = ledger.release_hold(&message_id, release).await? else {
+                return Err(format!(
+                    "{message_id} holds no group: `dlq held` lists the held heads"
+                )
+                .into());
+            };
+            // The head waits in place up to 11 h 40 min: make it visible now through the receipt
+            // handle of its latest receive.
+            let url = sqs.queue_url(&hold.queue_arn).await?;
+            let change = VisibilityChange {
+                receipt_handle: &hold.receipt_handle,
+                timeout: std::time::Duration::ZERO,
+            };
+            let refused = sqs.change_visibility_batch(&url, &[change]).await?;
+            let when = if refused.is_empty() {
+                "now"
+            } else {
+                "when its wait in place ends (its receipt handle is no longer the latest)"
+            };
+            writeln!(
+                out,
+                "released {message_id} ({}): its group goes on {when}",
+                release.as_str()
+            )?;
         }
     }
     Ok(())

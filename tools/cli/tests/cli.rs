@@ -137,3 +137,86 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
     assert!(!listed.status.success());
     assert!(String::from_utf8_lossy(&listed.stderr).contains("ListMessageMoveTasks failed"));
 }
+
+#[tokio::test]
+async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
+    use redrive::ledger::{AttemptLedger, Hold};
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok(),
+        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
+    );
+    let client = redrive_local::sqs_client();
+    let prefix = format!("t{}-cli-held", std::process::id());
+    let url = client
+        .create_queue()
+        .queue_name(format!("{prefix}-payments.fifo"))
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let arn = queue_arn(&client, &url).await.unwrap();
+    client
+        .send_message()
+        .queue_url(&url)
+        .message_body(r#"{"orderId":"p-1"}"#)
+        .message_group_id("customer-A")
+        .message_deduplication_id("p-1")
+        .send()
+        .await
+        .unwrap();
+    // The consumer held its group on it: the head waits in flight for hours.
+    let received = client
+        .receive_message()
+        .queue_url(&url)
+        .visibility_timeout(43_000)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    let head = &received[0];
+    let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+    let table = format!("{prefix}-idempotency");
+    redrive_local::provision::idempotency_table(&dynamodb, &table)
+        .await
+        .unwrap();
+    let ledger = redrive::dynamodb::DynamoDbStore::with_client(dynamodb, &table);
+    let hold = Hold {
+        since_ms: 1_763_790_000_000,
+        receive_count: 1,
+        receipt_handle: head.receipt_handle().unwrap().to_owned(),
+        queue_arn: arn,
+        error_kind: "invalid_order".into(),
+        error_message: "no amount".into(),
+        release: None,
+    };
+    let id = head.message_id().unwrap();
+    ledger.hold(id, &hold, false).await.unwrap();
+
+    let listed = stdout(&dlq(&["held", &table], &[]));
+    assert!(
+        listed.contains(id) && listed.contains("invalid_order"),
+        "{listed}"
+    );
+    let missing = dlq(&["release", &table, "no-such-message"], &[]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("holds no group"));
+
+    let released = stdout(&dlq(&["release", &table, id], &[]));
+    assert!(released.contains("goes on now"), "{released}");
+    let again = client
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    assert_eq!(again.len(), 1, "visible again at once");
+    assert_eq!(again[0].message_id(), Some(id));
+    let entry = &ledger.entries(&[id]).await.unwrap()[0];
+    assert_eq!((entry.hold.is_none(), entry.attempts_from), (true, 2));
+    assert!(depth(&client, &url).await.is_ok());
+}
