@@ -73,6 +73,7 @@ module "consumer" {
   dlq_message_retention_seconds  = each.value.dlq_message_retention_seconds
   max_receive_count              = each.value.max_receive_count
   batch_size                     = each.value.batch_size
+  fifo_on_dead_letter            = each.value.fifo_on_dead_letter
   batching_window_seconds        = each.value.batching_window_seconds
   maximum_concurrency            = each.value.maximum_concurrency
   record_concurrency             = each.value.record_concurrency

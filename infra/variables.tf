@@ -26,6 +26,8 @@ variable "consumers" {
     record_concurrency            = number
     # A shared idempotency store (a DynamoDB table) keyed by messageId or a JSON pointer.
     idempotency_key = optional(string)
+    # FIFO: continue or hold (modules/sqs-consumer's fifo_on_dead_letter).
+    fifo_on_dead_letter = optional(string, "continue")
   }))
   nullable = false
 
@@ -42,6 +44,16 @@ variable "consumers" {
   validation {
     condition     = alltrue([for k, c in var.consumers : !c.fifo || c.batch_size == 1 || (c.idempotency_key != null && c.max_receive_count >= c.batch_size * (var.retry.max_attempts + 1) + 21)])
     error_message = "A FIFO consumer with batch_size above 1 needs an idempotency_key (its table holds the attempt ledger) and a max_receive_count of at least batch_size x (retry.max_attempts + 1) + 21."
+  }
+  validation {
+    condition     = alltrue([for k, c in var.consumers : contains(["continue", "hold"], c.fifo_on_dead_letter)])
+    error_message = "A consumer's fifo_on_dead_letter is continue or hold."
+  }
+  # A hold keeps its head in the queue: the ledger says it is held, the retention must outlast it,
+  # and the head comes back every 11 h 40 min (modules/sqs-consumer has the same rules).
+  validation {
+    condition     = alltrue([for k, c in var.consumers : c.fifo_on_dead_letter == "continue" || (c.fifo && c.idempotency_key != null && c.message_retention_seconds >= 2 * 86400 && c.max_receive_count >= c.batch_size * (var.retry.max_attempts + 1) + 51)])
+    error_message = "fifo_on_dead_letter = \"hold\" is for FIFO queues with the attempt ledger (an idempotency_key) and a message_retention_seconds of at least two days, whose max_receive_count must be at least batch_size x (max_attempts + 1) + 51."
   }
   # With name_prefix at most 26, <name_prefix>-<key> (the consumer's function) stays within the
   # function module's 55, and <name_prefix>-<key>-dlq.fifo within SQS's 80.

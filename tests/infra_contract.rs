@@ -295,6 +295,7 @@ fn variable_rules(modules: &[Module]) -> Vec<String> {
         ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count >= 5"),
         ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count > var.max_attempts"),
         ("modules/sqs-consumer", "max_receive_count", "!var.fifo || var.batch_size == 1 || var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21"),
+        ("modules/sqs-consumer", "max_receive_count", "var.fifo_on_dead_letter != \"hold\" || var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21 + 30"),
         ("modules/sqs-consumer", "batch_size", "!var.fifo || var.batch_size == 1 || length(setintersection(keys(var.environment), [\"REDRIVE_IDEMPOTENCY_TABLE\", \"REDRIVE_LEDGER_TABLE\"])) > 0"),
         ("modules/eventbridge-route", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
         ("modules/stream-consumer", "maximum_record_age_seconds", "var.maximum_record_age_seconds < var.retention_hours * 3600"),
@@ -1649,7 +1650,7 @@ fn weakened_variable_rules_are_caught() {
     assert_eq!(variable_rules(&fifo), ["modules/sqs-consumer: variable max_receive_count: no validation `!var.fifo || var.batch_size == 1 || var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21`"]);
     let no_ledger = broken(
         CONSUMER_VARIABLES,
-        "length(setintersection(keys(var.environment), [\"REDRIVE_IDEMPOTENCY_TABLE\", \"REDRIVE_LEDGER_TABLE\"])) > 0",
+        "var.batch_size == 1 || length(setintersection(keys(var.environment), [\"REDRIVE_IDEMPOTENCY_TABLE\", \"REDRIVE_LEDGER_TABLE\"])) > 0",
         "true",
     );
     assert_eq!(

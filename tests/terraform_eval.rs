@@ -121,7 +121,7 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
     }
     assert_eq!(evaluate(&tfvars(), "as-is"), None);
 
-    let broken: [(&str, Breaking, &str); 12] = [
+    let broken: [(&str, Breaking, &str); 14] = [
         (
             "long-reprocessor-name",
             |v| {
@@ -179,6 +179,16 @@ fn the_tfvars_pass_every_rule_and_broken_ones_fail_with_its_message() {
                     .remove("idempotency_key");
             },
             "A FIFO consumer with batch_size above 1 needs an idempotency_key",
+        ),
+        (
+            "hold-on-a-standard-queue",
+            |v| v["consumers"]["orders"]["fifo_on_dead_letter"] = "hold".into(),
+            "is for FIFO queues with the attempt ledger",
+        ),
+        (
+            "hold-without-room-for-its-receives",
+            |v| v["consumers"]["payments"]["fifo_on_dead_letter"] = "hold".into(),
+            "must be at least batch_size x (max_attempts + 1) + 51",
         ),
         (
             "fifo-batch-receive-count",

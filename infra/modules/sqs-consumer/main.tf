@@ -99,6 +99,11 @@ module "function" {
     REDRIVE_CONCURRENCY  = tostring(var.record_concurrency)
     # Where the Deferred and TransientErrors alarms look.
     REDRIVE_METRICS_NAMESPACE = var.metrics_namespace
+    }, {
+    REDRIVE_FIFO_ON_DEAD_LETTER = var.fifo_on_dead_letter
+    }, var.fifo_on_dead_letter != "hold" ? {} : {
+    # A hold ends (the head is dead-lettered) a day before the queue's retention would drop it.
+    REDRIVE_FIFO_HOLD_MAX_AGE = "${var.message_retention_seconds - 86400}s"
   })
   statements = concat([
     {
@@ -226,11 +231,23 @@ locals {
       threshold   = var.transient_errors_threshold
       missing     = "ignore"
     }
+    # Only with fifo_on_dead_letter = "hold" (the for_each leaves it out otherwise). A held head
+    # comes back only every 11 h 40 min: "ignore" keeps the alarm in ALARM between, and the first
+    # batch after `dlq release` without a hold ends it.
+    held = {
+      description = "${var.name} holds a FIFO group on a record it could not handle: the group waits, in order, for an operator. Runbook: docs/runbook.md, 'A FIFO group is held'."
+      namespace   = var.metrics_namespace
+      metric      = "Held"
+      dimensions  = { Function = module.function.function_name }
+      statistic   = "Sum"
+      threshold   = 0
+      missing     = "ignore"
+    }
   }
 }
 
 resource "aws_cloudwatch_metric_alarm" "health" {
-  for_each = var.health_alarms ? local.health_alarms : {}
+  for_each = var.health_alarms ? { for key, alarm in local.health_alarms : key => alarm if key != "held" || var.fifo_on_dead_letter == "hold" } : {}
 
   alarm_name          = "${var.name}-${each.key}"
   alarm_description   = each.value.description

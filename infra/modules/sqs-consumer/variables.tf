@@ -144,6 +144,28 @@ variable "max_receive_count" {
     condition     = !var.fifo || var.batch_size == 1 || var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21
     error_message = "On FIFO with batch_size above 1, max_receive_count must be at least batch_size x (max_attempts + 1) + 21: a record is received again while held back behind each record ahead of it in its batch and while its group waits out an outage, and SQS's own move must only catch crash loops."
   }
+  # A held head comes back after each wait in place (11 h 40 min), for as long as the queue
+  # keeps it (14 d at most): 29 receives more.
+  validation {
+    condition     = var.fifo_on_dead_letter != "hold" || var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21 + 30
+    error_message = "With fifo_on_dead_letter = \"hold\", max_receive_count must be at least batch_size x (max_attempts + 1) + 51: a held head comes back every 11 h 40 min while it holds its group."
+  }
+}
+
+variable "fifo_on_dead_letter" {
+  description = "FIFO: what a head that would be dead-lettered means for its group (REDRIVE_FIFO_ON_DEAD_LETTER). continue: it goes to the DLQ and the group goes on. hold: it stays at the head of its group, which waits in order until an operator runs `dlq release` (alarmed: Held); needs the attempt ledger, and holds at most message_retention_seconds less a day."
+  type        = string
+  default     = "continue"
+  nullable    = false
+
+  validation {
+    condition     = contains(["continue", "hold"], var.fifo_on_dead_letter)
+    error_message = "fifo_on_dead_letter is continue or hold."
+  }
+  validation {
+    condition     = var.fifo_on_dead_letter == "continue" || (var.fifo && var.message_retention_seconds >= 2 * 86400 && length(setintersection(keys(var.environment), ["REDRIVE_IDEMPOTENCY_TABLE", "REDRIVE_LEDGER_TABLE"])) > 0)
+    error_message = "fifo_on_dead_letter = \"hold\" is for FIFO queues with the attempt ledger (REDRIVE_LEDGER_TABLE or REDRIVE_IDEMPOTENCY_TABLE in environment) and a message_retention_seconds of at least two days: a hold ends a day before the retention would drop the group."
+  }
 }
 
 variable "batch_size" {
