@@ -295,7 +295,6 @@ impl AttemptLedger for FaultyStore {
             self.inner.ledger().hold(message_id, hold, untried),
         ))
     }
-    // The operator's calls are not faulted: the soak's operator retries nothing.
     fn release_hold<'a>(
         &'a self,
         message_id: &'a str,
@@ -383,6 +382,11 @@ pub struct SoakReport {
     pub first_out_of_order: Option<String>,
     /// Whether the order is part of the invariant ([`SoakConfig::order_checked`]).
     pub order_checked: bool,
+    /// With hold: the order is checked to the end, the redrive included.
+    pub order_end_to_end: bool,
+    /// With hold: held heads the operator released to be tried again, and to the DLQ.
+    pub released_to_retry: u32,
+    pub released_to_dlq: u32,
     /// Effects of a message that arrived from a source queue other than its own (two sources
     /// sharing one DLQ: a dead letter redriven to the wrong one).
     pub wrong_source: u64,
@@ -520,6 +524,15 @@ impl fmt::Display for SoakReport {
             "  timed out by Lambda         {:>8}  (the processor answered after its deadline)",
             self.timed_out
         )?;
+        if self.order_end_to_end {
+            writeln!(
+                f,
+                "  held heads released         {:>8}  ({} to be tried again, {} to the DLQ by the operator)",
+                self.released_to_retry + self.released_to_dlq,
+                self.released_to_retry,
+                self.released_to_dlq
+            )?;
+        }
         writeln!(
             f,
             "  most tries of one message   {:>8}  ({} chains past REDRIVE_MAX_ATTEMPTS{})",
@@ -533,8 +546,13 @@ impl fmt::Display for SoakReport {
         )?;
         writeln!(
             f,
-            "  effects out of group order  {:>8}  (FIFO, before the redrive{}){}",
+            "  effects out of group order  {:>8}  (FIFO, {}{}){}",
             self.out_of_order,
+            if self.order_end_to_end {
+                "end to end, the redrive included"
+            } else {
+                "before the redrive"
+            },
             if self.order_checked {
                 ""
             } else {
@@ -788,8 +806,12 @@ pub struct PlannedHandler {
     wrong_source: AtomicU64,
     /// The long outage: a downstream behind a breaker, down until `heal_at_ms` on `clock`.
     outage: Option<DownstreamOutage>,
-    /// Tries of each message per chain (its id and reprocess count: a redrive starts a new one).
-    tries: Mutex<HashMap<(String, u32), u32>>,
+    /// Tries of each message per chain (its id, reprocess count and fresh sets of attempts: a
+    /// redrive starts a new chain, and so does an operator's release of a held head).
+    tries: Mutex<HashMap<(String, u32, u32), u32>>,
+    /// Fresh sets of attempts an operator gave each held message (`dlq release`), by SQS message
+    /// id (a FIFO message keeps its id while it waits in place).
+    fresh_sets: Mutex<HashMap<String, u32>>,
 }
 
 struct DownstreamOutage {
@@ -814,16 +836,26 @@ impl RecordHandler for PlannedHandler {
         let body: Body<'_> = message.json()?;
         let plan =
             Plan::decode(body.plan).ok_or_else(|| RecordError::permanent("bad_plan", body.plan))?;
-        let first = message.attempt() == 1 && message.meta().is_none_or(|m| m.reprocess_count == 0);
         if body.src.is_some() && message.record().event_source_arn.as_deref() != body.src {
             self.wrong_source.fetch_add(1, Ordering::Relaxed);
         }
         let chain = (
             body.id.to_owned(),
             message.meta().map_or(0, |meta| meta.reprocess_count),
+            self.fresh_sets
+                .lock()
+                .unwrap()
+                .get(message.id())
+                .copied()
+                .unwrap_or(0),
         );
-        let tried = || *self.tries.lock().unwrap().entry(chain.clone()).or_default() += 1;
-        if let Some(outage) = &self.outage {
+        let tried = || {
+            let mut tries = self.tries.lock().unwrap();
+            let tries = tries.entry(chain.clone()).or_default();
+            *tries += 1;
+            *tries
+        };
+        let tries = if let Some(outage) = &self.outage {
             let down = outage.clock.now_ms() < outage.heal_at_ms;
             let called = outage
                 .breaker
@@ -836,13 +868,19 @@ impl RecordHandler for PlannedHandler {
                 })
                 .await;
             // A deferral (the breaker open, or its probe failed) spends no attempt: not a try.
-            if !matches!(&called, Err(error) if error.is_deferral()) {
-                tried();
+            if matches!(&called, Err(error) if error.is_deferral()) {
+                return called;
             }
+            let tries = tried();
             called?;
+            tries
         } else {
-            tried();
-        }
+            tried()
+        };
+        // The bug behind a panic is fixed before a held head is released: one panic per message.
+        let first = tries == 1
+            && message.attempt() == 1
+            && message.meta().is_none_or(|m| m.reprocess_count == 0);
         match plan {
             Plan::Flaky(n) if message.attempt() <= n => {
                 return Err(RecordError::transient("timeout", "flaky downstream"))
@@ -952,6 +990,7 @@ pub async fn run<Q: SoakQueues>(
     let mut report = SoakReport {
         messages: config.messages,
         order_checked: config.order_checked,
+        order_end_to_end: matches!(config.fifo_on_dead_letter, FifoOnDeadLetter::Hold { .. }),
         ..SoakReport::default()
     };
     let sources = if second.is_some() { 2 } else { 1 };
@@ -965,6 +1004,9 @@ pub async fn run<Q: SoakQueues>(
         rng: fastrand::Rng::with_seed(config.seed ^ 0xde1e7e),
         config,
         started_ms: clock.now_ms(),
+        // The operator's calls are not the consumers': no faults injected in them.
+        ledger: store.inner.ledger(),
+        fresh_sets: &planned.fresh_sets,
     };
     let mut second = second
         .zip(second_processor.as_ref())
@@ -1011,6 +1053,7 @@ impl PlannedHandler {
             first_out_of_order: Mutex::default(),
             wrong_source: AtomicU64::new(0),
             tries: Mutex::default(),
+            fresh_sets: Mutex::default(),
             outage: config.outage.as_ref().map(|outage| DownstreamOutage {
                 breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
                 heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),
@@ -1091,6 +1134,10 @@ struct Driver<'a, Q, H> {
     rng: fastrand::Rng,
     config: &'a SoakConfig,
     started_ms: u64,
+    /// The ledger the operator of a hold reads and releases held heads in.
+    ledger: &'a dyn AttemptLedger,
+    /// Where the operator's fresh sets of attempts are counted (the handler's).
+    fresh_sets: &'a Mutex<HashMap<String, u32>>,
 }
 
 impl<'a, Q, H> Driver<'a, Q, H> {
@@ -1126,9 +1173,63 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
                 if messages.peek().is_none() && self.queue.inner().depth(self.url).await? == 0 {
                     return Ok(());
                 }
-                self.queue.inner().idle(self.url).await;
+                if !self.release_held(report).await? {
+                    self.queue.inner().idle(self.url).await;
+                }
             }
         }
+    }
+
+    /// Whether FIFO heads hold their groups in this run.
+    fn holds(&self) -> bool {
+        matches!(
+            self.config.fifo_on_dead_letter,
+            FifoOnDeadLetter::Hold { .. }
+        )
+    }
+
+    /// The operator of a hold, when nothing else is visible: every held head is released, to be
+    /// tried again the first time (a fix deployed) and to the DLQ after that, or at once for a
+    /// permanent failure, and made visible through its receipt handle. False when none was
+    /// waiting for a release.
+    async fn release_held(&mut self, report: &mut SoakReport) -> Result<bool, PortError> {
+        if !self.holds() {
+            return Ok(false);
+        }
+        let mut released = false;
+        // A head released to the DLQ stays listed until it comes back and goes there.
+        for (id, hold) in self.ledger.held().await? {
+            if hold.release.is_some() {
+                continue;
+            }
+            released = true;
+            let id = &id;
+            let released_before = self.ledger.entries(&[id.as_str()]).await?[0].attempts_from > 0;
+            let release = if released_before || hold.error_kind == "invalid" {
+                report.released_to_dlq += 1;
+                Release::DeadLetter
+            } else {
+                report.released_to_retry += 1;
+                *self
+                    .fresh_sets
+                    .lock()
+                    .unwrap()
+                    .entry(id.clone())
+                    .or_default() += 1;
+                Release::Retry
+            };
+            self.ledger.release_hold(id, release).await?;
+            let change = VisibilityChange {
+                receipt_handle: &hold.receipt_handle,
+                timeout: Duration::ZERO,
+            };
+            // A stale receipt (the head came back meanwhile) is refused: it is visible anyway.
+            self.queue
+                .inner()
+                .change_visibility_batch(self.url, &[change])
+                .await?;
+        }
+        Ok(released)
     }
 
     /// Phase 2: the downstream and SQS heal; the DLQ is redriven under the policy until nothing
@@ -1157,7 +1258,10 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
             }
         }
         planned.down.store(false, Ordering::SeqCst);
-        *planned.group_order.lock().unwrap() = None;
+        // With hold nothing leaves a group's order, the redrive included: checked to the end.
+        if !self.holds() {
+            *planned.group_order.lock().unwrap() = None;
+        }
         queue.heal();
         let settings = ReprocessSettings {
             policy: ReprocessPolicy {
@@ -1196,7 +1300,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
                 if waiting == 0 {
                     break;
                 }
-                if !invoked {
+                if !invoked && !self.release_held(report).await? {
                     queue.inner().idle(self.url).await;
                 }
             }
@@ -1530,6 +1634,20 @@ impl SoakConfig {
                 ..outage.retry.clone()
             },
             ..outage
+        }
+    }
+
+    /// The same FIFO run with `REDRIVE_FIFO_ON_DEAD_LETTER=hold`: a head that would be
+    /// dead-lettered holds its group; an operator releases the held heads; every group's effects
+    /// are in order end to end.
+    #[must_use]
+    pub fn holding(self) -> Self {
+        Self {
+            fifo_on_dead_letter: FifoOnDeadLetter::Hold {
+                max_age: Duration::from_secs(13 * 86400),
+            },
+            max_receive_count: 120,
+            ..self
         }
     }
 

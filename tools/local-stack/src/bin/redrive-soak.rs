@@ -2,7 +2,9 @@
 //! 2,000 on moto, each on a standard and on a FIFO queue, with records handled concurrently; prints
 //! the invariant figures and fails if the invariant breaks on any seed (on FIFO, the invariant
 //! includes effects in each group's order). Then, per seed, the long outage in memory (a tenth of
-//! the messages): a downstream down for three hours. Every run has AWS's faults injected: failed,
+//! the messages): a downstream down for three hours, on a standard and on a FIFO queue; and a FIFO
+//! run with REDRIVE_FIFO_ON_DEAD_LETTER=hold, whose groups keep their order end to end. Every run
+//! has AWS's faults injected: failed,
 //! refused, late and stalled calls, throttling, idempotency store failures, whole batches failed
 //! or timed out, throttled invocations and batches delivered to two containers at once. Last, per
 //! seed, two source queues sharing one DLQ (a tenth of the messages).
@@ -73,7 +75,13 @@ async fn main() -> ExitCode {
                     args.moto
                 );
                 let prefix = format!("soak-{}-{seed}", std::process::id());
-                match run_on_moto(&prefix, &on(SoakConfig::moto(args.moto, seed))).await {
+                // On FIFO the idempotency keys and the attempt ledger share moto's DynamoDB table.
+                let config = match groups {
+                    Some(_) => on(SoakConfig::moto(args.moto, seed))
+                        .dynamodb(format!("{prefix}-idempotency")),
+                    None => on(SoakConfig::moto(args.moto, seed)),
+                };
+                match run_on_moto(&prefix, &config).await {
                     Ok(report) => {
                         println!("{report}\n");
                         broken |= !report.holds();
@@ -111,6 +119,23 @@ async fn main() -> ExitCode {
                     eprintln!("redrive-soak: {error}");
                     return ExitCode::FAILURE;
                 }
+            }
+        }
+    }
+    for &seed in &args.seeds {
+        let messages = args.memory / 10;
+        if messages == 0 {
+            break;
+        }
+        println!("== in-memory SQS, FIFO, 8 groups, REDRIVE_FIFO_ON_DEAD_LETTER=hold, {messages} messages, seed {seed}");
+        match run_in_memory(&SoakConfig::memory(messages, seed).fifo(8).holding()).await {
+            Ok(report) => {
+                println!("{report}\n");
+                broken |= !report.holds();
+            }
+            Err(error) => {
+                eprintln!("redrive-soak: {error}");
+                return ExitCode::FAILURE;
             }
         }
     }
