@@ -70,6 +70,11 @@ lint: ## cargo fmt --check, clippy and rustdoc with warnings denied, rust-versio
 	tools/check-msrv
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings -W clippy::match_bool
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked --quiet
+	@# cargo takes the packages it verifies against each other for registry crates, whose sources
+	@# (unpacked in the cargo home) and builds (in the target directory) never change while the
+	@# version stays: a change since the last run would be verified against stale ones.
+	rm -rf $(foreach crate,$(CRATES),"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/-*/$(crate)-[0-9]*)
+	$(CARGO) clean --quiet --profile dev $(foreach crate,$(CRATES),-p $(crate))
 	$(CARGO) package --locked --allow-dirty --quiet $(foreach crate,$(CRATES),-p $(crate))
 
 build: $(STAMP) ## Release arm64 zips for Lambda (target/lambda/<function>/bootstrap.zip)
