@@ -79,8 +79,10 @@ lint: ## cargo fmt --check, clippy and rustdoc with warnings denied, rust-versio
 
 build: $(STAMP) ## Release arm64 zips for Lambda (target/lambda/<function>/bootstrap.zip)
 	rustup target add aarch64-unknown-linux-gnu
-	cargo lambda build --release --arm64 --output-format zip --lambda-dir $(TARGET_DIR)/lambda \
-	  $(foreach function,$(FUNCTIONS),--package $(function))
+	@# One build per function: built together, every function would get the features any one of
+	@# them asks of a shared crate (sqs-consumer's DynamoDB client in redrive).
+	$(foreach function,$(FUNCTIONS),cargo lambda build --release --arm64 --output-format zip \
+	  --lambda-dir $(TARGET_DIR)/lambda --package $(function) &&) true
 
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP) tools/bench/peers/requirements.txt tools/bench/peers/package-lock.json

@@ -186,6 +186,11 @@ impl IdempotencyStore for DynamoDbStore {
 impl DynamoDbStore {
     /// The key's state, read consistently after a refused claim.
     async fn read(&self, key: &str, payload: Option<u64>) -> Result<Claim, PortError> {
+        Ok(holder(self.item(key).await?.as_ref(), payload))
+    }
+
+    /// The item of `key`, read consistently.
+    async fn item(&self, key: &str) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
         let output = self
             .client()
             .await
@@ -196,7 +201,7 @@ impl DynamoDbStore {
             .send()
             .await
             .map_err(|error| PortError::new("GetItem", error_text(&error)))?;
-        Ok(holder(output.item.as_ref(), payload))
+        Ok(output.item)
     }
 }
 
@@ -240,18 +245,12 @@ impl AttemptLedger for DynamoDbStore {
         receive_count: u32,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(async move {
-            self.client()
+            let request = self
+                .ledger_update(message_id)
                 .await
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", AttributeValue::S(ledger_key(message_id)))
                 .update_expression("ADD untried :receive SET expires_at = :expires")
-                .expression_attribute_values(":receive", receives(receive_count))
-                .expression_attribute_values(":expires", self.expiry(LEDGER_KEEP))
-                .send()
-                .await
-                .map_err(|error| PortError::new("UpdateItem", error_text(&error)))?;
-            Ok(())
+                .expression_attribute_values(":receive", receives(receive_count));
+            sent(request.send().await)
         })
     }
 
@@ -270,16 +269,12 @@ impl AttemptLedger for DynamoDbStore {
                 "expires_at = :expires",
             ];
             let mut request = self
-                .client()
+                .ledger_update(message_id)
                 .await
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", AttributeValue::S(ledger_key(message_id)))
                 .expression_attribute_values(":since", number(hold.since_ms))
                 .expression_attribute_values(":receive_count", number(hold.receive_count.into()))
                 .expression_attribute_values(":receipt", text(&hold.receipt_handle))
-                .expression_attribute_values(":queue", text(&hold.queue_arn))
-                .expression_attribute_values(":expires", self.expiry(LEDGER_KEEP));
+                .expression_attribute_values(":queue", text(&hold.queue_arn));
             if !hold.error_kind.is_empty() {
                 set.extend(["held_error_kind = :kind", "held_error = :error"]);
                 request = request
@@ -292,12 +287,7 @@ impl AttemptLedger for DynamoDbStore {
                 request =
                     request.expression_attribute_values(":untried", receives(hold.receive_count));
             }
-            request
-                .update_expression(expression)
-                .send()
-                .await
-                .map_err(|error| PortError::new("UpdateItem", error_text(&error)))?;
-            Ok(())
+            sent(request.update_expression(expression).send().await)
         })
     }
 
@@ -315,11 +305,8 @@ impl AttemptLedger for DynamoDbStore {
                     return Ok(None);
                 };
                 let request = self
-                    .client()
+                    .ledger_update(message_id)
                     .await
-                    .update_item()
-                    .table_name(&self.table)
-                    .key("pk", AttributeValue::S(key.clone()))
                     .condition_expression("held_receive = :receive_count")
                     .expression_attribute_values(
                         ":receive_count",
@@ -328,14 +315,14 @@ impl AttemptLedger for DynamoDbStore {
                 let request = match release {
                     Release::Retry => request
                         .update_expression(
-                            "SET attempts_from = :from REMOVE held_since, held_receive, held_receipt, held_queue, held_error_kind, held_error, held_release",
+                            "SET attempts_from = :from, expires_at = :expires REMOVE held_since, held_receive, held_receipt, held_queue, held_error_kind, held_error, held_release",
                         )
                         .expression_attribute_values(
                             ":from",
                             number(u64::from(hold.receive_count) + 1),
                         ),
                     Release::DeadLetter => request
-                        .update_expression("SET held_release = :release")
+                        .update_expression("SET held_release = :release, expires_at = :expires")
                         .expression_attribute_values(":release", text(release.as_str())),
                 };
                 match request.send().await {
@@ -391,6 +378,19 @@ impl AttemptLedger for DynamoDbStore {
 }
 
 impl DynamoDbStore {
+    /// An UpdateItem of the ledger item of `message_id`, whose expiry (`:expires`) it renews.
+    async fn ledger_update(
+        &self,
+        message_id: &str,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client()
+            .await
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(ledger_key(message_id)))
+            .expression_attribute_values(":expires", self.expiry(LEDGER_KEEP))
+    }
+
     /// One consistent BatchGetItem of ledger `keys`: the entries found, and the keys DynamoDB
     /// left unprocessed.
     async fn read_ledger(
@@ -439,17 +439,7 @@ impl DynamoDbStore {
 
     /// The hold of ledger `key`, read consistently.
     async fn read_hold(&self, key: &str) -> Result<Option<Hold>, PortError> {
-        let output = self
-            .client()
-            .await
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(key.to_owned()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|error| PortError::new("GetItem", error_text(&error)))?;
-        Ok(output.item.as_ref().and_then(hold_of))
+        Ok(self.item(key).await?.as_ref().and_then(hold_of))
     }
 }
 
@@ -487,6 +477,13 @@ fn hold_of(item: &HashMap<String, AttributeValue>) -> Option<Hold> {
 
 fn numeric(item: &HashMap<String, AttributeValue>, name: &str) -> Option<u64> {
     item.get(name)?.as_n().ok()?.parse().ok()
+}
+
+/// An UpdateItem's answer as the ledger's.
+fn sent<T, E: std::error::Error>(answer: Result<T, E>) -> Result<(), PortError> {
+    answer
+        .map(|_| ())
+        .map_err(|error| PortError::new("UpdateItem", error_text(&error)))
 }
 
 fn receives(receive_count: u32) -> AttributeValue {

@@ -686,13 +686,7 @@ async fn a_malformed_body_is_dead_lettered_byte_for_byte() {
 async fn fifo_retries_in_place_and_holds_back_the_rest_of_the_group_only() {
     let processor = processor(RetryPolicy::default());
     let handler = handler();
-    let fifo = |id: &str, body: &str, group: &str, receives: u32| {
-        let mut rec = record(id, body);
-        rec["eventSourceARN"] = "arn:aws:sqs:eu-west-1:123456789012:orders.fifo".into();
-        rec["attributes"]["MessageGroupId"] = group.into();
-        rec["attributes"]["ApproximateReceiveCount"] = receives.to_string().into();
-        rec
-    };
+    let fifo = fifo_record;
     let json = event(vec![
         fifo("a1", "ok", "A", 1),
         fifo("a2", "transient", "A", 2),

@@ -122,41 +122,37 @@ async fn main() -> ExitCode {
             }
         }
     }
+    // Per seed, a tenth of the messages: a FIFO queue whose heads hold their groups, and two
+    // sources sharing one DLQ.
     for &seed in &args.seeds {
         let messages = args.memory / 10;
         if messages == 0 {
             break;
         }
-        println!("== in-memory SQS, FIFO, 8 groups, REDRIVE_FIFO_ON_DEAD_LETTER=hold, {messages} messages, seed {seed}");
-        match run_in_memory(&SoakConfig::memory(messages, seed).fifo(8).holding()).await {
-            Ok(report) => {
-                println!("{report}\n");
-                broken |= !report.holds();
-            }
-            Err(error) => {
-                eprintln!("redrive-soak: {error}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    for &seed in &args.seeds {
-        let messages = args.memory / 10;
-        if messages == 0 {
-            break;
-        }
-        println!("== in-memory SQS, two sources sharing one DLQ, {messages} messages, seed {seed}");
-        let config = SoakConfig {
-            second_source: true,
-            ..SoakConfig::memory(messages, seed)
-        };
-        match run_in_memory(&config).await {
-            Ok(report) => {
-                println!("{report}\n");
-                broken |= !report.holds();
-            }
-            Err(error) => {
-                eprintln!("redrive-soak: {error}");
-                return ExitCode::FAILURE;
+        let runs = [
+            (
+                "FIFO, 8 groups, REDRIVE_FIFO_ON_DEAD_LETTER=hold",
+                SoakConfig::memory(messages, seed).fifo(8).holding(),
+            ),
+            (
+                "two sources sharing one DLQ",
+                SoakConfig {
+                    second_source: true,
+                    ..SoakConfig::memory(messages, seed)
+                },
+            ),
+        ];
+        for (kind, config) in runs {
+            println!("== in-memory SQS, {kind}, {messages} messages, seed {seed}");
+            match run_in_memory(&config).await {
+                Ok(report) => {
+                    println!("{report}\n");
+                    broken |= !report.holds();
+                }
+                Err(error) => {
+                    eprintln!("redrive-soak: {error}");
+                    return ExitCode::FAILURE;
+                }
             }
         }
     }
