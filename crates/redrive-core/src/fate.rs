@@ -565,7 +565,7 @@ mod tests {
             wait_at(Duration::from_secs(8 * 3600)),
             Duration::from_secs(4 * 3600)
         );
-        // Waits that double: an outage of eleven hours costs eleven receives, not 1,320.
+        // Waits that double: an outage of eleven hours costs twelve receives, not 1,320.
         let (mut age, mut receives) = (Duration::ZERO, 0);
         while age < Duration::from_secs(11 * 3600) {
             age += wait_at(age);
