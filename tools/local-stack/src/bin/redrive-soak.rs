@@ -1,13 +1,12 @@
 //! `make soak`: the full fault-injection soak. 100,000 messages per seed on the in-memory SQS and
 //! 2,000 on moto, each on a standard and on a FIFO queue, with records handled concurrently; prints
 //! the invariant figures and fails if the invariant breaks on any seed (on FIFO, the invariant
-//! includes effects in each group's order). Then, per seed, the long outage in memory (a tenth of
-//! the messages): a downstream down for three hours, on a standard and on a FIFO queue; and a FIFO
-//! run with REDRIVE_FIFO_ON_DEAD_LETTER=hold, whose groups keep their order end to end. Every run
-//! has AWS's faults injected: failed,
-//! refused, late and stalled calls, throttling, idempotency store failures, whole batches failed
-//! or timed out, throttled invocations and batches delivered to two containers at once. Last, per
-//! seed, two source queues sharing one DLQ (a tenth of the messages).
+//! includes effects in each group's order). Then, per seed and with a tenth of the messages in
+//! memory: a downstream down for three hours, on a standard and on a FIFO queue; a FIFO run with
+//! REDRIVE_FIFO_ON_DEAD_LETTER=hold, whose groups keep their order end to end; two source queues
+//! sharing one DLQ. Every run has AWS's faults injected: failed, refused, late and stalled calls,
+//! throttling, idempotency store failures, whole batches failed or timed out, throttled
+//! invocations and batches delivered to two containers at once.
 //!
 //! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3] (`--help` says more)
 use std::process::ExitCode;
@@ -94,42 +93,19 @@ async fn main() -> ExitCode {
             }
         }
     }
-    for &seed in &args.seeds {
-        let messages = args.memory / 10;
-        if messages == 0 {
-            break;
-        }
-        for (kind, config) in [
-            ("", SoakConfig::outage(messages, seed)),
-            (", FIFO, 8 groups", SoakConfig::fifo_outage(messages, seed)),
-        ] {
-            println!(
-                "== in-memory SQS{kind}, a three-hour outage, {messages} messages, seed {seed}"
-            );
-            match run_in_memory(&config).await {
-                Ok(report) => {
-                    println!("{report}\n");
-                    // The alarms must have fired; whether they are OK in the last minute is
-                    // printed, not required: the redrive's burst meets the injected store faults
-                    // (1%), whose transient errors pass the TransientErrors threshold then.
-                    let (deferred, _, _) = report.alarms();
-                    broken |= !report.holds() || report.processed != messages || deferred == 0;
-                }
-                Err(error) => {
-                    eprintln!("redrive-soak: {error}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-    }
-    // Per seed, a tenth of the messages: a FIFO queue whose heads hold their groups, and two
-    // sources sharing one DLQ.
+    // Per seed, a tenth of the messages: the three-hour outage (standard and FIFO), a FIFO queue
+    // whose heads hold their groups, and two sources sharing one DLQ.
     for &seed in &args.seeds {
         let messages = args.memory / 10;
         if messages == 0 {
             break;
         }
         let runs = [
+            ("a three-hour outage", SoakConfig::outage(messages, seed)),
+            (
+                "FIFO, 8 groups, a three-hour outage",
+                SoakConfig::fifo_outage(messages, seed),
+            ),
             (
                 "FIFO, 8 groups, REDRIVE_FIFO_ON_DEAD_LETTER=hold",
                 SoakConfig::memory(messages, seed).fifo(8).holding(),
@@ -148,6 +124,14 @@ async fn main() -> ExitCode {
                 Ok(report) => {
                     println!("{report}\n");
                     broken |= !report.holds();
+                    // An outage's messages all come through after it, and its Deferred alarm
+                    // fired; whether the alarms are OK in the last minute is printed, not
+                    // required: the redrive's burst meets the injected store faults (1%), whose
+                    // transient errors pass the TransientErrors threshold then.
+                    if config.outage.is_some() {
+                        let (deferred, _, _) = report.alarms();
+                        broken |= report.processed != messages || deferred == 0;
+                    }
                 }
                 Err(error) => {
                     eprintln!("redrive-soak: {error}");
