@@ -38,9 +38,6 @@ pub use redrive_aws::sqs;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]
 pub use redrive_core::oracles;
-#[allow(deprecated)]
-#[doc(hidden)]
-pub use redrive_core::redrive;
 pub use redrive_core::{
     backoff, breaker, carry, clock, envelope, error, fate, idempotency, ledger, metrics, port,
     processor, reprocess_policy, stream,

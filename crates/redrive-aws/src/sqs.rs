@@ -24,7 +24,7 @@ use tokio::sync::OnceCell;
 
 use redrive_core::envelope::OutgoingMessage;
 use redrive_core::error::PortError;
-use redrive_core::event::{Body, MessageAttribute, SqsRecord, SystemAttributes, Text};
+use redrive_event::{Body, MessageAttribute, SqsRecord, SystemAttributes, Text};
 use redrive_core::port::{EntryFailure, QueuePort, VisibilityChange};
 
 /// An HTTPS client on rustls/ring, which keeps the binary small and needs no C toolchain for

@@ -141,6 +141,11 @@ pub fn parse_sequence(text: &str) -> Option<Vec<Duration>> {
     text.split(',').map(parse_duration).collect()
 }
 
+/// A wait in whole seconds, rounded up, as SQS's `DelaySeconds` takes it.
+pub(crate) fn whole_seconds(delay: Duration) -> u32 {
+    u32::try_from(delay.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

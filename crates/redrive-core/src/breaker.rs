@@ -100,7 +100,7 @@ impl CircuitBreaker {
     }
 
     fn guarded(&self) -> std::sync::MutexGuard<'_, Guarded> {
-        crate::lock(&self.state)
+        crate::sync::lock(&self.state)
     }
 
     /// Runs `call` if the breaker lets it through; otherwise returns a deferral without calling.

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::envelope::{OutgoingMessage, MAX_MESSAGE_BYTES};
 use crate::error::PortError;
-use crate::lock;
+use crate::sync::lock;
 use crate::port::{EntryFailure, QueuePort, VisibilityChange};
 
 /// Messages bound for one queue, each with the index of the record it belongs to, sent in as few
@@ -295,7 +295,7 @@ mod tests {
 
     use super::*;
     use crate::envelope::OutgoingMessage;
-    use crate::event::Text;
+    use redrive_event::Text;
     use crate::port::{Call, RecordingQueue};
 
     fn message(body: &str) -> OutgoingMessage<'static> {

@@ -6,7 +6,8 @@ use crate::backoff::{parse_duration, parse_sequence, Backoff, RetryPolicy};
 use crate::breaker::BreakerSettings;
 use crate::error::ConfigError;
 use crate::idempotency::{IdempotencyStore, Idempotent, KeyFrom};
-use crate::processor::{FifoOnDeadLetter, ProcessorConfig, RecordHandler};
+use crate::handler::RecordHandler;
+use crate::processor::{FifoOnDeadLetter, ProcessorConfig};
 
 /// Every variable redrive reads, with its default; any other `REDRIVE_*` variable is a typo and
 /// refused at start. One list for every function, so that a function that reads two settings

@@ -3,7 +3,7 @@
 //! A re-sent copy or a DLQ copy keeps the original body byte for byte and the original message
 //! attributes, and adds one attribute, `redrive`, whose String value is a JSON [`Meta`]. When the
 //! original already uses 10 attributes (SQS's limit), its attributes are packed into
-//! `Meta::attributes` instead and the copy carries `redrive` alone; [`crate::Message::attribute`]
+//! `Meta::attributes` instead and the copy carries `redrive` alone; [`crate::handler::Message::attribute`]
 //! and the redrive tools unpack them, so handlers and the origin queue see the original attributes.
 use std::borrow::Cow;
 use std::fmt;
@@ -12,10 +12,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::ErrorClass;
-use crate::event::{MessageAttribute, MessageAttributes, SqsRecord, Text};
+use redrive_event::{MessageAttribute, MessageAttributes, SqsRecord, Text};
 
 /// Name of the one message attribute redrive adds.
 pub const META_ATTRIBUTE: &str = "redrive";
+
+/// Attribute that marks a body as the base64 of binary data
+/// ([`Message::data`](crate::handler::Message::data) decodes it); it stays on the DLQ copy, so
+/// whoever reads the DLQ knows too.
+pub const DATA_ENCODING_ATTRIBUTE: &str = "dataEncoding";
 /// SQS: at most 10 message attributes per message.
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 /// SQS: at most 1 MiB per message, body and attributes together.
@@ -303,7 +308,7 @@ fn meta_attribute<'r>(meta: &Meta<'_>) -> (Text<'r>, MessageAttribute<'r>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::SqsEvent;
+    use redrive_event::SqsEvent;
 
     fn meta(message: &str) -> Meta<'static> {
         Meta {

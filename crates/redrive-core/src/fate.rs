@@ -1,7 +1,7 @@
 //! The one place that decides what happens to a record. See the record-fate table in the README.
 use std::time::Duration;
 
-use crate::backoff::RetryPolicy;
+use crate::backoff::{whole_seconds, RetryPolicy};
 use crate::error::{ErrorClass, RecordError};
 
 /// What happened when the record was (or was not) handled. The error is boxed: it is rare, and a
@@ -84,6 +84,27 @@ pub enum Fate {
         /// The visibility to set first, if any.
         visibility: Option<Duration>,
     },
+}
+
+impl Fate {
+    /// The fate's name in logs.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::Done => "done",
+            Self::Retry { .. } => "retry",
+            Self::DeadLetter { .. } => "dead_letter",
+            Self::Defer { .. } => "defer",
+            Self::GiveBack { .. } => "give_back",
+        }
+    }
+
+    /// The wait the copy it re-sends asks for, in whole seconds; 0 for a fate that re-sends nothing.
+    pub fn delay_seconds(&self) -> u32 {
+        match self {
+            Self::Retry { delay, .. } | Self::Defer { delay } => whole_seconds(*delay),
+            _ => 0,
+        }
+    }
 }
 
 /// Why a record is given back to SQS.

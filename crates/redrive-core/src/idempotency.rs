@@ -12,7 +12,7 @@ use futures_util::FutureExt as _;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{PortError, RecordError};
-use crate::processor::{Message, RecordHandler};
+use crate::handler::{caught, Message, RecordHandler, COMPLETING};
 
 /// What the store says when a key is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,7 @@ impl MemoryStore {
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        crate::lock(&self.entries)
+        crate::sync::lock(&self.entries)
     }
 }
 
@@ -207,22 +207,6 @@ pub struct Idempotent<H, S> {
     pub check_payload: bool,
     duplicates: AtomicU64,
     unconfirmed_completions: Arc<AtomicU64>,
-}
-
-/// The key writes an invocation's records left running, each on a task of its own so that a
-/// record cut off at the deadline after its effect still gets its key done
-/// ([`RecordHandler::settle`] waits for them).
-type Completing = Arc<tokio::sync::watch::Sender<usize>>;
-
-tokio::task_local! {
-    /// The key writes of the invocation being processed: invocations that run side by side in one
-    /// process (Lambda Managed Instances) each wait for their own.
-    static COMPLETING: Completing;
-}
-
-/// Runs one invocation's work with a count of its own of the key writes its records leave running.
-pub(crate) async fn with_own_completions<F: Future>(work: F) -> F::Output {
-    COMPLETING.scope(Completing::default(), work).await
 }
 
 /// Tries of a `complete` after the effect.
@@ -357,7 +341,7 @@ impl<H: RecordHandler, S: IdempotencyStore + 'static> RecordHandler for Idempote
         }
         // A panic is caught here too, so that its claim is released like any failure's (the
         // processor would catch it too, but past the release, leaving the key held for a lease).
-        match crate::processor::caught(self.inner.handle(message)).await {
+        match caught(self.inner.handle(message)).await {
             Ok(()) => {
                 self.complete(message, &key, payload).await;
                 Ok(())
@@ -462,12 +446,12 @@ mod tests {
         }
     }
 
-    fn record(id: &str, body: &str, origin: Option<&str>) -> crate::SqsRecord<'static> {
-        let mut record = crate::SqsRecord {
-            message_id: Some(crate::event::Text::from(id.to_owned())),
-            receipt_handle: Some(crate::event::Text::from(format!("rh-{id}"))),
-            body: Some(crate::event::Body::from(body.to_owned())),
-            event_source_arn: Some(crate::event::Text::from(
+    fn record(id: &str, body: &str, origin: Option<&str>) -> redrive_event::SqsRecord<'static> {
+        let mut record = redrive_event::SqsRecord {
+            message_id: Some(redrive_event::Text::from(id.to_owned())),
+            receipt_handle: Some(redrive_event::Text::from(format!("rh-{id}"))),
+            body: Some(redrive_event::Body::from(body.to_owned())),
+            event_source_arn: Some(redrive_event::Text::from(
                 "arn:aws:sqs:us-east-1:123456789012:q",
             )),
             ..Default::default()
@@ -477,11 +461,11 @@ mod tests {
                 r#"{{"v":1,"attempts":1,"originQueueArn":"arn:aws:sqs:us-east-1:123456789012:q","originMessageId":"{origin}","firstFailureAt":"2026-11-22T05:00:00Z","lastFailureAt":"2026-11-22T05:00:00Z","errorClass":"transient","errorKind":"timeout","errorMessage":""}}"#
             );
             record.message_attributes.insert(
-                crate::event::Text::from("redrive"),
-                crate::event::MessageAttribute {
-                    string_value: Some(crate::event::Text::from(meta)),
+                redrive_event::Text::from("redrive"),
+                redrive_event::MessageAttribute {
+                    string_value: Some(redrive_event::Text::from(meta)),
                     binary_value: None,
-                    data_type: crate::event::Text::from("String"),
+                    data_type: redrive_event::Text::from("String"),
                 },
             );
         }
@@ -502,7 +486,7 @@ mod tests {
         let config = ProcessorConfig {
             dlq_url: Some("https://sqs.local/123456789012/dlq".into()),
             source_queue_url: Some("https://sqs.local/123456789012/q".into()),
-            retry: crate::RetryPolicy::default(),
+            retry: crate::backoff::RetryPolicy::default(),
             deadline_margin: Duration::ZERO,
             ..ProcessorConfig::default()
         };
@@ -565,7 +549,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new(10));
         let handler = Idempotent::new(Panics, store.clone(), KeyFrom::MessageId);
         let record = record("m-1", "order-1", None);
-        let invocation = crate::processor::Invocation::from(u64::MAX / 2);
+        let invocation = crate::handler::Invocation::from(u64::MAX / 2);
         let item = crate::processor::Item {
             record: &record,
             id: "m-1",
@@ -578,7 +562,7 @@ mod tests {
             .handle(&item.message(&invocation))
             .await
             .unwrap_err();
-        assert_eq!(error.class(), crate::ErrorClass::Panic);
+        assert_eq!(error.class(), crate::error::ErrorClass::Panic);
         assert_eq!(
             store
                 .claim("m-1", None, Duration::from_secs(60))
@@ -678,7 +662,7 @@ mod tests {
         let copy = &processor
             .queue()
             .sent_to("https://sqs.local/123456789012/q")[0];
-        let meta: crate::Meta<'_> =
+        let meta: crate::envelope::Meta<'_> =
             serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
         assert_eq!((meta.attempts, copy.delay_seconds), (0, 90));
         assert!(guard.inner().effects.lock().unwrap().is_empty());

@@ -26,7 +26,7 @@ use std::time::Duration;
 pub use futures_util::future::BoxFuture;
 
 use crate::error::PortError;
-use crate::lock;
+use crate::sync::lock;
 
 /// How long a ledger entry is kept: a FIFO queue keeps a message at most 14 days.
 pub const LEDGER_KEEP: Duration = Duration::from_secs(15 * 24 * 3600);

@@ -17,6 +17,7 @@ pub mod config;
 pub mod envelope;
 pub mod error;
 pub mod fate;
+pub mod handler;
 pub mod idempotency;
 pub mod ledger;
 pub mod metrics;
@@ -26,37 +27,17 @@ pub mod oracles;
 pub mod port;
 pub mod processor;
 pub mod reprocess_policy;
-/// The module's name before 0.2; it was [`reprocess_policy`].
-#[doc(hidden)]
-#[deprecated(since = "0.2.0", note = "renamed `reprocess_policy`")]
-pub mod redrive {
-    pub use crate::reprocess_policy::{eligible_at, Disposition, ReprocessPolicy};
-    #[allow(deprecated)]
-    pub use crate::reprocess_policy::{Decision, RedrivePolicy};
-}
 pub mod stream;
-
-/// The SQS event the processor reads ([`redrive_event`]).
-pub use redrive_event as event;
-
-/// Locks `mutex`, taking its data as it is when a panic poisoned it: every mutex here guards data
-/// that a panicking holder leaves consistent (a cache, a generator, a breaker's state).
-pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+mod sync;
 
 pub use backoff::{Backoff, RetryPolicy};
 pub use breaker::{BreakerSettings, CircuitBreaker};
 pub use config::Settings;
-pub use envelope::{Meta, META_ATTRIBUTE};
+pub use envelope::{Meta, DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE};
 pub use error::{BatchError, ConfigError, ErrorClass, PortError, RecordError};
-pub use event::{SqsEvent, SqsRecord};
+pub use handler::{BatchHandler, Invocation, Message, RecordHandler};
 pub use fate::Fate;
 pub use metrics::BatchReport;
 pub use port::QueuePort;
-pub use processor::{
-    BatchHandler, Invocation, Message, Processed, Processor, ProcessorConfig, RecordHandler,
-    DATA_ENCODING_ATTRIBUTE,
-};
+pub use processor::{Processed, Processor, ProcessorConfig};
+pub use redrive_event::{SqsEvent, SqsRecord};

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::error::ErrorClass;
 use crate::fate::{Fate, GiveBackReason};
-use crate::Invocation;
+use crate::handler::Invocation;
 
 /// One batch's figures (the EMF line's metrics).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]

@@ -2,7 +2,7 @@
 //! test suite replays every input that ever broke one (`tests/fuzz_regressions.rs`).
 use crate::envelope::{annotate, Meta, Timestamp, META_VERSION};
 use crate::error::ErrorClass;
-use crate::event::{SqsEvent, Text};
+use redrive_event::{SqsEvent, Text};
 
 /// The event reader: the fast scanner and serde_json agree on every input (the scanner may hand
 /// an input over to serde_json, never read it differently), a body kept as the event has it reads

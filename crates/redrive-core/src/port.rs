@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::envelope::OutgoingMessage;
 use crate::error::PortError;
-use crate::event::SqsRecord;
+use redrive_event::SqsRecord;
 
 /// One entry of a batch call that SQS refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

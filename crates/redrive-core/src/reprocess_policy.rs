@@ -120,19 +120,11 @@ impl ReprocessPolicy {
     }
 }
 
-/// The name before 0.2 (SQS's own queue attribute is called `RedrivePolicy` too).
-#[deprecated(since = "0.2.0", note = "renamed `ReprocessPolicy`")]
-pub type RedrivePolicy = ReprocessPolicy;
-
-/// The name before 0.2.
-#[deprecated(since = "0.2.0", note = "renamed `Disposition`")]
-pub type Decision = Disposition;
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::envelope::{Timestamp, META_VERSION};
-    use crate::event::Text;
+    use redrive_event::Text;
 
     const FAILED: u64 = 1_763_790_000_000;
     const MINUTE: u64 = 60_000;

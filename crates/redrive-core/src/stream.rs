@@ -6,7 +6,7 @@
 //! record age and on-failure destination take over from there. [`Processor::process_stream`]
 //! runs a batch.
 //!
-//! [`Processor::process_stream`]: crate::Processor::process_stream
+//! [`Processor::process_stream`]: crate::processor::Processor::process_stream
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -15,8 +15,8 @@ use serde::Deserialize;
 pub use aws_lambda_events::streams::KinesisEventResponse;
 
 use crate::error::RecordError;
-use crate::event::{Body, MessageAttribute, SqsRecord, Text};
-use crate::processor::DATA_ENCODING_ATTRIBUTE;
+use redrive_event::{Body, MessageAttribute, SqsRecord, Text};
+use crate::envelope::DATA_ENCODING_ATTRIBUTE;
 
 /// A Kinesis event as Lambda delivers it.
 #[derive(Debug, Default, Deserialize)]
@@ -101,7 +101,7 @@ impl KinesisRecord<'_> {
     /// The record as the handlers see messages: the data decoded as the body, the sequence number
     /// as the id, the partition key as an attribute. Data that is not UTF-8 keeps its base64 text
     /// as the body, marked by [`DATA_ENCODING_ATTRIBUTE`] (handlers read it with
-    /// [`crate::Message::data`]); data that is not base64 fails with a permanent `malformed_data`.
+    /// [`crate::handler::Message::data`]); data that is not base64 fails with a permanent `malformed_data`.
     pub(crate) fn as_message(&self) -> (SqsRecord<'static>, Option<RecordError>) {
         let data = self.kinesis.data.as_deref().unwrap_or_default();
         let (body, binary, error) = match BASE64.decode(data) {
@@ -162,8 +162,9 @@ mod tests {
     use super::*;
     use crate::backoff::RetryPolicy;
     use crate::port::RecordingQueue;
-    use crate::processor::{Message, Processed, Processor, ProcessorConfig, RecordHandler};
-    use crate::Meta;
+    use crate::handler::{Message, RecordHandler};
+    use crate::processor::{Processed, Processor, ProcessorConfig};
+    use crate::envelope::Meta;
 
     const DLQ: &str = "https://sqs.local/123456789012/stream-dlq";
 

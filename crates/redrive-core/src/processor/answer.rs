@@ -2,7 +2,6 @@
 //! record that did not succeed.
 use aws_lambda_events::sqs::SqsBatchResponse;
 
-use super::carry_out::delay_seconds_of;
 use super::decide::Ruling;
 use super::{Item, Processed};
 use crate::envelope::truncate;
@@ -15,7 +14,7 @@ use crate::metrics::BatchReport;
 pub(super) fn answer(items: &[Item<'_>], rulings: &[Ruling], mut report: BatchReport) -> Processed {
     let mut response = SqsBatchResponse::default();
     for (item, Ruling { fate, error }) in items.iter().zip(rulings) {
-        report.count_fate(fate, delay_seconds(fate));
+        report.count_fate(fate, fate.delay_seconds());
         if *fate == Fate::Done && item.attempts_before > 0 {
             report.done_after_retry += 1;
         }
@@ -30,23 +29,6 @@ pub(super) fn answer(items: &[Item<'_>], rulings: &[Ruling], mut report: BatchRe
         }
     }
     Processed { response, report }
-}
-
-fn delay_seconds(fate: &Fate) -> u32 {
-    match fate {
-        Fate::Retry { delay, .. } | Fate::Defer { delay } => delay_seconds_of(*delay),
-        _ => 0,
-    }
-}
-
-pub(super) fn fate_name(fate: &Fate) -> &'static str {
-    match fate {
-        Fate::Done => "done",
-        Fate::Retry { .. } => "retry",
-        Fate::DeadLetter { .. } => "dead_letter",
-        Fate::Defer { .. } => "defer",
-        Fate::GiveBack { .. } => "give_back",
-    }
 }
 
 /// One line per record that did not succeed; none on the happy path.
@@ -67,7 +49,7 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
                 message_id = item.id,
                 attempt,
                 next_attempt = attempts + 1,
-                delay_s = delay_seconds(fate),
+                delay_s = fate.delay_seconds(),
                 error_class,
                 error_kind,
                 error = %message,
@@ -79,7 +61,7 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
             tracing::info!(
                 message_id = item.id,
                 attempt,
-                delay_s = delay_seconds(fate),
+                delay_s = fate.delay_seconds(),
                 error_kind,
                 fate = "defer",
                 "record deferred"

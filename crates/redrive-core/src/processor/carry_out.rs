@@ -5,17 +5,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::answer::fate_name;
 use super::decide::Ruling;
-use super::{Invocation, Item, Processor, RecordHandler};
-use crate::backoff::MAX_DELAY_SECONDS;
+use super::{Item, Processor};
+use crate::handler::{Invocation, RecordHandler};
+use crate::backoff::{whole_seconds, MAX_DELAY_SECONDS};
 use crate::carry::{Destination, Outbox};
 use crate::envelope::{
     annotate, truncate, FailedIn, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES,
     META_VERSION,
 };
 use crate::error::{ErrorClass, RecordError};
-use crate::event::Text;
+use redrive_event::Text;
 use crate::fate::{Fate, GiveBackReason};
 use crate::ledger::Hold;
 use crate::metrics::BatchReport;
@@ -60,7 +60,7 @@ impl<Q: QueuePort> Processor<Q> {
             let fate = &mut rulings[index].fate;
             tracing::error!(
                 message_id = items[index].id,
-                fate = fate_name(fate),
+                fate = fate.name(),
                 error = %reason,
                 "send not confirmed: record given back to SQS",
             );
@@ -245,11 +245,11 @@ impl<Q: QueuePort> Processor<Q> {
         delay: Duration,
     ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
         let wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        let hop = delay_seconds_of(delay) > MAX_DELAY_SECONDS;
+        let hop = whole_seconds(delay) > MAX_DELAY_SECONDS;
         let due_at = hop.then(|| Timestamp(now.saturating_add(wait_ms)));
         let meta = self.meta(item, (now, failed_in), error, attempts, due_at);
         let mut message = annotate(item.record, meta)?;
-        message.delay_seconds = delay_seconds_of(delay).min(MAX_DELAY_SECONDS);
+        message.delay_seconds = whole_seconds(delay).min(MAX_DELAY_SECONDS);
         Ok(message)
     }
 
@@ -366,8 +366,4 @@ fn untried(fate: &Fate) -> bool {
             ..
         }
     )
-}
-
-pub(super) fn delay_seconds_of(delay: Duration) -> u32 {
-    u32::try_from(delay.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::{FifoOnDeadLetter, Item, Processor};
 use crate::error::RecordError;
 use crate::fate::{Fate, History, Judge, Outcome};
-use crate::lock;
+use crate::sync::lock;
 use crate::port::QueuePort;
 
 impl<Q: QueuePort> Processor<Q> {

@@ -6,7 +6,6 @@
 mod answer;
 mod carry_out;
 mod decide;
-mod handler;
 mod run;
 mod run_stream;
 
@@ -16,18 +15,18 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsBatchResponse;
 
-pub use handler::{BatchHandler, Invocation, Message, RecordHandler, DATA_ENCODING_ATTRIBUTE};
-pub(crate) use run::{caught, deadline_error};
+pub(crate) use run::deadline_error;
 
 use crate::backoff::RetryPolicy;
 use crate::carry::CarryOut;
 use crate::clock::{Clock, SystemClock};
 use crate::envelope::{Meta, Timestamp};
 use crate::error::BatchError;
-use crate::event::SqsRecord;
+use redrive_event::SqsRecord;
 use crate::fate::{History, Outcome};
+use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
 use crate::ledger::{AttemptLedger, Release};
-use crate::lock;
+use crate::sync::lock;
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
 use crate::stream::{KinesisEventResponse, KinesisRecord};
@@ -255,7 +254,7 @@ impl<Q: QueuePort> Processor<Q> {
         self.recount(&mut items, &invocation).await;
         // Boxed: the whole batch's future, nested once more in the task-local scope, is large
         // enough to overflow a 2 MiB thread stack in unoptimised builds.
-        crate::idempotency::with_own_completions(Box::pin(async {
+        with_own_completions(Box::pin(async {
             let handled = self.handle_all(handler, &items, fifo, &invocation).await;
             self.settle(handler, &invocation).await;
             Ok(self.conclude(&items, handled, fifo, &invocation).await)

@@ -1,25 +1,21 @@
 //! Running records: which record starts when (in order, or FIFO groups as lanes), workers polled
 //! together on the invocation's task, panics caught per record, and the deadline margin that stops
 //! new records and cuts off running ones; for a batch handler, bisection.
-use std::any::Any;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::future::{poll_fn, Future};
 use std::ops::Range;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use super::{BatchHandler, Held, Invocation, Item, Message, Processor, RecordHandler};
+use super::{Held, Item, Processor};
+use crate::handler::{caught, BatchHandler, Invocation, Message, RecordHandler};
 use crate::clock::Cutoff;
 use crate::error::{ErrorClass, RecordError};
 use crate::fate::Outcome;
-use crate::lock;
+use crate::sync::lock;
 use crate::port::QueuePort;
 
 /// Which record a worker starts next.
@@ -265,34 +261,9 @@ impl<Q: QueuePort> Processor<Q> {
     }
 }
 
-/// Runs a handler future; a panic becomes a `panic` error for this record only.
-pub(crate) async fn caught(
-    future: impl Future<Output = Result<(), RecordError>>,
-) -> Result<(), RecordError> {
-    let mut future = pin!(future);
-    poll_fn(
-        |cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-            Ok(poll) => poll,
-            Err(payload) => Poll::Ready(Err(RecordError::panic(panic_message(payload.as_ref())))),
-        },
-    )
-    .await
-}
-
 pub(crate) fn deadline_error() -> RecordError {
     RecordError::transient(
         "deadline",
         "the handler was still running at the Lambda deadline margin",
     )
-}
-
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    match (
-        payload.downcast_ref::<&str>(),
-        payload.downcast_ref::<String>(),
-    ) {
-        (Some(text), _) => (*text).to_owned(),
-        (_, Some(text)) => text.clone(),
-        _ => "panic with a non-string payload".to_owned(),
-    }
 }

@@ -1,11 +1,12 @@
 //! Running a Kinesis batch: in order, one record at a time, each record's fate decided by the
 //! judge's stream rule and carried out before the next record starts.
-use super::{caught, deadline_error, Held, Invocation, Item, Processed, Processor, RecordHandler};
+use super::{deadline_error, Held, Item, Processed, Processor};
+use crate::handler::{caught, Invocation, RecordHandler};
 use crate::carry::{Destination, Outbox};
 use crate::clock::Cutoff;
 use crate::envelope::{sqs_accepts, FailedIn, OutgoingMessage};
 use crate::error::{BatchError, RecordError};
-use crate::event::SqsRecord;
+use redrive_event::SqsRecord;
 use crate::fate::{Outcome, StreamFate};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;

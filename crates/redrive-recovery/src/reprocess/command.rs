@@ -7,7 +7,7 @@ use crate::settings::ReprocessSettings;
 use redrive_core::backoff::parse_duration;
 use redrive_core::envelope::Meta;
 use redrive_core::error::{ConfigError, ErrorClass};
-use redrive_core::event::SqsRecord;
+use redrive_event::SqsRecord;
 
 /// What to redrive, as a Lambda invocation payload or from the operator CLI. Every field is
 /// optional; absent ones take the function's defaults ([`ReprocessSettings`]).
@@ -176,9 +176,6 @@ impl ReprocessCommand {
     }
 }
 
-/// The name before 0.2.
-#[deprecated(since = "0.2.0", note = "renamed `ReprocessCommand`")]
-pub type RedriveCommand = ReprocessCommand;
 
 impl Filter {
     pub(super) fn admits(&self, record: &SqsRecord<'_>, meta: Option<&Meta<'_>>, age: u64) -> bool {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{meta_text, HOLD};
 use redrive_core::envelope::Meta;
 use redrive_core::error::PortError;
-use redrive_core::event::SqsRecord;
+use redrive_event::SqsRecord;
 use redrive_core::port::{QueuePort, VisibilityChange};
 
 /// Reads up to `max` messages without consuming them: each is hidden while the queue is read, and
@@ -142,7 +142,7 @@ impl Inventory {
 /// metadata parsed.
 pub fn export_line(record: &SqsRecord<'_>) -> String {
     let meta = Meta::of(record);
-    let attributes: BTreeMap<&str, &redrive_core::event::MessageAttribute<'_>> = meta
+    let attributes: BTreeMap<&str, &redrive_event::MessageAttribute<'_>> = meta
         .as_ref()
         .and_then(|m| m.as_ref().ok())
         .and_then(|m| m.attributes.as_ref())

@@ -11,8 +11,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-#[allow(deprecated)]
-pub use command::RedriveCommand;
 pub use command::{AttributeFilter, Filter, Plan, ReprocessCommand};
 pub use inventory::{browse, export_line, Inventory};
 
@@ -22,7 +20,7 @@ use redrive_core::carry::{CarryOut, Destination, Outbox};
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
 use redrive_core::error::{ErrorClass, PortError};
-use redrive_core::event::{SqsRecord, Text};
+use redrive_event::{SqsRecord, Text};
 use redrive_core::idempotency::fingerprint;
 use redrive_core::port::QueuePort;
 use redrive_core::reprocess_policy::{Disposition, ReprocessPolicy};
@@ -83,10 +81,6 @@ impl ReprocessSummary {
         )
     }
 }
-
-/// The name before 0.2.
-#[deprecated(since = "0.2.0", note = "renamed `ReprocessSummary`")]
-pub type RedriveSummary = ReprocessSummary;
 
 /// How long a batch begun before a run's stop time may still send: the function stops starting
 /// batches 10 s before its deadline, and a send cut off leaves its message in the DLQ.
@@ -477,7 +471,7 @@ fn as_is<'r>(record: &'r SqsRecord<'r>) -> Option<redrive_core::envelope::Outgoi
 mod tests {
     use super::*;
     use redrive_core::clock::ManualClock;
-    use redrive_core::event::MessageAttribute;
+    use redrive_event::MessageAttribute;
     use redrive_core::port::{Call, RecordingQueue};
 
     const NOW: u64 = 1_763_790_000_000;
@@ -503,7 +497,7 @@ mod tests {
         let mut record = SqsRecord {
             message_id: Some(Text::from(id.to_owned())),
             receipt_handle: Some(Text::from(format!("rh-{id}"))),
-            body: Some(redrive_core::event::Body::from(format!(
+            body: Some(redrive_event::Body::from(format!(
                 "{{\"id\":\"{id}\"}}"
             ))),
             ..SqsRecord::default()
@@ -898,7 +892,7 @@ mod tests {
         .unwrap();
         let reprocessor = reprocessor(&settings);
         let mut secret = dead_letter("card", Some(ErrorClass::Permanent), 0);
-        secret.body = Some(redrive_core::event::Body::from(
+        secret.body = Some(redrive_event::Body::from(
             r#"{"id":"card","pan":"4111111111111111"}"#.to_owned(),
         ));
         reprocessor.queue().stock(DLQ, [secret]);

@@ -1,6 +1,11 @@
 //! The handler contract: what a user's handler implements and what it sees of a record and of
 //! the invocation it arrived in.
-use std::future::Future;
+use std::any::Any;
+use std::future::{poll_fn, Future};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -8,13 +13,13 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use crate::clock::Clock;
-use crate::envelope::{FailedIn, Meta, META_ATTRIBUTE};
+use crate::envelope::{FailedIn, Meta, DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE};
 use crate::error::RecordError;
-use crate::event::{MessageAttribute, MessageAttributes, SqsRecord};
+use redrive_event::{MessageAttribute, MessageAttributes, SqsRecord};
 
 /// Handles one message. Return a [`RecordError`] saying whether the failure is transient or
 /// permanent; a panic is caught and treated as permanent (class `panic`). Several records of a
-/// batch are handled at once ([`ProcessorConfig::concurrency`](super::ProcessorConfig::concurrency)), all through `&self`: state shared
+/// batch are handled at once ([`ProcessorConfig::concurrency`](crate::processor::ProcessorConfig::concurrency)), all through `&self`: state shared
 /// between them needs a lock or an atomic.
 pub trait RecordHandler: Sync {
     /// Handles `message`; the error says whether it is worth retrying.
@@ -96,18 +101,14 @@ impl Invocation<'_> {
     }
 }
 
-/// Attribute that marks a body as the base64 of binary data ([`Message::data`] decodes it); it
-/// stays on the DLQ copy, so whoever reads the DLQ knows too.
-pub const DATA_ENCODING_ATTRIBUTE: &str = "dataEncoding";
-
 /// What a handler sees of a record.
 #[derive(Debug, Clone, Copy)]
 pub struct Message<'r> {
-    pub(super) record: &'r SqsRecord<'r>,
-    pub(super) id: &'r str,
-    pub(super) meta: Option<&'r Meta<'r>>,
-    pub(super) attempt: u32,
-    pub(super) invocation: &'r Invocation<'r>,
+    pub(crate) record: &'r SqsRecord<'r>,
+    pub(crate) id: &'r str,
+    pub(crate) meta: Option<&'r Meta<'r>>,
+    pub(crate) attempt: u32,
+    pub(crate) invocation: &'r Invocation<'r>,
 }
 
 impl<'r> Message<'r> {
@@ -201,5 +202,46 @@ impl<'r> Message<'r> {
         self.meta
             .and_then(|meta| meta.attributes.as_ref())
             .unwrap_or(&self.record.message_attributes)
+    }
+}
+
+/// The writes an invocation's records left running, each on a task of its own so that a record
+/// cut off at the deadline after its effect still gets it recorded (the idempotency guard's key
+/// completions; [`RecordHandler::settle`] waits for them).
+pub(crate) type Completing = Arc<tokio::sync::watch::Sender<usize>>;
+
+tokio::task_local! {
+    /// The pending writes of the invocation being processed: invocations that run side by side
+    /// in one process (Lambda Managed Instances) each wait for their own.
+    pub(crate) static COMPLETING: Completing;
+}
+
+/// Runs one invocation's work with a count of its own of the writes its records leave running.
+pub(crate) async fn with_own_completions<F: Future>(work: F) -> F::Output {
+    COMPLETING.scope(Completing::default(), work).await
+}
+
+/// Runs a handler future; a panic becomes a `panic` error for this record only.
+pub(crate) async fn caught(
+    future: impl Future<Output = Result<(), RecordError>>,
+) -> Result<(), RecordError> {
+    let mut future = pin!(future);
+    poll_fn(
+        |cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(payload) => Poll::Ready(Err(RecordError::panic(panic_message(payload.as_ref())))),
+        },
+    )
+    .await
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(text), _) => (*text).to_owned(),
+        (_, Some(text)) => text.clone(),
+        _ => "panic with a non-string payload".to_owned(),
     }
 }
