@@ -68,6 +68,7 @@ CRATES := redrive-event redrive-core redrive-aws redrive-recovery redrive-lambda
 lint: ## cargo fmt --check, clippy and rustdoc with warnings denied, rust-version, cargo package
 	$(CARGO) fmt --all -- --check
 	tools/check-msrv
+	tools/import-floors
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings -W clippy::match_bool
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked --quiet
 	@# cargo takes the packages it verifies against each other for registry crates, whose sources
