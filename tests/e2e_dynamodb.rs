@@ -100,7 +100,7 @@ async fn a_claim_cut_off_at_the_deadline_holds_until_its_lease_lapses() {
         .await
         .unwrap();
     assert_eq!(store.claim("o-1", None, lease).await.unwrap(), Claim::Done);
-    store.release("o-1").await.unwrap();
+    store.abandon("o-1").await.unwrap();
     assert_eq!(
         store.claim("o-1", None, lease).await.unwrap(),
         Claim::Done,
@@ -246,7 +246,7 @@ async fn a_key_reused_for_another_payload_is_told_apart_from_a_duplicate() {
 
 #[tokio::test]
 async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
-    use redrive::ledger::AttemptLedger;
+    use redrive::fifo::AttemptLedger;
     let (client, table) = table("ledger").await;
     let store = DynamoDbStore::with_client(client.clone(), &table);
     store.record_untried("m-1", 2).await.unwrap();
@@ -290,7 +290,7 @@ async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
 
 #[tokio::test]
 async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
-    use redrive::ledger::{AttemptLedger, Hold, Release};
+    use redrive::fifo::{AttemptLedger, Hold, Release};
     let (client, table) = table("ledger-hold").await;
     let store = DynamoDbStore::with_client(client, &table);
     let hold = |receive_count: u32, since_ms: u64, error_kind: &str| Hold {

@@ -8,7 +8,7 @@
 //! fingerprint). A claim is one conditional put; DynamoDB deletes expired items
 //! within days, so the condition reads `expires_at` itself and never trusts an expired item.
 //!
-//! The same table holds the FIFO attempt ledger ([`redrive_core::ledger`]): one item per message
+//! The same table holds the FIFO attempt ledger ([`redrive_core::fifo`]): one item per message
 //! given back untried or held, `pk` = `attempts#<message id>`, `untried` (a number set of receive
 //! counts; adding to a set is idempotent, so a retried write counts once), `attempts_from` (after
 //! an operator's release), the hold (`held_since`, `held_receive`, `held_receipt`, `held_queue`,
@@ -26,8 +26,8 @@ use tokio::sync::OnceCell;
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::error::PortError;
 use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
-use redrive_core::ledger::{
-    ledger_key, AttemptLedger, BoxFuture, Entry, Hold, Release, LEDGER_KEEP,
+use redrive_core::fifo::{
+    ledger_key, AttemptLedger, BoxFuture, LedgerEntry, Hold, Release, LEDGER_KEEP,
 };
 
 const HELD: &str = "IN_PROGRESS";
@@ -156,9 +156,9 @@ impl IdempotencyStore for DynamoDbStore {
             .map_err(|error| PortError::new("PutItem", error_text(&error)))
     }
 
-    async fn release(&self, key: &str) -> Result<(), PortError> {
+    async fn abandon(&self, key: &str) -> Result<(), PortError> {
         // Only a claim is given up: a key another delivery completed meanwhile stays done.
-        let released = self
+        let abandoned = self
             .client()
             .await
             .delete_item()
@@ -169,7 +169,7 @@ impl IdempotencyStore for DynamoDbStore {
             .expression_attribute_values(":held", AttributeValue::S(HELD.to_owned()))
             .send()
             .await;
-        match released {
+        match abandoned {
             Ok(_) => Ok(()),
             Err(error)
                 if error
@@ -209,10 +209,10 @@ impl AttemptLedger for DynamoDbStore {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
         Box::pin(async move {
             let keys: Vec<String> = message_ids.iter().map(|id| ledger_key(id)).collect();
-            let mut found: HashMap<String, Entry> = HashMap::new();
+            let mut found: HashMap<String, LedgerEntry> = HashMap::new();
             let mut pending = keys.clone();
             // BatchGetItem may answer part of a request (throttling): ask again for the rest.
             for _ in 0..3 {
@@ -396,7 +396,7 @@ impl DynamoDbStore {
     async fn read_ledger(
         &self,
         keys: &[String],
-    ) -> Result<(HashMap<String, Entry>, Vec<String>), PortError> {
+    ) -> Result<(HashMap<String, LedgerEntry>, Vec<String>), PortError> {
         let request = KeysAndAttributes::builder()
             .set_keys(Some(
                 keys.iter()
@@ -443,9 +443,9 @@ impl DynamoDbStore {
     }
 }
 
-/// A ledger item as an [`Entry`].
-fn entry_of(item: &HashMap<String, AttributeValue>) -> Entry {
-    Entry {
+/// A ledger item as an [`LedgerEntry`].
+fn entry_of(item: &HashMap<String, AttributeValue>) -> LedgerEntry {
+    LedgerEntry {
         untried: item
             .get("untried")
             .and_then(|set| set.as_ns().ok())

@@ -7,7 +7,8 @@ use crate::breaker::BreakerSettings;
 use crate::error::ConfigError;
 use crate::idempotency::{IdempotencyStore, Idempotent, KeyFrom};
 use crate::handler::RecordHandler;
-use crate::processor::{FifoOnDeadLetter, ProcessorConfig};
+use crate::fifo::FifoOnDeadLetter;
+use crate::processor::ProcessorConfig;
 
 /// Every variable redrive reads, with its default; any other `REDRIVE_*` variable is a typo and
 /// refused at start. One list for every function, so that a function that reads two settings
@@ -236,7 +237,7 @@ pub struct Settings {
     pub metrics_namespace: String,
     /// The shared idempotency store, when `REDRIVE_IDEMPOTENCY_TABLE` names one.
     pub idempotency: Option<IdempotencySettings>,
-    /// The DynamoDB table of the FIFO attempt ledger ([`crate::ledger`]): `REDRIVE_LEDGER_TABLE`,
+    /// The DynamoDB table of the FIFO attempt ledger ([`crate::fifo`]): `REDRIVE_LEDGER_TABLE`,
     /// else the idempotency store's table. `None`: a FIFO record's receives all count as attempts.
     pub ledger_table: Option<String>,
 }

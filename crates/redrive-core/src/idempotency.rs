@@ -17,13 +17,13 @@ use crate::handler::{caught, Message, RecordHandler, COMPLETING};
 /// What the store says when a key is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
-    /// Nobody has this key: go ahead, then `complete` (or `release` on failure).
+    /// Nobody has this key: go ahead, then `complete` (or `abandon` on failure).
     Claimed,
-    /// Another delivery holds it right now.
+    /// Another delivery has a claim on it right now.
     InProgress,
     /// Already done: the effect happened.
     Done,
-    /// Held or done for another payload: the key was reused (only when both payloads are known).
+    /// Claimed or done for another payload: the key was reused (only when both payloads are known).
     Reused,
 }
 
@@ -32,7 +32,7 @@ pub enum Claim {
 /// duplicates that reach different containers.
 pub trait IdempotencyStore: Send + Sync {
     /// Claims `key` for `lease` (after which a crashed holder's claim lapses). With `payload` (a
-    /// fingerprint of the message), a key held or done for another payload is [`Claim::Reused`].
+    /// fingerprint of the message), a key claimed or done for another payload is [`Claim::Reused`].
     fn claim(
         &self,
         key: &str,
@@ -47,7 +47,7 @@ pub trait IdempotencyStore: Send + Sync {
         keep: Duration,
     ) -> impl Future<Output = Result<(), PortError>> + Send;
     /// Gives up a claim after a failure, so that a retry may run.
-    fn release(&self, key: &str) -> impl Future<Output = Result<(), PortError>> + Send;
+    fn abandon(&self, key: &str) -> impl Future<Output = Result<(), PortError>> + Send;
 }
 
 /// One store shared by several handlers (or simulated containers).
@@ -68,14 +68,14 @@ impl<S: IdempotencyStore> IdempotencyStore for Arc<S> {
     ) -> Result<(), PortError> {
         (**self).complete(key, payload, keep).await
     }
-    async fn release(&self, key: &str) -> Result<(), PortError> {
-        (**self).release(key).await
+    async fn abandon(&self, key: &str) -> Result<(), PortError> {
+        (**self).abandon(key).await
     }
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Entry {
-    Held { until_ms: u64, payload: Option<u64> },
+enum KeyState {
+    Claimed { until_ms: u64, payload: Option<u64> },
     Done { until_ms: u64, payload: Option<u64> },
 }
 
@@ -86,7 +86,7 @@ pub fn reused(claimed: Option<u64>, stored: Option<u64>) -> bool {
 
 /// An in-memory store with expiry, bounded in size (the oldest entries go first).
 pub struct MemoryStore {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<HashMap<String, KeyState>>,
     capacity: usize,
     clock: Arc<dyn Clock>,
 }
@@ -108,7 +108,7 @@ impl MemoryStore {
         self
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, KeyState>> {
         crate::sync::lock(&self.entries)
     }
 }
@@ -127,28 +127,28 @@ impl IdempotencyStore for MemoryStore {
         let now = self.clock.now_ms();
         let mut entries = self.entries();
         match entries.get(key) {
-            Some(Entry::Done {
+            Some(KeyState::Done {
                 until_ms,
                 payload: stored,
             })
-            | Some(Entry::Held {
+            | Some(KeyState::Claimed {
                 until_ms,
                 payload: stored,
             }) if *until_ms > now && reused(payload, *stored) => return Ok(Claim::Reused),
-            Some(Entry::Done { until_ms, .. }) if *until_ms > now => return Ok(Claim::Done),
-            Some(Entry::Held { until_ms, .. }) if *until_ms > now => return Ok(Claim::InProgress),
+            Some(KeyState::Done { until_ms, .. }) if *until_ms > now => return Ok(Claim::Done),
+            Some(KeyState::Claimed { until_ms, .. }) if *until_ms > now => return Ok(Claim::InProgress),
             _ => {}
         }
         if entries.len() >= self.capacity {
             entries.retain(|_, entry| match entry {
-                Entry::Held { until_ms, .. } | Entry::Done { until_ms, .. } => *until_ms > now,
+                KeyState::Claimed { until_ms, .. } | KeyState::Done { until_ms, .. } => *until_ms > now,
             });
             if entries.len() >= self.capacity {
                 // Still full of live entries: forget the one that expires first.
                 let oldest = entries
                     .iter()
                     .min_by_key(|(_, entry)| match entry {
-                        Entry::Held { until_ms, .. } | Entry::Done { until_ms, .. } => *until_ms,
+                        KeyState::Claimed { until_ms, .. } | KeyState::Done { until_ms, .. } => *until_ms,
                     })
                     .map(|(key, _)| key.clone());
                 oldest.map(|key| entries.remove(&key));
@@ -156,7 +156,7 @@ impl IdempotencyStore for MemoryStore {
         }
         entries.insert(
             key.to_owned(),
-            Entry::Held {
+            KeyState::Claimed {
                 until_ms: now.saturating_add(ms(lease)),
                 payload,
             },
@@ -172,11 +172,11 @@ impl IdempotencyStore for MemoryStore {
     ) -> Result<(), PortError> {
         let until_ms = self.clock.now_ms().saturating_add(ms(keep));
         self.entries()
-            .insert(key.to_owned(), Entry::Done { until_ms, payload });
+            .insert(key.to_owned(), KeyState::Done { until_ms, payload });
         Ok(())
     }
 
-    async fn release(&self, key: &str) -> Result<(), PortError> {
+    async fn abandon(&self, key: &str) -> Result<(), PortError> {
         self.entries().remove(key);
         Ok(())
     }
@@ -196,7 +196,7 @@ pub struct Idempotent<H, S> {
     inner: H,
     store: Arc<S>,
     key: KeyFrom,
-    /// How long a claim holds while the handler runs (longer than the function timeout).
+    /// How long a claim lasts while the handler runs (longer than the function timeout).
     pub lease: Duration,
     /// How long a done key is remembered (longer than the retention of every queue it comes through).
     pub keep: Duration,
@@ -332,26 +332,26 @@ impl<H: RecordHandler, S: IdempotencyStore + 'static> RecordHandler for Idempote
                 return Ok(());
             }
             Claim::InProgress => {
-                // Another delivery holds the claim: not a failure of this one. Wait for its lease
+                // Another delivery has the claim: not a failure of this one. Wait for its lease
                 // without spending an attempt; by then it is done, or it crashed and the claim
                 // has lapsed.
                 return Err(RecordError::defer("idempotency_in_progress", self.lease));
             }
             Claim::Claimed => {}
         }
-        // A panic is caught here too, so that its claim is released like any failure's (the
-        // processor would catch it too, but past the release, leaving the key held for a lease).
+        // A panic is caught here too, so that its claim is abandoned like any failure's (the
+        // processor would catch it too, but past the abandoning, leaving the key claimed for a lease).
         match caught(self.inner.handle(message)).await {
             Ok(()) => {
                 self.complete(message, &key, payload).await;
                 Ok(())
             }
             Err(error) => {
-                if let Err(release) = self.store.release(&key).await {
+                if let Err(error) = self.store.abandon(&key).await {
                     tracing::warn!(
                         key,
-                        error = %release,
-                        "could not release the idempotency claim: a retry waits for the lease",
+                        error = %error,
+                        "could not abandon the idempotency claim: a retry waits for the lease",
                     );
                 }
                 Err(error)
@@ -407,7 +407,7 @@ mod tests {
             Claim::Claimed,
             "forgotten"
         );
-        store.release("a").await.unwrap();
+        store.abandon("a").await.unwrap();
         assert_eq!(
             store.claim("a", None, minute).await.unwrap(),
             Claim::Claimed
@@ -492,7 +492,7 @@ mod tests {
         };
         let processor = Processor::new(crate::port::RecordingQueue::default(), config);
         let deliveries = [
-            vec![record("m-1", "order-1", None)], // fails, key released, retry copy sent
+            vec![record("m-1", "order-1", None)], // fails, claim abandoned, retry copy sent
             vec![record("m-9", "order-1", Some("m-1"))], // the retry copy: same key, succeeds
             vec![
                 record("m-9", "order-1", Some("m-1")),
@@ -545,7 +545,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_panic_releases_its_claim_and_is_still_a_panic() {
+    async fn a_panic_abandons_its_claim_and_is_still_a_panic() {
         let store = Arc::new(MemoryStore::new(10));
         let handler = Idempotent::new(Panics, store.clone(), KeyFrom::MessageId);
         let record = record("m-1", "order-1", None);
@@ -556,7 +556,7 @@ mod tests {
             meta: None,
             attempts_before: 0,
             receive_count: 0,
-            held: crate::processor::Held::No,
+            head: crate::fifo::HeadStatus::Free,
         };
         let error = handler
             .handle(&item.message(&invocation))
@@ -569,7 +569,7 @@ mod tests {
                 .await
                 .unwrap(),
             Claim::Claimed,
-            "released, not held for a lease"
+            "abandoned, not claimed for a lease"
         );
     }
 
@@ -639,7 +639,7 @@ mod tests {
         }
     }
 
-    /// A delivery that finds the claim held waits for the holder's lease, deferred without
+    /// A delivery that finds the key claimed waits for the holder's lease, deferred without
     /// spending an attempt: spending them, five in about 30 s dead-lettered it while its holder
     /// could still finish, and the reprocessor later ran the effect a second time.
     #[tokio::test]
@@ -694,8 +694,8 @@ mod tests {
             }
             self.store.complete(key, payload, keep).await
         }
-        async fn release(&self, key: &str) -> Result<(), PortError> {
-            self.store.release(key).await
+        async fn abandon(&self, key: &str) -> Result<(), PortError> {
+            self.store.abandon(key).await
         }
     }
 
@@ -810,8 +810,8 @@ mod tests {
                 "ProvisionedThroughputExceededException",
             ))
         }
-        async fn release(&self, key: &str) -> Result<(), PortError> {
-            self.0.release(key).await
+        async fn abandon(&self, key: &str) -> Result<(), PortError> {
+            self.0.abandon(key).await
         }
     }
 

@@ -18,8 +18,8 @@ pub mod envelope;
 pub mod error;
 pub mod fate;
 pub mod handler;
+pub mod fifo;
 pub mod idempotency;
-pub mod ledger;
 pub mod metrics;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]

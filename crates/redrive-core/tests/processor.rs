@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redrive_core::clock::{Clock, ManualClock};
 use redrive_core::envelope::OutgoingMessage;
-use redrive_core::ledger::{AttemptLedger, Counted, MemoryLedger};
+use redrive_core::fifo::{AttemptLedger, Counted, MemoryLedger};
 use redrive_core::port::{Call, RecordingQueue};
 use redrive_core::{
     BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig,
@@ -887,8 +887,8 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
 #[tokio::test]
 async fn with_hold_a_head_that_would_be_dead_lettered_holds_its_group_until_an_operator_releases_it(
 ) {
-    use redrive_core::ledger::Release;
-    use redrive_core::processor::FifoOnDeadLetter;
+    use redrive_core::fifo::Release;
+    use redrive_core::fifo::FifoOnDeadLetter;
     let ledger = Arc::new(MemoryLedger::new());
     let holding = |max_age: Duration| {
         let config = ProcessorConfig {

@@ -7,8 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
-use redrive::ledger::{AttemptLedger, Release};
-use redrive::port::{QueuePort, VisibilityChange};
+use redrive::fifo::{release_head, AttemptLedger, Release};
 use redrive::reprocess::{
     browse, export_line, AttributeFilter, Inventory, ReprocessCommand, ReprocessSummary,
     Reprocessor,
@@ -300,21 +299,13 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 Release::Retry
             };
-            let Some(hold) = ledger.release_hold(&message_id, release).await? else {
+            let Some(released) = release_head(&ledger, &sqs, &message_id, release).await? else {
                 return Err(format!(
                     "{message_id} holds no group: `dlq held` lists the held heads"
                 )
                 .into());
             };
-            // The head waits in place up to 11 h 40 min: make it visible now through the receipt
-            // handle of its latest receive.
-            let url = sqs.queue_url(&hold.queue_arn).await?;
-            let change = VisibilityChange {
-                receipt_handle: &hold.receipt_handle,
-                timeout: std::time::Duration::ZERO,
-            };
-            let refused = sqs.change_visibility_batch(&url, &[change]).await?;
-            let when = if refused.is_empty() {
+            let when = if released.visible_now {
                 "now"
             } else {
                 "when its wait in place ends (its receipt handle is no longer the latest)"

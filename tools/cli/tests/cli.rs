@@ -140,7 +140,7 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
 
 #[tokio::test]
 async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
-    use redrive::ledger::{AttemptLedger, Hold};
+    use redrive::fifo::{AttemptLedger, Hold};
     assert!(
         std::env::var("AWS_ENDPOINT_URL").is_ok(),
         "run with `make test` (moto server and AWS_ENDPOINT_URL)"

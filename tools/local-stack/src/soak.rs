@@ -19,9 +19,11 @@ use redrive::dynamodb::DynamoDbStore;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
 use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom, MemoryStore};
-use redrive::ledger::{AttemptLedger, BoxFuture, Entry, Hold, MemoryLedger, Release};
+use redrive::fifo::{
+    release_head, AttemptLedger, BoxFuture, Hold, LedgerEntry, MemoryLedger, Release,
+};
 use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
-use redrive::processor::FifoOnDeadLetter;
+use redrive::fifo::FifoOnDeadLetter;
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{
@@ -172,10 +174,10 @@ impl IdempotencyStore for SharedStore {
             Self::DynamoDb(store) => store.complete(key, payload, keep).await,
         }
     }
-    async fn release(&self, key: &str) -> Result<(), PortError> {
+    async fn abandon(&self, key: &str) -> Result<(), PortError> {
         match self {
-            Self::Memory(store, _) => store.release(key).await,
-            Self::DynamoDb(store) => IdempotencyStore::release(store, key).await,
+            Self::Memory(store, _) => store.abandon(key).await,
+            Self::DynamoDb(store) => IdempotencyStore::abandon(store, key).await,
         }
     }
 }
@@ -267,7 +269,7 @@ impl AttemptLedger for FaultyStore {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
         Box::pin(self.call("BatchGetItem", self.inner.ledger().entries(message_ids)))
     }
     fn record_untried<'a>(
@@ -326,8 +328,8 @@ impl IdempotencyStore for FaultyStore {
         self.call("PutItem", self.inner.complete(key, payload, keep))
             .await
     }
-    async fn release(&self, key: &str) -> Result<(), PortError> {
-        self.call("DeleteItem", self.inner.release(key)).await
+    async fn abandon(&self, key: &str) -> Result<(), PortError> {
+        self.call("DeleteItem", self.inner.abandon(key)).await
     }
 }
 
@@ -1218,16 +1220,8 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
                     .or_default() += 1;
                 Release::Retry
             };
-            self.ledger.release_hold(id, release).await?;
-            let change = VisibilityChange {
-                receipt_handle: &hold.receipt_handle,
-                timeout: Duration::ZERO,
-            };
             // A stale receipt (the head came back meanwhile) is refused: it is visible anyway.
-            self.queue
-                .inner()
-                .change_visibility_batch(self.url, &[change])
-                .await?;
+            release_head(self.ledger, self.queue.inner(), id, release).await?;
         }
         Ok(released)
     }

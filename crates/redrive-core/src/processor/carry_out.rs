@@ -17,7 +17,7 @@ use crate::envelope::{
 use crate::error::{ErrorClass, RecordError};
 use redrive_event::Text;
 use crate::fate::{Fate, GiveBackReason};
-use crate::ledger::Hold;
+use crate::fifo::{self, Hold, LedgerWrite};
 use crate::metrics::BatchReport;
 use crate::port::{QueuePort, VisibilityChange};
 
@@ -80,9 +80,7 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// Writes down in the ledger each FIFO record given back untried (held back behind its group,
-    /// not started, deferred), and each hold, by the carry deadline. A write that fails leaves
-    /// that receive counted as an attempt (fewer tries, never more); a hold not written is held
-    /// again when its head comes back.
+    /// not started, deferred), and each hold, by the carry deadline ([`fifo::write_down`]).
     async fn write_ledger(
         &self,
         items: &[Item<'_>],
@@ -91,7 +89,7 @@ impl<Q: QueuePort> Processor<Q> {
     ) {
         let Some(ledger) = &self.ledger else { return };
         let now = self.clock.now_ms();
-        let writes: Vec<_> = items
+        let writes = items
             .iter()
             .zip(rulings)
             .filter(|(item, _)| item.receive_count > 0)
@@ -100,42 +98,24 @@ impl<Q: QueuePort> Processor<Q> {
                     Fate::GiveBack {
                         reason: GiveBackReason::Held,
                         ..
-                    } => LedgerWrite::Hold(hold_of(item, ruling.error.as_deref(), now)),
+                    } => LedgerWrite::Hold {
+                        hold: Hold::on(
+                            item.receive_count,
+                            item.record.receipt_handle.as_deref().unwrap_or_default(),
+                            item.record.event_source_arn.as_deref().unwrap_or_default(),
+                            ruling.error.as_deref(),
+                            now,
+                        ),
+                        // A head that comes back held was not tried this time.
+                        tried: ruling.error.is_some(),
+                    },
                     ref fate if untried(fate) => LedgerWrite::Untried,
                     _ => return None,
                 };
-                Some(async move {
-                    let (written, what) = match &write {
-                        LedgerWrite::Untried => (
-                            ledger.record_untried(item.id, item.receive_count).await,
-                            "untried delivery not written to the attempt ledger: it counts as an attempt",
-                        ),
-                        // A head that comes back held was not tried this time.
-                        LedgerWrite::Hold(hold) => (
-                            ledger.hold(item.id, hold, ruling.error.is_none()).await,
-                            "hold not written to the attempt ledger: the head is held again when it comes back",
-                        ),
-                    };
-                    if let Err(error) = written {
-                        tracing::warn!(message_id = item.id, %error, "{what}");
-                    }
-                })
+                Some((item.delivery(), write))
             })
             .collect();
-        if writes.is_empty() {
-            return;
-        }
-        let all = futures_util::future::join_all(writes);
-        match deadline {
-            Some(deadline) => {
-                if tokio::time::timeout_at(deadline, all).await.is_err() {
-                    tracing::warn!("attempt ledger writes cut off at the deadline: those receives count as attempts");
-                }
-            }
-            None => {
-                all.await;
-            }
-        }
+        fifo::write_down(ledger.as_ref(), writes, deadline).await;
     }
 
     /// Waits for what `handler` left running past the records' cut-off, within half the time left
@@ -321,38 +301,6 @@ struct Outgoing<'r> {
     to_source: Outbox<'r>,
     to_dlq: Outbox<'r>,
     visibility: Vec<(usize, VisibilityChange<'r>)>,
-}
-
-/// What the ledger is told of one record.
-enum LedgerWrite {
-    Untried,
-    Hold(Hold),
-}
-
-/// The hold a record's group is held on: this receive, and the failure (none when the head came
-/// back held, which keeps the one written first).
-fn hold_of(item: &Item<'_>, error: Option<&RecordError>, now_ms: u64) -> Hold {
-    Hold {
-        since_ms: now_ms,
-        receive_count: item.receive_count,
-        receipt_handle: item
-            .record
-            .receipt_handle
-            .as_deref()
-            .unwrap_or_default()
-            .to_owned(),
-        queue_arn: item
-            .record
-            .event_source_arn
-            .as_deref()
-            .unwrap_or_default()
-            .to_owned(),
-        error_kind: error.map(|e| e.kind().to_owned()).unwrap_or_default(),
-        error_message: error
-            .map(|e| truncate(e.message(), MAX_ERROR_MESSAGE_BYTES).into_owned())
-            .unwrap_or_default(),
-        release: None,
-    }
 }
 
 /// Whether a fate gives its record back without having tried it.

@@ -25,7 +25,7 @@ use crate::error::BatchError;
 use redrive_event::SqsRecord;
 use crate::fate::{History, Outcome};
 use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
-use crate::ledger::{AttemptLedger, Release};
+use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus};
 use crate::sync::lock;
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
@@ -49,24 +49,6 @@ pub struct ProcessorConfig {
     pub concurrency: NonZeroUsize,
     /// What a FIFO record that would be dead-lettered means for its group.
     pub fifo_on_dead_letter: FifoOnDeadLetter,
-}
-
-/// What a FIFO record that would be dead-lettered means for the rest of its message group
-/// (`REDRIVE_FIFO_ON_DEAD_LETTER`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum FifoOnDeadLetter {
-    /// It goes to the DLQ and the group goes on: its effect, once redriven, lands after its
-    /// successors'.
-    #[default]
-    Continue,
-    /// It stays in flight at the head of its group (needs the attempt ledger), which SQS keeps
-    /// waiting in order, until an operator releases it (`dlq release`); a hold that outlasts
-    /// `max_age` from the message's sending dead-letters it (the queue's retention would drop it
-    /// and its group).
-    Hold {
-        /// How long a head may hold its group, from when it was sent.
-        max_age: Duration,
-    },
 }
 
 /// The default bound on records in flight: a whole batch of Lambda's default size (10) and any
@@ -125,19 +107,7 @@ pub(crate) struct Item<'r> {
     /// queue, whose copies carry their attempts.
     pub(crate) receive_count: u32,
     /// Whether the ledger holds its group on it, and what an operator decided.
-    pub(crate) held: Held,
-}
-
-/// A FIFO record's hold, as the ledger has it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) enum Held {
-    /// Not held.
-    #[default]
-    No,
-    /// Held, waiting for an operator.
-    Waiting,
-    /// Released to the DLQ by an operator.
-    ToDeadLetter,
+    pub(crate) head: HeadStatus,
 }
 
 impl<'r> Item<'r> {
@@ -148,6 +118,12 @@ impl<'r> Item<'r> {
             meta: self.meta.as_deref(),
             attempt: self.attempts_before + 1,
             invocation,
+        }
+    }
+    pub(crate) fn delivery(&self) -> Delivery<'r> {
+        Delivery {
+            message_id: self.id,
+            receive_count: self.receive_count,
         }
     }
     pub(crate) fn group(&self) -> Option<&'r str> {
@@ -198,7 +174,7 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// Counts FIFO attempts with `ledger`: deliveries given back untried are written down there
-    /// and do not count ([`crate::ledger`]). Without one, every receive of a FIFO record counts as
+    /// and do not count ([`crate::fifo`]). Without one, every receive of a FIFO record counts as
     /// an attempt, which is right in batches of one.
     #[must_use]
     pub fn with_ledger(mut self, ledger: Arc<dyn AttemptLedger>) -> Self {
@@ -355,7 +331,7 @@ impl<Q: QueuePort> Processor<Q> {
                 meta,
                 attempts_before,
                 receive_count,
-                held: Held::No,
+                head: HeadStatus::Free,
             });
         }
         Ok((items, any_fifo))
@@ -374,29 +350,14 @@ impl<Q: QueuePort> Processor<Q> {
         if suspects.is_empty() {
             return;
         }
-        let ids: Vec<&str> = suspects.iter().map(|&i| items[i].id).collect();
+        let deliveries: Vec<Delivery<'_>> = suspects.iter().map(|&i| items[i].delivery()).collect();
         let within = self.budget(invocation.deadline_ms) / 4;
-        match tokio::time::timeout(within, ledger.entries(&ids)).await {
-            Ok(Ok(entries)) => {
-                for (&index, entry) in suspects.iter().zip(entries) {
-                    let item = &mut items[index];
-                    item.attempts_before = entry.attempts_before(item.receive_count);
-                    item.held = match entry.hold.map(|hold| hold.release) {
-                        None => Held::No,
-                        Some(Some(Release::DeadLetter)) => Held::ToDeadLetter,
-                        Some(_) => Held::Waiting,
-                    };
-                }
-            }
-            Ok(Err(error)) => tracing::warn!(
-                %error,
-                records = ids.len(),
-                "attempt ledger not read: SQS's receive counts stand as attempts",
-            ),
-            Err(_) => tracing::warn!(
-                records = ids.len(),
-                "attempt ledger not read in time: SQS's receive counts stand as attempts",
-            ),
+        let Some(counts) = fifo::recount(ledger.as_ref(), &deliveries, within).await else {
+            return;
+        };
+        for (&index, count) in suspects.iter().zip(counts) {
+            items[index].attempts_before = count.attempts_before;
+            items[index].head = count.head;
         }
     }
 

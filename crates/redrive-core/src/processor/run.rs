@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use super::{Held, Item, Processor};
+use super::{Item, Processor};
+use crate::fifo::HeadStatus;
 use crate::handler::{caught, BatchHandler, Invocation, Message, RecordHandler};
 use crate::clock::Cutoff;
 use crate::error::{ErrorClass, RecordError};
@@ -228,10 +229,10 @@ impl<Q: QueuePort> Processor<Q> {
         if item.record.body.is_none() {
             return Some(Outcome::NoBody);
         }
-        match item.held {
-            Held::Waiting => return Some(Outcome::Held),
-            Held::ToDeadLetter => return Some(Outcome::ReleasedToDeadLetter),
-            Held::No => {}
+        match item.head {
+            HeadStatus::Held => return Some(Outcome::Held),
+            HeadStatus::ReleasedToDeadLetter => return Some(Outcome::ReleasedToDeadLetter),
+            HeadStatus::Free => {}
         }
         // Only a ledger's count is exact enough to refuse a try on: SQS's alone counts receives
         // nobody tried.

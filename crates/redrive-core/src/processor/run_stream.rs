@@ -1,6 +1,7 @@
 //! Running a Kinesis batch: in order, one record at a time, each record's fate decided by the
 //! judge's stream rule and carried out before the next record starts.
-use super::{deadline_error, Held, Item, Processed, Processor};
+use super::{deadline_error, Item, Processed, Processor};
+use crate::fifo::HeadStatus;
 use crate::handler::{caught, Invocation, RecordHandler};
 use crate::carry::{Destination, Outbox};
 use crate::clock::Cutoff;
@@ -40,7 +41,7 @@ impl<Q: QueuePort> Processor<Q> {
                 meta: None,
                 attempts_before: 0,
                 receive_count: 0,
-                held: Held::No,
+                head: HeadStatus::Free,
             };
             let left = cutoff.left();
             let result = match (malformed, left.is_zero()) {
@@ -122,7 +123,7 @@ impl<Q: QueuePort> Processor<Q> {
                 meta: None,
                 attempts_before: item.attempts_before,
                 receive_count: 0,
-                held: Held::No,
+                head: HeadStatus::Free,
             };
             self.dead_letter(&item, (self.now_ms(), failed_in), error, 1)
                 .map(OutgoingMessage::into_owned)

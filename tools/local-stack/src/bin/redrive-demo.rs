@@ -19,7 +19,7 @@ use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::idempotency::{Idempotent, KeyFrom};
 use redrive::lambda::Bytes;
-use redrive::ledger::Counted;
+use redrive::fifo::Counted;
 use redrive::reprocess::{browse, ReprocessCommand, ReprocessSummary, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{BatchReport, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};

@@ -1,22 +1,5 @@
-//! The attempt ledger: which deliveries of a FIFO record were given back untried.
-//!
-//! A FIFO record is retried in place, so its attempts are counted from SQS's
-//! `ApproximateReceiveCount`. That count also rises for deliveries nobody tried: a record held
-//! back behind its group's failure, one not started before the deadline, a deferral. In batches of
-//! one a record is never held back by a neighbour, so the count is close; in batches of ten the
-//! last of a group can be received ten times for one try. The ledger keeps, per message, the
-//! receive counts at which it was given back untried, so that its attempts are the receives that
-//! are not in it. It is written only when a FIFO record is given back untried, and read once for a
-//! batch with a record received before: the happy path makes no call.
-//!
-//! Every error errs towards fewer attempts, never more: a receive the ledger does not know of
-//! (a lost write, a throttled invocation, a function that overran its timeout) counts as a try.
-//!
-//! With `REDRIVE_FIFO_ON_DEAD_LETTER=hold` the ledger also holds a group: a head that would be
-//! dead-lettered stays in flight in its queue (given back with the longest visibility SQS allows,
-//! and again each time it comes back), so SQS itself keeps the rest of its group waiting, in
-//! order; the entry says why. An operator releases it (`dlq release`): to be tried again with a
-//! fresh set of attempts, or dead-lettered so that the group goes on.
+//! The attempt ledger: the port where a FIFO record's untried deliveries and its group's hold are
+//! written down, with one implementation in memory (tests, the soak) and one that counts calls.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,7 +21,7 @@ pub fn ledger_key(message_id: &str) -> String {
 
 /// What the ledger knows of one message.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Entry {
+pub struct LedgerEntry {
     /// The receive counts at which it was given back untried.
     pub untried: Vec<u32>,
     /// Its attempts are counted from this receive on (an operator's release gives a fresh set);
@@ -48,7 +31,7 @@ pub struct Entry {
     pub hold: Option<Hold>,
 }
 
-impl Entry {
+impl LedgerEntry {
     /// The attempts a delivery `receive_count` has behind it: the receives before it (since
     /// `attempts_from`) that are not written down as untried.
     pub fn attempts_before(&self, receive_count: u32) -> u32 {
@@ -120,7 +103,7 @@ pub trait AttemptLedger: Send + Sync {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>>;
+    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>>;
 
     /// Writes down that the delivery `receive_count` of `message_id` was given back untried.
     /// Idempotent: writing the same pair twice (a retried call) counts once.
@@ -158,7 +141,7 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
         (**self).entries(message_ids)
     }
     fn record_untried<'a>(
@@ -191,7 +174,7 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
 /// A ledger in memory, shared by the simulated containers of a test or the soak.
 #[derive(Default)]
 pub struct MemoryLedger {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<HashMap<String, LedgerEntry>>,
 }
 
 impl MemoryLedger {
@@ -209,7 +192,7 @@ impl AttemptLedger for MemoryLedger {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
         let entries = lock(&self.entries);
         ready(
             message_ids
@@ -325,7 +308,7 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Entry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.inner.entries(message_ids)
     }
@@ -364,10 +347,10 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
 mod tests {
     use super::*;
 
-    fn untried(untried: &[u32]) -> Entry {
-        Entry {
+    fn untried(untried: &[u32]) -> LedgerEntry {
+        LedgerEntry {
             untried: untried.to_vec(),
-            ..Entry::default()
+            ..LedgerEntry::default()
         }
     }
 
@@ -380,7 +363,7 @@ mod tests {
         // This delivery's own entry (a retried write), duplicates and noise do not count.
         assert_eq!(untried(&[3, 3, 4, 0, 12]).attempts_before(4), 2);
         // Released after its hold at receive 7: receives 8 on count afresh.
-        let released = Entry {
+        let released = LedgerEntry {
             attempts_from: 8,
             ..untried(&[1, 2])
         };
@@ -396,7 +379,7 @@ mod tests {
         ledger.record_untried("m-1", 3).await.unwrap();
         let found = ledger.entries(&["m-1", "m-2"]).await.unwrap();
         assert_eq!(found[0].untried, [2, 3]);
-        assert_eq!(found[1], Entry::default());
+        assert_eq!(found[1], LedgerEntry::default());
         assert_eq!(found[0].attempts_before(5), 2);
     }
 

@@ -1,0 +1,236 @@
+//! FIFO bookkeeping: attempts counted right at any batch size, and a group held on its head.
+//!
+//! A FIFO record is retried in place, so its attempts are counted from SQS's
+//! `ApproximateReceiveCount`. That count also rises for deliveries nobody tried: a record held
+//! back behind its group's failure, one not started before the deadline, a deferral. In batches of
+//! one a record is never held back by a neighbour, so the count is close; in batches of ten the
+//! last of a group can be received ten times for one try. The attempt ledger ([`AttemptLedger`])
+//! keeps, per message, the receive counts at which it was given back untried, so that its attempts
+//! are the receives that are not in it. It is written only when a FIFO record is given back
+//! untried ([`write_down`]), and read once for a batch with a record received before
+//! ([`recount`]): the happy path makes no call.
+//!
+//! Every error errs towards fewer attempts, never more: a receive the ledger does not know of
+//! (a lost write, a throttled invocation, a function that overran its timeout) counts as a try.
+//!
+//! With [`FifoOnDeadLetter::Hold`] the ledger also holds a group: a head that would be
+//! dead-lettered stays in flight in its queue (given back with the longest visibility SQS allows,
+//! and again each time it comes back), so SQS itself keeps the rest of its group waiting, in
+//! order; the entry says why. An operator releases it ([`release_head`], `dlq release`): to be
+//! tried again with a fresh set of attempts, or dead-lettered so that the group goes on.
+//!
+//! Which fate a FIFO record gets stays with the judge (`fate.rs`), and which record of a group runs
+//! when with the processor's schedule: this module takes plain data (message ids, receive counts,
+//! receipts) and keeps the books.
+mod ledger;
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub use ledger::{
+    ledger_key, AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
+    LEDGER_KEEP,
+};
+
+use crate::envelope::{truncate, MAX_ERROR_MESSAGE_BYTES};
+use crate::error::{PortError, RecordError};
+use crate::port::{QueuePort, VisibilityChange};
+
+/// What a FIFO record that would be dead-lettered means for the rest of its message group
+/// (`REDRIVE_FIFO_ON_DEAD_LETTER`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FifoOnDeadLetter {
+    /// It goes to the DLQ and the group goes on: its effect, once redriven, lands after its
+    /// successors'.
+    #[default]
+    Continue,
+    /// It stays in flight at the head of its group (needs the attempt ledger), which SQS keeps
+    /// waiting in order, until an operator releases it (`dlq release`); a hold that outlasts
+    /// `max_age` from the message's sending dead-letters it (the queue's retention would drop it
+    /// and its group).
+    Hold {
+        /// How long a head may hold its group, from when it was sent.
+        max_age: Duration,
+    },
+}
+
+/// A FIFO delivery as the books know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery<'a> {
+    /// The SQS message id.
+    pub message_id: &'a str,
+    /// SQS's `ApproximateReceiveCount` of this delivery.
+    pub receive_count: u32,
+}
+
+/// Whether a delivery's group is held on it, as the ledger has it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum HeadStatus {
+    /// Not held.
+    #[default]
+    Free,
+    /// Held, waiting for an operator.
+    Held,
+    /// Released to the DLQ by an operator.
+    ReleasedToDeadLetter,
+}
+
+/// What the ledger says of a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Recount {
+    /// The tries before this delivery.
+    pub(crate) attempts_before: u32,
+    /// Its group's hold.
+    pub(crate) head: HeadStatus,
+}
+
+/// Reads what the ledger knows of `deliveries` (one call) within `within`: their attempts and
+/// holds, in order. `None` when the ledger failed or was slow: SQS's receive counts stand, which
+/// errs towards fewer attempts.
+pub(crate) async fn recount(
+    ledger: &dyn AttemptLedger,
+    deliveries: &[Delivery<'_>],
+    within: Duration,
+) -> Option<Vec<Recount>> {
+    let ids: Vec<&str> = deliveries.iter().map(|d| d.message_id).collect();
+    match tokio::time::timeout(within, ledger.entries(&ids)).await {
+        Ok(Ok(entries)) => Some(
+            deliveries
+                .iter()
+                .zip(entries)
+                .map(|(delivery, entry)| Recount {
+                    attempts_before: entry.attempts_before(delivery.receive_count),
+                    head: match entry.hold.map(|hold| hold.release) {
+                        None => HeadStatus::Free,
+                        Some(Some(Release::DeadLetter)) => HeadStatus::ReleasedToDeadLetter,
+                        Some(_) => HeadStatus::Held,
+                    },
+                })
+                .collect(),
+        ),
+        Ok(Err(error)) => {
+            tracing::warn!(
+                %error,
+                records = ids.len(),
+                "attempt ledger not read: SQS's receive counts stand as attempts",
+            );
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                records = ids.len(),
+                "attempt ledger not read in time: SQS's receive counts stand as attempts",
+            );
+            None
+        }
+    }
+}
+
+/// What the ledger is told of one delivery.
+pub(crate) enum LedgerWrite {
+    /// It was given back untried.
+    Untried,
+    /// Its group is held on it; `tried` is false when the head came back held and was not tried.
+    Hold { hold: Hold, tried: bool },
+}
+
+impl Hold {
+    /// A hold on the delivery `receive_count` (its receipt handle and queue), for `error`: none when
+    /// the head came back held, which keeps the failure written first.
+    pub(crate) fn on(
+        receive_count: u32,
+        receipt_handle: &str,
+        queue_arn: &str,
+        error: Option<&RecordError>,
+        now_ms: u64,
+    ) -> Self {
+        Self {
+            since_ms: now_ms,
+            receive_count,
+            receipt_handle: receipt_handle.to_owned(),
+            queue_arn: queue_arn.to_owned(),
+            error_kind: error.map(|e| e.kind().to_owned()).unwrap_or_default(),
+            error_message: error
+                .map(|e| truncate(e.message(), MAX_ERROR_MESSAGE_BYTES).into_owned())
+                .unwrap_or_default(),
+            release: None,
+        }
+    }
+}
+
+/// Writes a batch's deliveries down, side by side, by `deadline`. A write that fails leaves that
+/// receive counted as an attempt (fewer tries, never more); a hold not written is held again when
+/// its head comes back.
+pub(crate) async fn write_down(
+    ledger: &dyn AttemptLedger,
+    writes: Vec<(Delivery<'_>, LedgerWrite)>,
+    deadline: Option<Instant>,
+) {
+    if writes.is_empty() {
+        return;
+    }
+    let all = futures_util::future::join_all(writes.into_iter().map(|(delivery, write)| async move {
+        let (written, what) = match &write {
+            LedgerWrite::Untried => (
+                ledger
+                    .record_untried(delivery.message_id, delivery.receive_count)
+                    .await,
+                "untried delivery not written to the attempt ledger: it counts as an attempt",
+            ),
+            LedgerWrite::Hold { hold, tried } => (
+                ledger.hold(delivery.message_id, hold, !tried).await,
+                "hold not written to the attempt ledger: the head is held again when it comes back",
+            ),
+        };
+        if let Err(error) = written {
+            tracing::warn!(message_id = delivery.message_id, %error, "{what}");
+        }
+    }));
+    match deadline {
+        Some(deadline) => {
+            if tokio::time::timeout_at(deadline, all).await.is_err() {
+                tracing::warn!(
+                    "attempt ledger writes cut off at the deadline: those receives count as attempts"
+                );
+            }
+        }
+        None => {
+            all.await;
+        }
+    }
+}
+
+/// A held head an operator released ([`release_head`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    /// The hold as it was.
+    pub hold: Hold,
+    /// The head is visible again now; false when its receipt handle is no longer the latest (it
+    /// came back meanwhile, or its wait in place ends on its own).
+    pub visible_now: bool,
+}
+
+/// An operator's release of the head `message_id` (`dlq release`): the ledger records `release`,
+/// and the head, which waits in place up to 11 h 40 min, is made visible now through the receipt
+/// handle of its latest receive. `None` when it holds no group.
+pub async fn release_head<Q: QueuePort>(
+    ledger: &dyn AttemptLedger,
+    queue: &Q,
+    message_id: &str,
+    release: Release,
+) -> Result<Option<Released>, PortError> {
+    let Some(hold) = ledger.release_hold(message_id, release).await? else {
+        return Ok(None);
+    };
+    let url = queue.queue_url(&hold.queue_arn).await?;
+    let change = VisibilityChange {
+        receipt_handle: &hold.receipt_handle,
+        timeout: Duration::ZERO,
+    };
+    let refused = queue.change_visibility_batch(&url, &[change]).await?;
+    Ok(Some(Released {
+        visible_now: refused.is_empty(),
+        hold,
+    }))
+}
