@@ -39,7 +39,7 @@ pub use redrive_aws::sqs;
 #[cfg(feature = "test-util")]
 pub use redrive_core::oracles;
 pub use redrive_core::{
-    backoff, breaker, carry, clock, envelope, error, fate, idempotency, fifo, metrics, port,
+    backoff, breaker, carry, clock, envelope, error, fate, fifo, idempotency, metrics, port,
     processor, reprocess_policy, stream,
 };
 

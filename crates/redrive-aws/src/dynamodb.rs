@@ -25,10 +25,10 @@ use tokio::sync::OnceCell;
 
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::error::PortError;
-use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
 use redrive_core::fifo::{
-    ledger_key, AttemptLedger, BoxFuture, LedgerEntry, Hold, Release, LEDGER_KEEP,
+    ledger_key, AttemptLedger, BoxFuture, Hold, LedgerEntry, Release, LEDGER_KEEP,
 };
+use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
 
 const HELD: &str = "IN_PROGRESS";
 const DONE: &str = "DONE";

@@ -24,8 +24,8 @@ use tokio::sync::OnceCell;
 
 use redrive_core::envelope::OutgoingMessage;
 use redrive_core::error::PortError;
-use redrive_event::{Body, MessageAttribute, SqsRecord, SystemAttributes, Text};
 use redrive_core::port::{EntryFailure, QueuePort, VisibilityChange};
+use redrive_event::{Body, MessageAttribute, SqsRecord, SystemAttributes, Text};
 
 /// An HTTPS client on rustls/ring, which keeps the binary small and needs no C toolchain for
 /// cross-compiling.

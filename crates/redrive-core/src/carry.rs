@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use crate::envelope::{OutgoingMessage, MAX_MESSAGE_BYTES};
 use crate::error::PortError;
-use crate::sync::lock;
 use crate::port::{EntryFailure, QueuePort, VisibilityChange};
+use crate::sync::lock;
 
 /// Messages bound for one queue, each with the index of the record it belongs to, sent in as few
 /// SendMessageBatch calls as SQS's limits allow.
@@ -295,8 +295,8 @@ mod tests {
 
     use super::*;
     use crate::envelope::OutgoingMessage;
-    use redrive_event::Text;
     use crate::port::{Call, RecordingQueue};
+    use redrive_event::Text;
 
     fn message(body: &str) -> OutgoingMessage<'static> {
         OutgoingMessage {

@@ -1,6 +1,8 @@
-//! Wall-clock time, behind a trait so tests can hold it still, and the cut-off checked before
-//! each record.
+//! Wall-clock time, behind a trait so tests can hold it still; an invocation's time sliced for the
+//! phases of a batch; and the cut-off checked before each record.
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 /// The time, from the system or from a test.
 pub trait Clock: Send + Sync {
@@ -39,6 +41,70 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Time kept after carrying the fates out to answer Lambda: the partial batch response is
+/// serialised and posted to the runtime API.
+const ANSWER_RESERVE: Duration = Duration::from_millis(200);
+
+/// An invocation's time, sliced for the phases of a batch from the Lambda deadline back. Records
+/// are handled until the deadline margin; reading the attempt ledger takes a quarter of that time
+/// at most; fates are carried out until the answer reserve (200 ms, a quarter of the margin at the
+/// most) before the deadline; what a handler left running gets half of the carry-out's time. Each
+/// phase asks a budget made when it starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    deadline_ms: u64,
+    margin: Duration,
+    now_ms: u64,
+}
+
+impl Budget {
+    /// The slices of the time from `now_ms` to `deadline_ms` (ms since the epoch), with `margin`
+    /// kept for carrying fates out and answering.
+    pub(crate) fn new(deadline_ms: u64, margin: Duration, now_ms: u64) -> Self {
+        Self {
+            deadline_ms,
+            margin,
+            now_ms,
+        }
+    }
+
+    /// Time for handling records: up to the deadline margin.
+    pub(crate) fn handling(self) -> Duration {
+        self.left_before(self.margin)
+    }
+
+    /// The moment after which no record starts.
+    pub(crate) fn cutoff(self) -> Cutoff {
+        Cutoff::after(self.handling())
+    }
+
+    /// Time for reading the attempt ledger before the records run.
+    pub(crate) fn ledger_read(self) -> Duration {
+        self.handling() / 4
+    }
+
+    /// When carrying fates out must be over. `None` for a deadline too far off to wait for.
+    pub(crate) fn carry_deadline(self) -> Option<Instant> {
+        Instant::now().checked_add(self.left_before(ANSWER_RESERVE.min(self.margin / 4)))
+    }
+
+    /// Time for what a handler left running past the records' cut-off (`RecordHandler::settle`).
+    /// `None` for a deadline too far off to wait for.
+    pub(crate) fn pending_writes(self) -> Option<Duration> {
+        self.carry_deadline()
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()) / 2)
+    }
+
+    fn left_before(self, reserve: Duration) -> Duration {
+        let reserve = u64::try_from(reserve.as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(
+            self.deadline_ms
+                .saturating_sub(reserve)
+                .saturating_sub(self.now_ms),
+        )
     }
 }
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 use crate::backoff::{parse_duration, parse_sequence, Backoff, RetryPolicy};
 use crate::breaker::BreakerSettings;
 use crate::error::ConfigError;
-use crate::idempotency::{IdempotencyStore, Idempotent, KeyFrom};
-use crate::handler::RecordHandler;
 use crate::fifo::FifoOnDeadLetter;
+use crate::handler::RecordHandler;
+use crate::idempotency::{IdempotencyStore, Idempotent, KeyFrom};
 use crate::processor::ProcessorConfig;
 
 /// Every variable redrive reads, with its default; any other `REDRIVE_*` variable is a typo and

@@ -136,19 +136,25 @@ impl IdempotencyStore for MemoryStore {
                 payload: stored,
             }) if *until_ms > now && reused(payload, *stored) => return Ok(Claim::Reused),
             Some(KeyState::Done { until_ms, .. }) if *until_ms > now => return Ok(Claim::Done),
-            Some(KeyState::Claimed { until_ms, .. }) if *until_ms > now => return Ok(Claim::InProgress),
+            Some(KeyState::Claimed { until_ms, .. }) if *until_ms > now => {
+                return Ok(Claim::InProgress)
+            }
             _ => {}
         }
         if entries.len() >= self.capacity {
             entries.retain(|_, entry| match entry {
-                KeyState::Claimed { until_ms, .. } | KeyState::Done { until_ms, .. } => *until_ms > now,
+                KeyState::Claimed { until_ms, .. } | KeyState::Done { until_ms, .. } => {
+                    *until_ms > now
+                }
             });
             if entries.len() >= self.capacity {
                 // Still full of live entries: forget the one that expires first.
                 let oldest = entries
                     .iter()
                     .min_by_key(|(_, entry)| match entry {
-                        KeyState::Claimed { until_ms, .. } | KeyState::Done { until_ms, .. } => *until_ms,
+                        KeyState::Claimed { until_ms, .. } | KeyState::Done { until_ms, .. } => {
+                            *until_ms
+                        }
                     })
                     .map(|(key, _)| key.clone());
                 oldest.map(|key| entries.remove(&key));

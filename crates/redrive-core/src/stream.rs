@@ -14,9 +14,9 @@ use serde::Deserialize;
 
 pub use aws_lambda_events::streams::KinesisEventResponse;
 
+use crate::envelope::DATA_ENCODING_ATTRIBUTE;
 use crate::error::RecordError;
 use redrive_event::{Body, MessageAttribute, SqsRecord, Text};
-use crate::envelope::DATA_ENCODING_ATTRIBUTE;
 
 /// A Kinesis event as Lambda delivers it.
 #[derive(Debug, Default, Deserialize)]
@@ -161,10 +161,10 @@ fn mark_encoding(record: &mut SqsRecord<'static>, encoding: &'static str) {
 mod tests {
     use super::*;
     use crate::backoff::RetryPolicy;
-    use crate::port::RecordingQueue;
-    use crate::handler::{Message, RecordHandler};
-    use crate::processor::{Processed, Processor, ProcessorConfig};
     use crate::envelope::Meta;
+    use crate::handler::{Message, RecordHandler};
+    use crate::port::RecordingQueue;
+    use crate::processor::{Processed, Processor, ProcessorConfig};
 
     const DLQ: &str = "https://sqs.local/123456789012/stream-dlq";
 

@@ -887,8 +887,8 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
 #[tokio::test]
 async fn with_hold_a_head_that_would_be_dead_lettered_holds_its_group_until_an_operator_releases_it(
 ) {
-    use redrive_core::fifo::Release;
     use redrive_core::fifo::FifoOnDeadLetter;
+    use redrive_core::fifo::Release;
     let ledger = Arc::new(MemoryLedger::new());
     let holding = |max_age: Duration| {
         let config = ProcessorConfig {

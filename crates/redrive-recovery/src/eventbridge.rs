@@ -32,10 +32,10 @@ use crate::settings::EventRedriveSettings;
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::envelope::OutgoingMessage;
 use redrive_core::error::{PortError, RecordError};
-use redrive_event::Text;
-use redrive_core::port::QueuePort;
 use redrive_core::handler::{Message, RecordHandler};
+use redrive_core::port::QueuePort;
 use redrive_core::reprocess_policy::eligible_at;
+use redrive_event::Text;
 
 /// Key in the `custom` map of the client context a redelivered function is invoked with: which
 /// redelivery this is (`"1"` for the first). The event itself is passed unchanged.

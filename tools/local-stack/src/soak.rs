@@ -18,12 +18,12 @@ use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
-use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom, MemoryStore};
+use redrive::fifo::FifoOnDeadLetter;
 use redrive::fifo::{
     release_head, AttemptLedger, BoxFuture, Hold, LedgerEntry, MemoryLedger, Release,
 };
+use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom, MemoryStore};
 use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
-use redrive::fifo::FifoOnDeadLetter;
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{

@@ -170,8 +170,9 @@ pub(crate) async fn write_down(
     if writes.is_empty() {
         return;
     }
-    let all = futures_util::future::join_all(writes.into_iter().map(|(delivery, write)| async move {
-        let (written, what) = match &write {
+    let all =
+        futures_util::future::join_all(writes.into_iter().map(|(delivery, write)| async move {
+            let (written, what) = match &write {
             LedgerWrite::Untried => (
                 ledger
                     .record_untried(delivery.message_id, delivery.receive_count)
@@ -183,10 +184,10 @@ pub(crate) async fn write_down(
                 "hold not written to the attempt ledger: the head is held again when it comes back",
             ),
         };
-        if let Err(error) = written {
-            tracing::warn!(message_id = delivery.message_id, %error, "{what}");
-        }
-    }));
+            if let Err(error) = written {
+                tracing::warn!(message_id = delivery.message_id, %error, "{what}");
+            }
+        }));
     match deadline {
         Some(deadline) => {
             if tokio::time::timeout_at(deadline, all).await.is_err() {

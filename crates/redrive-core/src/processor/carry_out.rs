@@ -7,7 +7,6 @@ use tokio::time::Instant;
 
 use super::decide::Ruling;
 use super::{Item, Processor};
-use crate::handler::{Invocation, RecordHandler};
 use crate::backoff::{whole_seconds, MAX_DELAY_SECONDS};
 use crate::carry::{Destination, Outbox};
 use crate::envelope::{
@@ -15,15 +14,12 @@ use crate::envelope::{
     META_VERSION,
 };
 use crate::error::{ErrorClass, RecordError};
-use redrive_event::Text;
 use crate::fate::{Fate, GiveBackReason};
 use crate::fifo::{self, Hold, LedgerWrite};
+use crate::handler::{Invocation, RecordHandler};
 use crate::metrics::BatchReport;
 use crate::port::{QueuePort, VisibilityChange};
-
-/// Time kept after carrying the fates out to answer Lambda: the partial batch response is
-/// serialised and posted to the runtime API.
-const ANSWER_RESERVE: Duration = Duration::from_millis(200);
+use redrive_event::Text;
 
 /// When a failure is recorded (ms since the epoch) and in which invocation.
 type Failure<'f> = (u64, &'f Option<FailedIn>);
@@ -43,7 +39,7 @@ impl<Q: QueuePort> Processor<Q> {
         let failed_in = invocation.failed_in();
         let outgoing = self.outgoing(items, rulings, &failed_in);
         let source = self.source(items);
-        let deadline = self.carry_deadline(invocation.deadline_ms);
+        let deadline = self.budget(invocation.deadline_ms).carry_deadline();
         let sends = [
             (source, &outgoing.to_source),
             (Destination::Dlq, &outgoing.to_dlq),
@@ -122,24 +118,12 @@ impl<Q: QueuePort> Processor<Q> {
     /// to carry fates out.
     pub(super) async fn settle<H: RecordHandler>(&self, handler: &H, invocation: &Invocation<'_>) {
         let settled = handler.settle();
-        match self.carry_deadline(invocation.deadline_ms) {
-            Some(deadline) => {
-                let half = deadline.saturating_duration_since(Instant::now()) / 2;
-                let _ = tokio::time::timeout(half, settled).await;
+        match self.budget(invocation.deadline_ms).pending_writes() {
+            Some(within) => {
+                let _ = tokio::time::timeout(within, settled).await;
             }
             None => settled.await,
         }
-    }
-
-    /// When carrying fates out must be over: the Lambda deadline less the time to answer (a
-    /// quarter of the deadline margin at the most). `None` for a deadline too far off to wait for.
-    pub(super) fn carry_deadline(&self, deadline_ms: u64) -> Option<Instant> {
-        let reserve = ANSWER_RESERVE.min(self.config.deadline_margin / 4);
-        let reserve = u64::try_from(reserve.as_millis()).unwrap_or(u64::MAX);
-        let left = deadline_ms
-            .saturating_sub(reserve)
-            .saturating_sub(self.clock.now_ms());
-        Instant::now().checked_add(Duration::from_millis(left))
     }
 
     /// The queue the batch came from: the configured one, else the one its records name.

@@ -5,8 +5,8 @@ use std::time::Duration;
 use super::{FifoOnDeadLetter, Item, Processor};
 use crate::error::RecordError;
 use crate::fate::{Fate, History, Judge, Outcome};
-use crate::sync::lock;
 use crate::port::QueuePort;
+use crate::sync::lock;
 
 impl<Q: QueuePort> Processor<Q> {
     /// Every record's fate, decided in the records' order (a FIFO group's first failure blocks the

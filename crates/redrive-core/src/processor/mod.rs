@@ -19,18 +19,18 @@ pub(crate) use run::deadline_error;
 
 use crate::backoff::RetryPolicy;
 use crate::carry::CarryOut;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Budget, Clock, SystemClock};
 use crate::envelope::{Meta, Timestamp};
 use crate::error::BatchError;
-use redrive_event::SqsRecord;
 use crate::fate::{History, Outcome};
-use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
 use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus};
-use crate::sync::lock;
+use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
 use crate::stream::{KinesisEventResponse, KinesisRecord};
+use crate::sync::lock;
 use answer::answer;
+use redrive_event::SqsRecord;
 
 /// What a processor does with failures: where they go, how often they are retried, how many records run at once.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,6 +200,15 @@ impl<Q: QueuePort> Processor<Q> {
         self.carry.dlq_url()
     }
 
+    /// The invocation's time from now, sliced for the batch's phases.
+    pub(crate) fn budget(&self, deadline_ms: u64) -> Budget {
+        Budget::new(
+            deadline_ms,
+            self.config.deadline_margin,
+            self.clock.now_ms(),
+        )
+    }
+
     pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_ms()
     }
@@ -351,7 +360,7 @@ impl<Q: QueuePort> Processor<Q> {
             return;
         }
         let deliveries: Vec<Delivery<'_>> = suspects.iter().map(|&i| items[i].delivery()).collect();
-        let within = self.budget(invocation.deadline_ms) / 4;
+        let within = self.budget(invocation.deadline_ms).ledger_read();
         let Some(counts) = fifo::recount(ledger.as_ref(), &deliveries, within).await else {
             return;
         };

@@ -11,13 +11,13 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::{Item, Processor};
-use crate::fifo::HeadStatus;
-use crate::handler::{caught, BatchHandler, Invocation, Message, RecordHandler};
 use crate::clock::Cutoff;
 use crate::error::{ErrorClass, RecordError};
 use crate::fate::Outcome;
-use crate::sync::lock;
+use crate::fifo::HeadStatus;
+use crate::handler::{caught, BatchHandler, Invocation, Message, RecordHandler};
 use crate::port::QueuePort;
+use crate::sync::lock;
 
 /// Which record a worker starts next.
 ///
@@ -113,7 +113,7 @@ impl<Q: QueuePort> Processor<Q> {
         invocation: &Invocation<'_>,
     ) -> Vec<Outcome> {
         let budget = self.budget(invocation.deadline_ms);
-        let cutoff = Cutoff::after(budget);
+        let cutoff = budget.cutoff();
         let schedule = Schedule::new(items, fifo);
         let workers = self.config.concurrency.get().min(schedule.lanes());
         let mut logs: Vec<WorkerLog> = (0..workers).map(|_| WorkerLog::default()).collect();
@@ -122,9 +122,11 @@ impl<Q: QueuePort> Processor<Q> {
                 .iter_mut()
                 .map(|log| self.work(handler, items, invocation, (&schedule, cutoff), log))
                 .collect();
-            tokio::time::timeout(budget, async { while running.next().await.is_some() {} })
-                .await
-                .is_ok()
+            tokio::time::timeout(budget.handling(), async {
+                while running.next().await.is_some() {}
+            })
+            .await
+            .is_ok()
         };
         let mut handled: Vec<Outcome> = items.iter().map(|_| Outcome::NotStarted).collect();
         for log in logs {
@@ -173,7 +175,7 @@ impl<Q: QueuePort> Processor<Q> {
         items: &[Item<'_>],
         invocation: &Invocation<'_>,
     ) -> Vec<Outcome> {
-        let cutoff = Cutoff::after(self.budget(invocation.deadline_ms));
+        let cutoff = self.budget(invocation.deadline_ms).cutoff();
         let mut handled: Vec<Option<Outcome>> = items
             .iter()
             .map(|item| self.precheck(item, cutoff))
@@ -249,16 +251,6 @@ impl<Q: QueuePort> Processor<Q> {
             }
         }
         cutoff.passed().then_some(Outcome::NotStarted)
-    }
-
-    /// Time left for handling before the deadline margin.
-    pub(crate) fn budget(&self, deadline_ms: u64) -> Duration {
-        let margin = u64::try_from(self.config.deadline_margin.as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(
-            deadline_ms
-                .saturating_sub(margin)
-                .saturating_sub(self.clock.now_ms()),
-        )
     }
 }
 

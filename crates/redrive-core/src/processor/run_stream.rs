@@ -1,17 +1,16 @@
 //! Running a Kinesis batch: in order, one record at a time, each record's fate decided by the
 //! judge's stream rule and carried out before the next record starts.
 use super::{deadline_error, Item, Processed, Processor};
-use crate::fifo::HeadStatus;
-use crate::handler::{caught, Invocation, RecordHandler};
 use crate::carry::{Destination, Outbox};
-use crate::clock::Cutoff;
 use crate::envelope::{sqs_accepts, FailedIn, OutgoingMessage};
 use crate::error::{BatchError, RecordError};
-use redrive_event::SqsRecord;
 use crate::fate::{Outcome, StreamFate};
+use crate::fifo::HeadStatus;
+use crate::handler::{caught, Invocation, RecordHandler};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
 use crate::stream::{KinesisEventResponse, KinesisRecord};
+use redrive_event::SqsRecord;
 
 impl<Q: QueuePort> Processor<Q> {
     /// Runs a Kinesis batch in order, deciding and carrying out each record's fate before the
@@ -24,7 +23,7 @@ impl<Q: QueuePort> Processor<Q> {
     ) -> Result<Processed<KinesisEventResponse>, BatchError> {
         let failed_in = invocation.failed_in();
         let judge = self.judge(false);
-        let cutoff = Cutoff::after(self.budget(invocation.deadline_ms));
+        let cutoff = self.budget(invocation.deadline_ms).cutoff();
         let mut report = BatchReport {
             records: u32::try_from(records.len()).unwrap_or(u32::MAX),
             ..BatchReport::default()
@@ -145,7 +144,7 @@ impl<Q: QueuePort> Processor<Q> {
         };
         let mut outbox = Outbox::default();
         outbox.push(0, message);
-        let deadline = self.carry_deadline(deadline_ms);
+        let deadline = self.budget(deadline_ms).carry_deadline();
         let unconfirmed = self
             .carry
             .send(&[(Destination::Dlq, &outbox)], deadline)

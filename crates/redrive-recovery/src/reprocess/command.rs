@@ -176,7 +176,6 @@ impl ReprocessCommand {
     }
 }
 
-
 impl Filter {
     pub(super) fn admits(&self, record: &SqsRecord<'_>, meta: Option<&Meta<'_>>, age: u64) -> bool {
         let age = Duration::from_millis(age);

@@ -8,8 +8,8 @@ use serde::Serialize;
 use super::{meta_text, HOLD};
 use redrive_core::envelope::Meta;
 use redrive_core::error::PortError;
-use redrive_event::SqsRecord;
 use redrive_core::port::{QueuePort, VisibilityChange};
+use redrive_event::SqsRecord;
 
 /// Reads up to `max` messages without consuming them: each is hidden while the queue is read, and
 /// all are made visible again before this returns (also when a call failed).

@@ -20,10 +20,10 @@ use redrive_core::carry::{CarryOut, Destination, Outbox};
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
 use redrive_core::error::{ErrorClass, PortError};
-use redrive_event::{SqsRecord, Text};
 use redrive_core::idempotency::fingerprint;
 use redrive_core::port::QueuePort;
 use redrive_core::reprocess_policy::{Disposition, ReprocessPolicy};
+use redrive_event::{SqsRecord, Text};
 
 /// What a run did (or, in a dry run, would do). `examined` = the sum of the decisions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -471,8 +471,8 @@ fn as_is<'r>(record: &'r SqsRecord<'r>) -> Option<redrive_core::envelope::Outgoi
 mod tests {
     use super::*;
     use redrive_core::clock::ManualClock;
-    use redrive_event::MessageAttribute;
     use redrive_core::port::{Call, RecordingQueue};
+    use redrive_event::MessageAttribute;
 
     const NOW: u64 = 1_763_790_000_000;
     const HOUR: u64 = 3_600_000;
@@ -497,9 +497,7 @@ mod tests {
         let mut record = SqsRecord {
             message_id: Some(Text::from(id.to_owned())),
             receipt_handle: Some(Text::from(format!("rh-{id}"))),
-            body: Some(redrive_event::Body::from(format!(
-                "{{\"id\":\"{id}\"}}"
-            ))),
+            body: Some(redrive_event::Body::from(format!("{{\"id\":\"{id}\"}}"))),
             ..SqsRecord::default()
         };
         record.attributes.sent_timestamp = Some(Text::from((NOW - 2 * HOUR).to_string()));
