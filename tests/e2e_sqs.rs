@@ -134,7 +134,7 @@ async fn permanent_failures_go_to_the_dlq_at_once_with_the_body_byte_for_byte() 
         )
         .await;
     let polls = stack.drain(LIMIT).await;
-    assert_eq!(polls.len(), 1, "no retries: one batch settles all");
+    assert_eq!(polls.len(), 1, "no retries: one batch decides all");
     let mut dead = stack.dlq_messages().await;
     dead.sort_by_key(|m| meta(m).unwrap().error_kind.to_string());
     let kinds: Vec<_> = dead

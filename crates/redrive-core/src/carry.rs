@@ -84,14 +84,14 @@ impl Unconfirmed {
 }
 
 /// Owns the queue port, the DLQ URL and the queue-URL cache of one function's warm container.
-pub struct CarryOut<Q> {
+pub struct Courier<Q> {
     queue: Q,
     dlq_url: Option<String>,
     /// Queue ARN and URL, for each queue looked up (a handful per container).
     urls: Mutex<Vec<(String, String)>>,
 }
 
-impl<Q: QueuePort> CarryOut<Q> {
+impl<Q: QueuePort> Courier<Q> {
     /// Carries out through `queue`; dead letters go to `dlq_url`.
     pub fn new(queue: Q, dlq_url: Option<String>) -> Self {
         Self {
@@ -147,7 +147,7 @@ impl<Q: QueuePort> CarryOut<Q> {
     ) -> Unconfirmed {
         let mut unconfirmed = Unconfirmed::default();
         let mut calls: Vec<(String, &[usize], &[OutgoingMessage<'_>])> = Vec::new();
-        let mut lanes: Vec<Vec<usize>> = Vec::new();
+        let mut chains: Vec<Vec<usize>> = Vec::new();
         for (destination, outbox) in outboxes.iter().filter(|(_, o)| !o.is_empty()) {
             let url = match by(deadline, self.url(*destination)).await {
                 Ok(url) => url,
@@ -163,15 +163,15 @@ impl<Q: QueuePort> CarryOut<Q> {
             }
             let ids = first..calls.len();
             if url.ends_with(".fifo") {
-                lanes.push(ids.collect());
+                chains.push(ids.collect());
             } else {
-                lanes.extend(ids.map(|id| vec![id]));
+                chains.extend(ids.map(|id| vec![id]));
             }
         }
         if calls.is_empty() {
             return unconfirmed;
         }
-        let results = in_lanes(lanes, calls.len(), deadline, |id| {
+        let results = in_chains(chains, calls.len(), deadline, |id| {
             let (url, _, messages) = &calls[id];
             self.queue.send_batch(url, messages)
         })
@@ -184,7 +184,7 @@ impl<Q: QueuePort> CarryOut<Q> {
 
     /// Changes the visibility of deliveries from `destination`, each with its record's index, in
     /// ChangeMessageVisibilityBatch calls of 10, all at once and bounded by `deadline` as
-    /// [`CarryOut::send`] is.
+    /// [`Courier::send`] is.
     pub async fn change_visibility(
         &self,
         destination: Destination<'_>,
@@ -206,8 +206,8 @@ impl<Q: QueuePort> CarryOut<Q> {
             .chunks(10)
             .map(|chunk| chunk.iter().copied().unzip())
             .collect();
-        let lanes = (0..calls.len()).map(|id| vec![id]).collect();
-        let results = in_lanes(lanes, calls.len(), deadline, |id| {
+        let chains = (0..calls.len()).map(|id| vec![id]).collect();
+        let results = in_chains(chains, calls.len(), deadline, |id| {
             self.queue.change_visibility_batch(&url, &calls[id].1)
         })
         .await;
@@ -245,11 +245,11 @@ impl Unconfirmed {
 
 const NOT_BY_THE_DEADLINE: &str = "SQS had not answered by the deadline";
 
-/// `call(id)` for every call id, the lanes side by side and each lane's calls one after the other,
+/// `call(id)` for every call id, the chains side by side and each chain's calls one after the other,
 /// until `deadline`; each call's result, `None` for one that had not answered by then (a call not
 /// yet started counts as one that did not answer: it is not made).
-async fn in_lanes<'c, F, Fut>(
-    lanes: Vec<Vec<usize>>,
+async fn in_chains<'c, F, Fut>(
+    chains: Vec<Vec<usize>>,
     calls: usize,
     deadline: Option<Instant>,
     call: F,
@@ -260,8 +260,8 @@ where
 {
     let results: Mutex<Vec<CallResult>> = Mutex::new((0..calls).map(|_| None).collect());
     let (call, results_ref) = (&call, &results);
-    let all = join_all(lanes.into_iter().map(|lane| async move {
-        for id in lane {
+    let all = join_all(chains.into_iter().map(|chain| async move {
+        for id in chain {
             let result = call(id).await;
             lock(results_ref)[id] = Some(result);
         }
@@ -322,7 +322,7 @@ mod tests {
 
     #[tokio::test]
     async fn sends_in_calls_of_ten_and_names_every_record_sqs_did_not_confirm() {
-        let carry = CarryOut::new(RecordingQueue::default(), Some(DLQ.to_owned()));
+        let carry = Courier::new(RecordingQueue::default(), Some(DLQ.to_owned()));
         carry.queue().refuse_entries_containing("refuse");
         let bodies: Vec<String> = (0..12)
             .map(|i| {
@@ -357,14 +357,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_call_or_a_missing_dlq_leaves_every_record_of_it_unconfirmed() {
-        let carry = CarryOut::new(RecordingQueue::default(), Some(DLQ.to_owned()));
+        let carry = Courier::new(RecordingQueue::default(), Some(DLQ.to_owned()));
         carry.queue().fail_calls_to(DLQ);
         let to_dlq = outbox(&["a", "b"], 3);
         let unconfirmed = carry.send(&[(Destination::Dlq, &to_dlq)], None).await;
         let indexes: Vec<usize> = unconfirmed.records.iter().map(|(i, _)| *i).collect();
         assert_eq!(indexes, [3, 4]);
 
-        let report_only = CarryOut::new(RecordingQueue::default(), None);
+        let report_only = Courier::new(RecordingQueue::default(), None);
         let unconfirmed = report_only.send(&[(Destination::Dlq, &to_dlq)], None).await;
         assert_eq!(unconfirmed.records.len(), 2);
         assert!(unconfirmed.records[0].1.contains("no DLQ is configured"));
@@ -373,7 +373,7 @@ mod tests {
 
     #[tokio::test]
     async fn visibility_changes_go_in_tens_to_the_queue_an_arn_names() {
-        let carry = CarryOut::new(RecordingQueue::default(), None);
+        let carry = Courier::new(RecordingQueue::default(), None);
         let handles: Vec<String> = (0..11).map(|i| format!("h{i}")).collect();
         let changes: Vec<(usize, VisibilityChange<'_>)> = handles
             .iter()

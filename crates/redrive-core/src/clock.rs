@@ -91,7 +91,7 @@ impl Budget {
         Instant::now().checked_add(self.left_before(ANSWER_RESERVE.min(self.margin / 4)))
     }
 
-    /// Time for what a handler left running past the records' cut-off (`RecordHandler::settle`).
+    /// Time for what a handler left running past the records' cut-off (`RecordHandler::flush`).
     /// `None` for a deadline too far off to wait for.
     pub(crate) fn pending_writes(self) -> Option<Duration> {
         self.carry_deadline()

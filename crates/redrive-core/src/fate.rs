@@ -149,7 +149,7 @@ impl GiveBackReason {
 }
 
 /// A stream record's fate. A Kinesis shard is read in order and Lambda resumes a failed batch from
-/// a checkpoint, so a record that cannot be settled now ends the batch there: the mapping's
+/// a checkpoint, so a record that cannot be finished now ends the batch there: the mapping's
 /// retries, bisection, maximum record age and on-failure destination take over from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StreamFate {

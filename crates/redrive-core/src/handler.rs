@@ -30,7 +30,7 @@ pub trait RecordHandler: Sync {
     /// deadline (the idempotency guard's record of an effect already made). The processor waits
     /// for it before carrying fates out, within half the time left for them. Nothing by default;
     /// a handler that wraps another (around an idempotency guard, say) forwards it.
-    fn settle(&self) -> impl Future<Output = ()> + Send {
+    fn flush(&self) -> impl Future<Output = ()> + Send {
         async {}
     }
 }
@@ -44,8 +44,8 @@ impl<H: RecordHandler> RecordHandler for &H {
         (**self).handle(message)
     }
 
-    fn settle(&self) -> impl Future<Output = ()> + Send {
-        (**self).settle()
+    fn flush(&self) -> impl Future<Output = ()> + Send {
+        (**self).flush()
     }
 }
 
@@ -207,7 +207,7 @@ impl<'r> Message<'r> {
 
 /// The writes an invocation's records left running, each on a task of its own so that a record
 /// cut off at the deadline after its effect still gets it recorded (the idempotency guard's key
-/// completions; [`RecordHandler::settle`] waits for them).
+/// completions; [`RecordHandler::flush`] waits for them).
 pub(crate) type Completing = Arc<tokio::sync::watch::Sender<usize>>;
 
 tokio::task_local! {

@@ -365,11 +365,11 @@ impl<H: RecordHandler, S: IdempotencyStore + 'static> RecordHandler for Idempote
         }
     }
 
-    async fn settle(&self) {
+    async fn flush(&self) {
         if let Ok(mut running) = COMPLETING.try_with(|completing| completing.subscribe()) {
             let _ = running.wait_for(|running| *running == 0).await;
         }
-        self.inner.settle().await;
+        self.inner.flush().await;
     }
 }
 

@@ -121,7 +121,7 @@ where
     }
 }
 
-/// The runtime loop of [`consume`], with the handler it settled on: one processor, handler and set
+/// The runtime loop of [`consume`], with the handler it chose: one processor, handler and set
 /// of clients for every invocation, however many Lambda runs at once.
 async fn serve<H: RecordHandler + Send + 'static>(
     settings: &Settings,
@@ -242,7 +242,7 @@ pub async fn handle_sqs_or_kinesis<Q: QueuePort, H: RecordHandler>(
     })
 }
 
-/// Handles one SQS batch: parses the event without copying and settles every record's fate.
+/// Handles one SQS batch: parses the event without copying and carries out every record's fate.
 pub async fn handle_batch<Q: QueuePort, H: RecordHandler>(
     event: LambdaEvent<Bytes>,
     processor: &Processor<Q>,

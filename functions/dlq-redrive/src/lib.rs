@@ -14,7 +14,7 @@ pub enum InvocationError {
     Payload(#[from] serde_json::Error),
     #[error(transparent)]
     Command(#[from] ConfigError),
-    #[error("the run stopped: {0} (messages it had not settled stay in the DLQ)")]
+    #[error("the run stopped: {0} (messages it had not finished stay in the DLQ)")]
     Queue(#[from] PortError),
 }
 

@@ -60,7 +60,7 @@ impl Poller {
     }
 
     /// Receives one batch (waiting up to `wait` for the first message, then up to the batching
-    /// window for more), invokes `invoke` with the event JSON and settles the batch from its answer.
+    /// window for more), invokes `invoke` with the event JSON and deletes what its answer does not give back.
     /// `invoke` returns the function's response JSON, or `Err` for a function error or timeout.
     pub async fn poll<F, Fut>(&self, wait: Duration, invoke: F) -> Result<Poll, Error>
     where

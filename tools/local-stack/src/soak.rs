@@ -1401,8 +1401,8 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         let second = &self.containers[self.rng.usize(..self.containers.len())];
         let (first, second) =
             tokio::join!(self.handle(first, &records), self.handle(second, &again));
-        self.settle(report, &records, first).await?;
-        self.settle(report, &again, second).await?;
+        self.apply_answer(report, &records, first).await?;
+        self.apply_answer(report, &again, second).await?;
         Ok(true)
     }
 
@@ -1439,7 +1439,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
 
     /// What the event source mapping does with an invocation's answer: deletes what did not fail;
     /// nothing after a timeout or a lost delete (the whole batch comes back).
-    async fn settle(
+    async fn apply_answer(
         &mut self,
         report: &mut SoakReport,
         records: &[SqsRecord<'static>],

@@ -81,7 +81,7 @@ fn free_port() -> u16 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn cargo_lambda_invoke_against_watch_settles_the_sample_batch() {
+async fn cargo_lambda_invoke_against_watch_answers_the_sample_batch() {
     let endpoint = std::env::var("AWS_ENDPOINT_URL").expect("needs moto: run with `make test`");
     let cargo_lambda = Command::new("cargo").args(["lambda", "--version"]).output();
     assert!(

@@ -1,5 +1,5 @@
 //! Carrying a batch's fates out: the copies and dead letters the fates make, sent through the one
-//! [`CarryOut`](crate::carry::CarryOut), and FIFO visibility changes; what SQS does not confirm is
+//! [`Courier`](crate::carry::Courier), and FIFO visibility changes; what SQS does not confirm is
 //! given back.
 use std::time::Duration;
 
@@ -116,13 +116,17 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// Waits for what `handler` left running past the records' cut-off, within half the time left
     /// to carry fates out.
-    pub(super) async fn settle<H: RecordHandler>(&self, handler: &H, invocation: &Invocation<'_>) {
-        let settled = handler.settle();
+    pub(super) async fn wait_for_flush<H: RecordHandler>(
+        &self,
+        handler: &H,
+        invocation: &Invocation<'_>,
+    ) {
+        let flushed = handler.flush();
         match self.budget(invocation.deadline_ms).pending_writes() {
             Some(within) => {
-                let _ = tokio::time::timeout(within, settled).await;
+                let _ = tokio::time::timeout(within, flushed).await;
             }
-            None => settled.await,
+            None => flushed.await,
         }
     }
 

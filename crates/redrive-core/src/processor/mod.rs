@@ -2,7 +2,7 @@
 //! answers Lambda. A batch goes through phases, a file each, and the entry points below read as
 //! that pipeline: prepare (here) → run (`run.rs`: schedule, lanes, panics, the deadline,
 //! bisection; `run_stream.rs` for Kinesis) → decide (`decide.rs`, by the judge of `fate.rs`) →
-//! carry out (`carry_out.rs`, through the one [`CarryOut`]) → answer (`answer.rs`).
+//! carry out (`carry_out.rs`, through the one [`Courier`]) → answer (`answer.rs`).
 mod answer;
 mod carry_out;
 mod decide;
@@ -18,7 +18,7 @@ use aws_lambda_events::sqs::SqsBatchResponse;
 pub(crate) use run::deadline_error;
 
 use crate::backoff::RetryPolicy;
-use crate::carry::CarryOut;
+use crate::carry::Courier;
 use crate::clock::{Budget, Clock, SystemClock};
 use crate::envelope::{Meta, Timestamp};
 use crate::error::BatchError;
@@ -89,7 +89,7 @@ pub struct Processed<R = SqsBatchResponse> {
 /// (the jitter generator, the queue URLs it looked up) is behind locks, and each batch has a bound
 /// of its own.
 pub struct Processor<Q> {
-    carry: CarryOut<Q>,
+    carry: Courier<Q>,
     config: ProcessorConfig,
     clock: Arc<dyn Clock>,
     rng: Mutex<fastrand::Rng>,
@@ -165,7 +165,7 @@ impl<Q: QueuePort> Processor<Q> {
     /// A processor that makes its SQS calls through `queue`.
     pub fn new(queue: Q, config: ProcessorConfig) -> Self {
         Self {
-            carry: CarryOut::new(queue, config.dlq_url.clone()),
+            carry: Courier::new(queue, config.dlq_url.clone()),
             config,
             clock: Arc::new(SystemClock),
             rng: Mutex::new(fastrand::Rng::new()),
@@ -224,7 +224,7 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// Handles the records with `handler`, up to [`ProcessorConfig::concurrency`] at once, and
-    /// settles every record's fate. On a FIFO queue each message group is a lane: its records run
+    /// carries out every record's fate. On a FIFO queue each message group is a lane: its records run
     /// one at a time in the event's order, and the lanes run side by side.
     /// `invocation` is the Lambda invocation, or only its deadline (`Context::deadline`, ms since
     /// the epoch).
@@ -241,7 +241,7 @@ impl<Q: QueuePort> Processor<Q> {
         // enough to overflow a 2 MiB thread stack in unoptimised builds.
         with_own_completions(Box::pin(async {
             let handled = self.handle_all(handler, &items, fifo, &invocation).await;
-            self.settle(handler, &invocation).await;
+            self.wait_for_flush(handler, &invocation).await;
             Ok(self.conclude(&items, handled, fifo, &invocation).await)
         }))
         .await
@@ -249,7 +249,7 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// Hands the whole batch to `handler`; on a permanent failure or a panic (a record may be at
     /// fault), bisects until the failing records stand alone; a transient failure or a deferral
-    /// fails every record of the call alike, without halving. Then settles every record's fate as
+    /// fails every record of the call alike, without halving. Then carries out every record's fate as
     /// [`Processor::process`] does.
     pub async fn process_batch<'i, B: BatchHandler>(
         &self,

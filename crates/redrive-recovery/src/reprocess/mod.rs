@@ -16,7 +16,7 @@ pub use inventory::{browse, export_line, Inventory};
 
 use crate::settings::ReprocessSettings;
 use inventory::make_visible;
-use redrive_core::carry::{CarryOut, Destination, Outbox};
+use redrive_core::carry::{Courier, Destination, Outbox};
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
 use redrive_core::error::{ErrorClass, PortError};
@@ -91,7 +91,7 @@ const HOLD: Duration = Duration::from_secs(120);
 
 /// Drains a DLQ under a [`ReprocessPolicy`].
 pub struct Reprocessor<Q> {
-    carry: CarryOut<Q>,
+    carry: Courier<Q>,
     policy: ReprocessPolicy,
     archive_url: Option<String>,
     clock: Arc<dyn Clock>,
@@ -110,7 +110,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
     /// A reprocessor that makes its SQS calls through `queue`.
     pub fn new(queue: Q, settings: &ReprocessSettings) -> Self {
         Self {
-            carry: CarryOut::new(queue, None),
+            carry: Courier::new(queue, None),
             policy: settings.policy.clone(),
             archive_url: settings.archive_url.clone(),
             clock: Arc::new(SystemClock),

@@ -36,7 +36,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(600);
 const PAYMENT_LATENCY: &str = "20ms";
 
 /// One consumer of the topology with its workload and figures.
-struct Lane {
+struct Flow {
     queue: QueuePair,
     poller: Poller,
     processor: Processor<Observed<SqsQueue>>,
@@ -56,7 +56,7 @@ struct Lane {
     concurrency: usize,
 }
 
-impl Lane {
+impl Flow {
     async fn top_up(&mut self, client: &Client) -> Result<(), redrive_local::Error> {
         let (visible, in_flight, delayed) = depth(client, &self.queue.url).await?;
         let room = MAX_QUEUED.saturating_sub(visible + in_flight + delayed) as usize;
@@ -171,7 +171,7 @@ fn order(id: &str, amount: f64, currency: &str) -> String {
     )
 }
 
-/// The standard lane: 160 orders, with malformed and invalid ones, a poison order, orders that
+/// The standard flow: 160 orders, with malformed and invalid ones, a poison order, orders that
 /// recover after two timeouts, orders whose downstream never recovers, an outage that heals, and
 /// eight orders sent twice.
 fn standard_workload(
@@ -197,7 +197,7 @@ fn standard_workload(
     (1..=160).chain(resent).map(|n| (body(n), None)).collect()
 }
 
-/// The FIFO lane: three customers' payment streams; one payment times out once; two payments are
+/// The FIFO flow: three customers' payment streams; one payment times out once; two payments are
 /// sent twice (with deduplication ids of their own, as a producer retry after the 5-minute
 /// deduplication window makes them).
 fn fifo_workload(payments: &mut SimulatedPayments) -> VecDeque<(String, Option<String>)> {
@@ -264,7 +264,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         topology.name_prefix
     );
 
-    let mut lanes = Vec::new();
+    let mut flows = Vec::new();
     for queue in pairs {
         let consumer = &topology.consumers[&queue.key];
         let settings = topology.settings(&queue.key, &queue.dlq_url, &[])?;
@@ -284,7 +284,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             standard_workload(&mut payments, Duration::from_secs_f64(240.0 / scale))
         };
-        lanes.push(Lane {
+        flows.push(Flow {
             poller: Poller::new(
                 client.clone(),
                 &queue,
@@ -314,20 +314,20 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             concurrency: settings.processor.concurrency.get(),
         });
     }
-    let total: usize = lanes.iter().map(|l| l.workload.len()).sum();
+    let total: usize = flows.iter().map(|l| l.workload.len()).sum();
 
     let started = Instant::now();
     let tty = std::io::stdout().is_terminal();
     let mut last_line = Instant::now();
     loop {
         let mut busy = false;
-        for lane in &mut lanes {
-            lane.top_up(&client).await?;
-            lane.poll().await?;
-            let (visible, in_flight, delayed) = depth(&client, &lane.queue.url).await?;
-            busy |= !lane.workload.is_empty() || visible + in_flight + delayed > 0;
+        for flow in &mut flows {
+            flow.top_up(&client).await?;
+            flow.poll().await?;
+            let (visible, in_flight, delayed) = depth(&client, &flow.queue.url).await?;
+            busy |= !flow.workload.is_empty() || visible + in_flight + delayed > 0;
         }
-        let line = progress(&lanes, total, started.elapsed());
+        let line = progress(&flows, total, started.elapsed());
         if tty {
             print!("\r{line}\x1b[K");
             std::io::stdout().flush()?;
@@ -345,8 +345,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     if tty {
         println!();
     }
-    report(&client, &topology, &lanes, scale, started.elapsed()).await?;
-    heal_and_redrive(&client, &topology, &mut lanes, scale).await
+    report(&client, &topology, &flows, scale, started.elapsed()).await?;
+    heal_and_redrive(&client, &topology, &mut flows, scale).await
 }
 
 /// The downstream is fixed, then the DLQs are redriven to empty as an operator would: the
@@ -355,7 +355,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 async fn heal_and_redrive(
     client: &Client,
     topology: &Topology,
-    lanes: &mut [Lane],
+    flows: &mut [Flow],
     scale: f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     println!("\n== Heal the downstream, then redrive the DLQs");
@@ -384,8 +384,8 @@ async fn heal_and_redrive(
         settings.policy.max_reprocess,
         settings.policy.discard_kinds
     );
-    for lane in lanes.iter_mut() {
-        lane.handler.inner_mut().payments_mut().heal();
+    for flow in flows.iter_mut() {
+        flow.handler.inner_mut().payments_mut().heal();
     }
     tokio::time::sleep(settings.policy.eligible_after).await;
     let steps = [
@@ -401,55 +401,55 @@ async fn heal_and_redrive(
     ];
     let mut archived: BTreeMap<String, u32> = BTreeMap::new();
     for (step, command) in steps {
-        for lane in lanes.iter_mut() {
+        for flow in flows.iter_mut() {
             let plan = ReprocessCommand {
-                source: Some(lane.queue.dlq_url.clone()),
+                source: Some(flow.queue.dlq_url.clone()),
                 ..command.clone()
             }
             .plan(&settings)?;
             let summary = Reprocessor::new(SqsQueue::with_client(client.clone()), &settings)
                 .run(&plan, None, |_| {})
                 .await?;
-            print_summary(step, &lane.queue.key, &summary);
+            print_summary(step, &flow.queue.key, &summary);
             alarm(
-                &format!("{} reprocessor Alerted > 0", lane.queue.key),
+                &format!("{} reprocessor Alerted > 0", flow.queue.key),
                 f64::from(summary.alerted),
                 0.0,
             );
-            *archived.entry(lane.queue.key.clone()).or_default() += summary.discarded;
-            lane.drain(client).await?;
+            *archived.entry(flow.queue.key.clone()).or_default() += summary.discarded;
+            flow.drain(client).await?;
         }
     }
 
     println!("\n== After the redrive");
-    for lane in lanes.iter() {
-        let (dlq, dlq_in_flight, dlq_delayed) = depth(client, &lane.queue.dlq_url).await?;
-        let (visible, in_flight, delayed) = depth(client, &lane.queue.url).await?;
+    for flow in flows.iter() {
+        let (dlq, dlq_in_flight, dlq_delayed) = depth(client, &flow.queue.dlq_url).await?;
+        let (visible, in_flight, delayed) = depth(client, &flow.queue.url).await?;
         let in_dlq = dlq + dlq_in_flight + dlq_delayed;
-        let archived = archived[&lane.queue.key] as usize;
+        let archived = archived[&flow.queue.key] as usize;
         let left = (visible + in_flight + delayed) as usize;
         let (lost, twice) = (
-            lane.lost(archived + in_dlq as usize + left),
-            lane.effects_twice(),
+            flow.lost(archived + in_dlq as usize + left),
+            flow.effects_twice(),
         );
         println!(
             "{:<10} in {:>4} = charged {:>4} + duplicates absorbed {} + archived {:>2} + in DLQ {} + still queued {left} | lost {lost} | effects twice {twice}",
-            lane.queue.key,
-            lane.produced,
-            lane.charged().len(),
-            lane.handler.duplicates(),
+            flow.queue.key,
+            flow.produced,
+            flow.charged().len(),
+            flow.handler.duplicates(),
             archived,
             in_dlq,
         );
         alarm(
-            &format!("{} DLQ depth > 0", lane.queue.key),
+            &format!("{} DLQ depth > 0", flow.queue.key),
             dlq as f64,
             0.0,
         );
         if lost != 0 || twice != 0 || in_dlq != 0 {
             return Err(format!(
                 "{}: the DLQ is not empty, messages are unaccounted for or charged twice",
-                lane.queue.key
+                flow.queue.key
             )
             .into());
         }
@@ -470,10 +470,10 @@ fn print_summary(step: &str, queue: &str, summary: &ReprocessSummary) {
     );
 }
 
-fn progress(lanes: &[Lane], total: usize, elapsed: Duration) -> String {
+fn progress(flows: &[Flow], total: usize, elapsed: Duration) -> String {
     let mut sum = BatchReport::default();
-    lanes.iter().for_each(|lane| sum.absorb(&lane.report));
-    let produced: usize = lanes.iter().map(|l| l.produced).sum();
+    flows.iter().for_each(|flow| sum.absorb(&flow.report));
+    let produced: usize = flows.iter().map(|l| l.produced).sum();
     format!(
         "[{:>5.1}s] produced {produced}/{total} | handled {} | done {} | retried {} | deferred {} | dead-lettered {} | given back {}",
         elapsed.as_secs_f64(),
@@ -491,36 +491,36 @@ fn progress(lanes: &[Lane], total: usize, elapsed: Duration) -> String {
 async fn report(
     client: &Client,
     topology: &Topology,
-    lanes: &[Lane],
+    flows: &[Flow],
     scale: f64,
     elapsed: Duration,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    print_fates(lanes);
-    print_batch_durations(lanes);
-    print_fifo_costs(lanes);
+    print_fates(flows);
+    print_batch_durations(flows);
+    print_fifo_costs(flows);
     // Alarms first: reading the DLQs below makes their messages invisible for a while.
-    print_alarms(client, topology, lanes, scale).await?;
-    let all_dead = account_for_every_message(client, lanes).await?;
-    print_attempts(lanes, &all_dead);
-    print_retry_delays(topology, lanes, scale)?;
+    print_alarms(client, topology, flows, scale).await?;
+    let all_dead = account_for_every_message(client, flows).await?;
+    print_attempts(flows, &all_dead);
+    print_retry_delays(topology, flows, scale)?;
     print_dlq_contents(&all_dead)?;
     println!("\ndemo run took {:.1}s", elapsed.as_secs_f64());
     Ok(())
 }
 
 /// Each consumer's fates.
-fn print_fates(lanes: &[Lane]) {
+fn print_fates(flows: &[Flow]) {
     println!("\n== Fates (per record handled; a record handled again after a retry counts again)");
     println!(
         "{:<18}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
         "consumer", "handled", "done", "retried", "deferred", "to DLQ", "given back"
     );
-    for lane in lanes {
-        let r = &lane.report;
+    for flow in flows {
+        let r = &flow.report;
         let name = format!(
             "{}{}",
-            lane.queue.key,
-            if lane.queue.fifo { " (FIFO)" } else { "" }
+            flow.queue.key,
+            if flow.queue.fifo { " (FIFO)" } else { "" }
         );
         println!(
             "{name:<18}{:>10}{:>10}{:>10}{:>10}{:>10}{:>12}",
@@ -530,7 +530,7 @@ fn print_fates(lanes: &[Lane]) {
 }
 
 /// How long batches took against handling their records one at a time.
-fn print_batch_durations(lanes: &[Lane]) {
+fn print_batch_durations(flows: &[Flow]) {
     println!(
         "\n== Batch durations (every payment call takes {PAYMENT_LATENCY}; records in flight at once: REDRIVE_CONCURRENCY)"
     );
@@ -544,20 +544,20 @@ fn print_batch_durations(lanes: &[Lane]) {
         "max ms",
         "one at a time (est.)"
     );
-    for lane in lanes.iter().filter(|lane| !lane.batches.is_empty()) {
-        let latency_ms = lane.handler.inner().payments().latency.as_secs_f64() * 1000.0;
+    for flow in flows.iter().filter(|flow| !flow.batches.is_empty()) {
+        let latency_ms = flow.handler.inner().payments().latency.as_secs_f64() * 1000.0;
         let middle = |mut values: Vec<f64>| {
             values.sort_by(f64::total_cmp);
             values[values.len() / 2]
         };
-        let records = middle(lane.batches.iter().map(|(n, _)| f64::from(*n)).collect());
-        let took: Vec<f64> = lane.batches.iter().map(|(_, ms)| *ms).collect();
+        let records = middle(flow.batches.iter().map(|(n, _)| f64::from(*n)).collect());
+        let took: Vec<f64> = flow.batches.iter().map(|(_, ms)| *ms).collect();
         let longest = took.iter().copied().fold(0.0, f64::max);
         println!(
             "{:<18}{:>12}{:>10}{:>14}{:>12.1}{:>12.1}{:>19.0} ms",
-            lane.queue.key,
-            lane.concurrency,
-            lane.batches.len(),
+            flow.queue.key,
+            flow.concurrency,
+            flow.batches.len(),
             records,
             middle(took),
             longest,
@@ -569,20 +569,20 @@ fn print_batch_durations(lanes: &[Lane]) {
 
 /// What a FIFO message cost: Lambda invocations, SQS requests (the mapping's receives and deletes
 /// for the batches it delivered, and the consumer's own) and attempt ledger calls.
-fn print_fifo_costs(lanes: &[Lane]) {
-    for lane in lanes
+fn print_fifo_costs(flows: &[Flow]) {
+    for flow in flows
         .iter()
-        .filter(|lane| lane.queue.fifo && lane.produced > 0)
+        .filter(|flow| flow.queue.fifo && flow.produced > 0)
     {
-        let messages = lane.produced as f64;
+        let messages = flow.produced as f64;
         let per_message = |n: f64| n / messages;
         println!(
             "  FIFO cost per message, batch size {}: {:.2} Lambda invocations, {:.2} SQS requests, {:.2} attempt ledger calls ({} messages; at batch size 1 every message is an invocation)",
-            lane.poller.batch_size(),
-            per_message(lane.batches.len() as f64),
-            per_message(f64::from(lane.mapping_requests + lane.report.sqs_requests)),
-            per_message(f64::from(lane.ledger.reads() + lane.ledger.writes())),
-            lane.produced
+            flow.poller.batch_size(),
+            per_message(flow.batches.len() as f64),
+            per_message(f64::from(flow.mapping_requests + flow.report.sqs_requests)),
+            per_message(f64::from(flow.ledger.reads() + flow.ledger.writes())),
+            flow.produced
         );
     }
 }
@@ -591,16 +591,16 @@ fn print_fifo_costs(lanes: &[Lane]) {
 async fn print_alarms(
     client: &Client,
     topology: &Topology,
-    lanes: &[Lane],
+    flows: &[Flow],
     scale: f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     println!("\n== Alarms (rules from the tfvars, evaluated on the local figures)");
     let alarms = &topology.alarms;
-    for lane in lanes {
-        let key = &lane.queue.key;
-        let (dlq_visible, _, _) = depth(client, &lane.queue.dlq_url).await?;
-        let oldest = oldest_age_seconds(client, &lane.queue.url).await?;
-        let dlq_oldest = oldest_age_seconds(client, &lane.queue.dlq_url).await?;
+    for flow in flows {
+        let key = &flow.queue.key;
+        let (dlq_visible, _, _) = depth(client, &flow.queue.dlq_url).await?;
+        let oldest = oldest_age_seconds(client, &flow.queue.url).await?;
+        let dlq_oldest = oldest_age_seconds(client, &flow.queue.dlq_url).await?;
         let age = f64::from(alarms.oldest_message_age_seconds) / scale;
         let dlq_age = f64::from(alarms.dlq_oldest_message_age_seconds) / scale;
         // The EMF figures' alarms are per period; the run is shorter than one, so its totals.
@@ -614,7 +614,7 @@ async fn print_alarms(
             ),
             (
                 format!("function errors > {}", alarms.lambda_errors_threshold),
-                lane.whole_batch_errors as f64,
+                flow.whole_batch_errors as f64,
                 f64::from(alarms.lambda_errors_threshold),
             ),
             (
@@ -624,7 +624,7 @@ async fn print_alarms(
             ),
             (
                 format!("Deferred > {} (run total)", alarms.deferred_threshold),
-                f64::from(lane.report.deferred),
+                f64::from(flow.report.deferred),
                 f64::from(alarms.deferred_threshold),
             ),
             (
@@ -632,7 +632,7 @@ async fn print_alarms(
                     "TransientErrors > {} (run total)",
                     alarms.transient_errors_threshold
                 ),
-                f64::from(lane.report.transient_errors),
+                f64::from(flow.report.transient_errors),
                 f64::from(alarms.transient_errors_threshold),
             ),
         ];
@@ -647,28 +647,28 @@ async fn print_alarms(
 /// consumer; the DLQs' messages (metadata and body) for the sections after.
 async fn account_for_every_message(
     client: &Client,
-    lanes: &[Lane],
+    flows: &[Flow],
 ) -> Result<Vec<DeadLetter>, Box<dyn std::error::Error>> {
     let mut all_dead = Vec::new();
     println!("\n== Where every message went");
-    for lane in lanes {
-        let dead = read_dlq(client, &lane.queue.dlq_url).await?;
-        let (visible, in_flight, delayed) = depth(client, &lane.queue.url).await?;
+    for flow in flows {
+        let dead = read_dlq(client, &flow.queue.dlq_url).await?;
+        let (visible, in_flight, delayed) = depth(client, &flow.queue.url).await?;
         let left = (visible + in_flight + delayed) as usize;
-        let (lost, twice) = (lane.lost(dead.len() + left), lane.effects_twice());
+        let (lost, twice) = (flow.lost(dead.len() + left), flow.effects_twice());
         println!(
             "{:<10} in {:>4} = charged {:>4} + duplicates absorbed {} + in DLQ {:>3} + still queued {} | lost {lost} | effects twice {twice}",
-            lane.queue.key,
-            lane.produced,
-            lane.charged().len(),
-            lane.handler.duplicates(),
+            flow.queue.key,
+            flow.produced,
+            flow.charged().len(),
+            flow.handler.duplicates(),
             dead.len(),
             left,
         );
         if lost != 0 || twice != 0 {
             return Err(format!(
                 "{}: {lost} messages unaccounted for, {twice} orders charged twice",
-                lane.queue.key
+                flow.queue.key
             )
             .into());
         }
@@ -678,11 +678,11 @@ async fn account_for_every_message(
 }
 
 /// How many attempts each message took to its final fate.
-fn print_attempts(lanes: &[Lane], all_dead: &[DeadLetter]) {
+fn print_attempts(flows: &[Flow], all_dead: &[DeadLetter]) {
     println!("\n== Attempts a message took to its final fate");
     let mut histogram: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
-    for lane in lanes {
-        lane.charged()
+    for flow in flows {
+        flow.charged()
             .iter()
             .for_each(|(_, attempt)| histogram.entry(*attempt).or_default().0 += 1);
     }
@@ -701,21 +701,21 @@ fn print_attempts(lanes: &[Lane], all_dead: &[DeadLetter]) {
 /// The delays the retries were scheduled with, against the policy.
 fn print_retry_delays(
     topology: &Topology,
-    lanes: &[Lane],
+    flows: &[Flow],
     scale: f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     println!("\n== Retry delays scheduled (DelaySeconds), against the policy (scaled {scale}x)");
     let policy = topology
-        .settings(&lanes[0].queue.key, "unused", &[])?
+        .settings(&flows[0].queue.key, "unused", &[])?
         .processor
         .retry;
-    let sent: Vec<Sent> = lanes
+    let sent: Vec<Sent> = flows
         .iter()
-        .flat_map(|lane| lane.processor.queue().sent())
+        .flat_map(|flow| flow.processor.queue().sent())
         .filter(|s| !s.queue_url.contains("-dlq"))
         .collect();
     print_delays(&sent, &policy);
-    let fifo_retries: u32 = lanes
+    let fifo_retries: u32 = flows
         .iter()
         .filter(|l| l.queue.fifo)
         .map(|l| l.report.given_back)
