@@ -38,9 +38,12 @@ pub use redrive_aws::sqs;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]
 pub use redrive_core::oracles;
+// The engine's modules a user reaches: the handler contract, the processor and its settings,
+// errors, the ports and their test doubles, idempotency, FIFO bookkeeping, the failure envelope.
+// The breaker, the fates, the batch's figures and the Kinesis records are named at the root; the
+// courier (`carry`) and the EMF lines are the sibling crates' own.
 pub use redrive_core::{
-    backoff, breaker, carry, clock, envelope, error, fate, fifo, idempotency, metrics, port,
-    processor, reprocess_policy, stream,
+    backoff, clock, envelope, error, fifo, handler, idempotency, port, processor, reprocess_policy,
 };
 
 /// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`] and
@@ -57,8 +60,9 @@ pub use redrive_recovery::{eventbridge, reprocess};
 pub use redrive_aws::SqsQueue;
 pub use redrive_core::{
     Backoff, BatchError, BatchHandler, BatchReport, BreakerSettings, CircuitBreaker, ConfigError,
-    ErrorClass, Fate, Invocation, Message, Meta, PortError, Processed, Processor, ProcessorConfig,
-    QueuePort, RecordError, RecordHandler, RetryPolicy, Settings, SqsEvent, SqsRecord,
+    ErrorClass, Fate, GiveBackReason, Invocation, KinesisEvent, KinesisEventResponse,
+    KinesisRecord, Message, Meta, PortError, Processed, Processor, ProcessorConfig, QueuePort,
+    RecordError, RecordHandler, RetryPolicy, Settings, SqsEvent, SqsRecord,
     DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE,
 };
 

@@ -11,6 +11,9 @@
 
 pub mod backoff;
 pub mod breaker;
+/// The one sender of copies, dead letters and visibility changes: shared with `redrive-recovery`,
+/// not part of redrive's API.
+#[doc(hidden)]
 pub mod carry;
 pub mod clock;
 pub mod config;
@@ -20,6 +23,9 @@ pub mod fate;
 pub mod fifo;
 pub mod handler;
 pub mod idempotency;
+/// The batch's figures as EMF lines: [`BatchReport`] is the API, the lines are shared with
+/// `redrive-recovery`.
+#[doc(hidden)]
 pub mod metrics;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]
@@ -35,9 +41,10 @@ pub use breaker::{BreakerSettings, CircuitBreaker};
 pub use config::Settings;
 pub use envelope::{Meta, DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE};
 pub use error::{BatchError, ConfigError, ErrorClass, PortError, RecordError};
-pub use fate::Fate;
+pub use fate::{Fate, GiveBackReason};
 pub use handler::{BatchHandler, Invocation, Message, RecordHandler};
 pub use metrics::BatchReport;
 pub use port::QueuePort;
 pub use processor::{Processed, Processor, ProcessorConfig};
 pub use redrive_event::{SqsEvent, SqsRecord};
+pub use stream::{KinesisEvent, KinesisEventResponse, KinesisRecord};

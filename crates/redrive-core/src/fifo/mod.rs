@@ -7,8 +7,8 @@
 //! last of a group can be received ten times for one try. The attempt ledger ([`AttemptLedger`])
 //! keeps, per message, the receive counts at which it was given back untried, so that its attempts
 //! are the receives that are not in it. It is written only when a FIFO record is given back
-//! untried ([`write_down`]), and read once for a batch with a record received before
-//! ([`recount`]): the happy path makes no call.
+//! untried (`write_down`), and read once for a batch with a record received before
+//! (`recount`): the happy path makes no call.
 //!
 //! Every error errs towards fewer attempts, never more: a receive the ledger does not know of
 //! (a lost write, a throttled invocation, a function that overran its timeout) counts as a try.
