@@ -1,0 +1,223 @@
+//! A soak run's configuration and its presets (in memory, on moto, FIFO, the long outage, hold).
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use redrive::fifo::FifoOnDeadLetter;
+use redrive::RetryPolicy;
+
+/// Soak parameters; every random choice comes from `seed`.
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    pub messages: usize,
+    pub seed: u64,
+    /// Queue depth the producer keeps the source under.
+    pub max_queued: usize,
+    /// Share of SendMessageBatch calls that fail as a whole, and of entries refused.
+    pub failed_calls: f64,
+    pub refused_entries: f64,
+    /// Share of SendMessageBatch calls that never answer (a stalled connection), half of them
+    /// after SQS took the messages: the carry-out's deadline must cut them off.
+    pub stalled_calls: f64,
+    /// Share of idempotency store calls (claim, complete, release) that fail, half of them after
+    /// the write took effect (the answer lost), as a throttled or timed-out DynamoDB call does.
+    pub store_faults: f64,
+    /// Share of SQS and store calls that answer late: a real wait of up to half the batch's time,
+    /// while records run and while their fates are carried out.
+    pub slow_calls: f64,
+    /// Share of ChangeMessageVisibilityBatch calls throttled as a whole.
+    pub throttled_visibility: f64,
+    /// Share of receives Lambda invokes nothing with (throttled): the messages come back after
+    /// their visibility timeout with their receive count raised and no try.
+    pub throttled_invocations: f64,
+    /// Share of batches whose visibility runs out while they are handled: another container
+    /// receives them while the first still runs.
+    pub overlapping_deliveries: f64,
+    /// Share of handled batches whose delete is lost, as when the function errors: the whole
+    /// batch is delivered again, records already done and copies already sent included.
+    pub lost_deletes: f64,
+    pub max_receive_count: u32,
+    pub visibility: Duration,
+    pub retry: RetryPolicy,
+    /// Time the handler of a `Slow` message takes, and the time a batch gets.
+    pub slow_for: Duration,
+    pub budget: Duration,
+    pub reprocess_cap: u32,
+    /// Records the processor handles at once.
+    pub concurrency: NonZeroUsize,
+    /// A FIFO source (and DLQ) with the messages dealt round this many message groups.
+    pub fifo_groups: Option<usize>,
+    /// Simulated Lambda containers: idempotency guards of their own over one shared store.
+    pub containers: NonZeroUsize,
+    /// A long outage: every message calls a downstream, behind a circuit breaker, that is down
+    /// this long from the start (longer than the retry policy's deferral age limit).
+    pub outage: Option<Outage>,
+    /// The containers share this DynamoDB table (on the moto run) instead of a store in memory
+    /// with DynamoDB's conditional semantics.
+    pub idempotency_table: Option<String>,
+    /// Whether effects out of their FIFO group's order break the invariant. Not on moto: when
+    /// several in-flight messages of a group become visible at once, moto 5.x hands out the
+    /// group's last one first (docs/reliability.md), which SQS does not; there the order is
+    /// counted and shown, and the in-memory runs hold the engine to it.
+    pub order_checked: bool,
+    /// A second source queue shares the DLQ; the messages are dealt between the two, and the
+    /// scheduled redrive must send each dead letter home to its own.
+    pub second_source: bool,
+    /// FIFO: what a head that would be dead-lettered means for its group. With `Hold`, an
+    /// operator releases the held heads from time to time, and the order of every group's
+    /// effects is checked to the end, the redrive included.
+    pub fifo_on_dead_letter: FifoOnDeadLetter,
+}
+
+/// The long-outage scenario's downstream.
+#[derive(Debug, Clone)]
+pub struct Outage {
+    pub down_for: Duration,
+    pub breaker: redrive::BreakerSettings,
+}
+
+impl SoakConfig {
+    /// The in-memory run: virtual time, so waits cost nothing but the slow handlers' real time.
+    pub fn memory(messages: usize, seed: u64) -> Self {
+        Self {
+            messages,
+            seed,
+            max_queued: 200,
+            failed_calls: 0.01,
+            refused_entries: 0.01,
+            stalled_calls: 0.005,
+            store_faults: 0.01,
+            slow_calls: 0.02,
+            throttled_visibility: 0.01,
+            throttled_invocations: 0.01,
+            overlapping_deliveries: 0.01,
+            lost_deletes: 0.01,
+            max_receive_count: 10,
+            visibility: Duration::from_secs(30),
+            retry: RetryPolicy {
+                backoff: redrive::Backoff::Exponential {
+                    base: Duration::from_secs(1),
+                    factor: 2.0,
+                    cap: Duration::from_secs(60),
+                },
+                max_attempts: 5,
+                ..RetryPolicy::default()
+            },
+            slow_for: Duration::from_millis(30),
+            budget: Duration::from_millis(15),
+            reprocess_cap: 3,
+            concurrency: NonZeroUsize::new(4).expect("not zero"),
+            fifo_groups: None,
+            containers: NonZeroUsize::new(3).expect("not zero"),
+            outage: None,
+            idempotency_table: None,
+            order_checked: true,
+            second_source: false,
+            fifo_on_dead_letter: FifoOnDeadLetter::Continue,
+        }
+    }
+
+    /// The long outage in memory: the downstream is down for three hours, eighteen times the
+    /// deferral age limit, behind a breaker that opens after 5 failures for 30 s. The messages
+    /// themselves are sound; the AWS faults (failed and late calls, lost deletes, throttled
+    /// invocations) stay.
+    pub fn outage(messages: usize, seed: u64) -> Self {
+        let memory = Self::memory(messages, seed);
+        Self {
+            retry: RetryPolicy {
+                defer_max_age: Duration::from_secs(600),
+                ..memory.retry.clone()
+            },
+            outage: Some(Outage {
+                down_for: Duration::from_secs(3 * 3600),
+                breaker: redrive::BreakerSettings {
+                    threshold: 5,
+                    open_for: Duration::from_secs(30),
+                },
+            }),
+            ..memory
+        }
+    }
+
+    /// The long outage on FIFO: the same three hours, with a deferral age limit (12 h) that
+    /// outlasts them, so that every group waits the outage out in place and goes on in order.
+    pub fn fifo_outage(messages: usize, seed: u64) -> Self {
+        let outage = Self::outage(messages, seed).fifo(8);
+        Self {
+            retry: RetryPolicy {
+                defer_max_age: Duration::from_secs(12 * 3600),
+                ..outage.retry.clone()
+            },
+            ..outage
+        }
+    }
+
+    /// The same FIFO run with `REDRIVE_FIFO_ON_DEAD_LETTER=hold`: a head that would be
+    /// dead-lettered holds its group; an operator releases the held heads; every group's effects
+    /// are in order end to end.
+    #[must_use]
+    pub fn holding(self) -> Self {
+        Self {
+            fifo_on_dead_letter: FifoOnDeadLetter::Hold {
+                max_age: Duration::from_secs(13 * 86400),
+            },
+            max_receive_count: 120,
+            ..self
+        }
+    }
+
+    /// The moto run: real time, so short waits; fewer messages, so more faults.
+    pub fn moto(messages: usize, seed: u64) -> Self {
+        Self {
+            failed_calls: 0.05,
+            refused_entries: 0.05,
+            stalled_calls: 0.01,
+            store_faults: 0.02,
+            slow_calls: 0.05,
+            throttled_visibility: 0.02,
+            throttled_invocations: 0.02,
+            overlapping_deliveries: 0.02,
+            lost_deletes: 0.05,
+            visibility: Duration::from_secs(2),
+            retry: RetryPolicy {
+                backoff: redrive::Backoff::Sequence(vec![Duration::from_secs(1)]),
+                max_attempts: 5,
+                ..RetryPolicy::default()
+            },
+            slow_for: Duration::from_millis(600),
+            budget: Duration::from_millis(300),
+            order_checked: false,
+            ..Self::memory(messages, seed)
+        }
+    }
+}
+
+impl SoakConfig {
+    /// The same run on a FIFO queue whose messages are dealt round `groups` message groups, in
+    /// batches of ten with the attempt ledger, and the tfvars' FIFO `max_receive_count` (at least
+    /// batch size x (attempts + 1) + 21, modules/sqs-consumer).
+    #[must_use]
+    pub fn fifo(self, groups: usize) -> Self {
+        Self {
+            fifo_groups: Some(groups),
+            max_receive_count: 100,
+            ..self
+        }
+    }
+
+    /// The same run with the containers sharing the DynamoDB table `table` (moto's).
+    #[must_use]
+    pub fn dynamodb(self, table: impl Into<String>) -> Self {
+        Self {
+            idempotency_table: Some(table.into()),
+            ..self
+        }
+    }
+
+    /// `.fifo` on a FIFO run's queue names.
+    pub(super) fn suffix(&self) -> &'static str {
+        match self.fifo_groups {
+            Some(_) => ".fifo",
+            None => "",
+        }
+    }
+}

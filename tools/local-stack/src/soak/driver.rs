@@ -1,0 +1,563 @@
+//! The Lambda-like driver: produce, consume with faults, heal and redrive, tally.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redrive::config::ReprocessSettings;
+use redrive::dynamodb::DynamoDbStore;
+use redrive::envelope::OutgoingMessage;
+use redrive::event::{SqsRecord, Text};
+use redrive::fifo::FifoOnDeadLetter;
+use redrive::fifo::{release_head, AttemptLedger, MemoryLedger, Release};
+use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
+use redrive::port::{ForwardingPort, QueuePort, VisibilityChange};
+use redrive::reprocess::{ReprocessCommand, Reprocessor};
+use redrive::reprocess_policy::ReprocessPolicy;
+use redrive::{Meta, PortError, Processor, ProcessorConfig, RecordHandler};
+
+use super::config::SoakConfig;
+use super::duration_ms;
+use super::faulty::{Faulty, SoakQueues};
+use super::handler::PlannedHandler;
+use super::plan::Plan;
+use super::report::{SoakReport, LAMBDA_LOOP_LIMIT};
+use super::stores::{FaultyStore, Latency, SharedStore};
+
+/// Runs the soak on `sqs` with the source queue `source` (URL and ARN; whose DLQ is `dlq`), and
+/// `second`, a source sharing that DLQ, if given: produce and consume with faults until the
+/// sources are empty, heal and redrive the DLQ, then tally.
+pub async fn run<Q: SoakQueues>(
+    sqs: Q,
+    source: (&str, &str),
+    second: Option<(&str, &str)>,
+    dlq: &str,
+    config: &SoakConfig,
+) -> Result<SoakReport, PortError> {
+    let started = Instant::now();
+    let (source_url, source_arn) = source;
+    let clock = sqs.clock();
+    let queue = Faulty::new(
+        sqs,
+        config.seed,
+        config.failed_calls,
+        config.refused_entries,
+    )
+    .stalling(config.stalled_calls)
+    .late(config.slow_calls, config.budget / 2)
+    .throttling_visibility(config.throttled_visibility)
+    .counting_chains_to(source_url);
+    let planned = PlannedHandler::new(config, &clock);
+    let store = Arc::new(FaultyStore {
+        inner: match &config.idempotency_table {
+            None => SharedStore::Memory(
+                MemoryStore::new(config.messages * 2).with_clock(clock.clone()),
+                MemoryLedger::new(),
+            ),
+            Some(table) => {
+                SharedStore::DynamoDb(DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone()))
+            }
+        },
+        latency: Latency::new(config.seed ^ 0x1a7d, config.slow_calls, config.budget / 2),
+        rng: Mutex::new(fastrand::Rng::with_seed(config.seed ^ 0xd1d0)),
+        share: config.store_faults,
+        injected: AtomicU64::new(0),
+    });
+    // FIFO attempts are counted with the ledger, as the tfvars' FIFO consumer does.
+    let ledger: Option<Arc<dyn AttemptLedger>> = config
+        .fifo_groups
+        .map(|_| Arc::clone(&store) as Arc<dyn AttemptLedger>);
+    let processor_of = |url: &str| {
+        let processor = Processor::new(
+            &queue,
+            ProcessorConfig {
+                dlq_url: Some(dlq.to_owned()),
+                source_queue_url: Some(url.to_owned()),
+                retry: config.retry.clone(),
+                deadline_margin: Duration::from_millis(5),
+                concurrency: config.concurrency,
+                fifo_on_dead_letter: config.fifo_on_dead_letter,
+            },
+        )
+        .with_clock(clock.clone())
+        .with_seed(config.seed);
+        match &ledger {
+            Some(ledger) => processor.with_ledger(Arc::clone(ledger)),
+            None => processor,
+        }
+    };
+    let processor = processor_of(source_url);
+    let second_processor = second.map(|(url, _)| processor_of(url));
+    let containers = containers(&planned, &store, config);
+    let mut report = SoakReport {
+        messages: config.messages,
+        order_checked: config.order_checked,
+        order_end_to_end: matches!(config.fifo_on_dead_letter, FifoOnDeadLetter::Hold { .. }),
+        ..SoakReport::default()
+    };
+    let sources = if second.is_some() { 2 } else { 1 };
+    let mut drive = Driver {
+        queue: &queue,
+        processor: &processor,
+        containers: &containers,
+        url: source_url,
+        arn: source_arn,
+        share: (0, sources),
+        rng: fastrand::Rng::with_seed(config.seed ^ 0xde1e7e),
+        config,
+        started_ms: clock.now_ms(),
+        // The operator's calls are not the consumers': no faults injected in them.
+        ledger: store.inner.ledger(),
+        fresh_sets: &planned.fresh_sets,
+    };
+    let mut second = second
+        .zip(second_processor.as_ref())
+        .map(|((url, arn), processor)| Driver {
+            processor,
+            url,
+            arn,
+            share: (1, 2),
+            rng: fastrand::Rng::with_seed(config.seed ^ 0x5ec0d),
+            ..drive.clone_shared()
+        });
+    drive.produce_and_consume(&mut report).await?;
+    if let Some(second) = &mut second {
+        second.produce_and_consume(&mut report).await?;
+    }
+    let chains = queue.take_chains();
+    drive
+        .heal_and_redrive(&planned, dlq, second.as_mut(), &mut report)
+        .await?;
+    drive
+        .tally(&planned, chains, dlq, second.as_ref(), &mut report)
+        .await?;
+    report.duplicates_absorbed = containers.iter().map(Idempotent::duplicates).sum();
+    report.store_faults = store.injected.load(Ordering::Relaxed);
+    report.slow_calls = queue.latency.delayed.load(Ordering::Relaxed)
+        + store.latency.delayed.load(Ordering::Relaxed);
+    report.throttled_visibility = queue.throttled.load(Ordering::Relaxed);
+    report.unconfirmed_completions = containers
+        .iter()
+        .map(Idempotent::unconfirmed_completions)
+        .sum();
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// The Lambda containers: guards of their own around the one handler (whose effects are the
+/// invariant's ledger), sharing one store, as Lambda containers share a DynamoDB table. Each
+/// invocation goes to a container drawn at random, so the copies of a message reach different ones.
+pub(super) fn containers<'h>(
+    planned: &'h PlannedHandler,
+    store: &Arc<FaultyStore>,
+    config: &SoakConfig,
+) -> Vec<Idempotent<&'h PlannedHandler, Arc<FaultyStore>>> {
+    (0..config.containers.get())
+        .map(|_| {
+            let mut guard =
+                Idempotent::new(planned, store.clone(), KeyFrom::BodyField("/id".into()));
+            // A handler cut off at the deadline cannot release its claim: the lease is what
+            // frees it, so it is set to about the function timeout.
+            guard.lease = config.budget * 2;
+            guard
+        })
+        .collect()
+}
+
+/// The soak's messages, each with its fault plan (none in the outage: there the downstream is
+/// the fault), in a message group on FIFO.
+pub(super) fn messages<'a>(
+    config: &'a SoakConfig,
+    (index, sources): (usize, usize),
+    source_arn: &'a str,
+) -> impl Iterator<Item = OutgoingMessage<'static>> + 'a {
+    let mut rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed);
+    let src = if sources > 1 {
+        format!(r#","src":"{source_arn}""#)
+    } else {
+        String::new()
+    };
+    (0..config.messages).filter_map(move |n| {
+        let plan = match config.outage {
+            Some(_) => Plan::Ok,
+            None => Plan::draw(&mut rng),
+        }
+        .encode();
+        if n % sources != index {
+            return None;
+        }
+        let group = config.fifo_groups.map(|groups| format!("g-{}", n % groups));
+        let body = match &group {
+            Some(group) => {
+                format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n},"group":"{group}"{src}}}"#)
+            }
+            None => format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n}{src}}}"#),
+        };
+        Some(OutgoingMessage {
+            body: Text::from(body),
+            attributes: Vec::new(),
+            delay_seconds: 0,
+            deduplication_id: group.as_ref().map(|_| Text::from(format!("m-{n}"))),
+            group_id: group.map(Text::from),
+            trace_header: None,
+        })
+    })
+}
+
+struct Driver<'a, Q, H> {
+    queue: &'a Faulty<Q>,
+    processor: &'a Processor<&'a Faulty<Q>>,
+    containers: &'a [H],
+    url: &'a str,
+    arn: &'a str,
+    /// Which of the messages this source gets: those whose number is `.0` modulo `.1`.
+    share: (usize, usize),
+    rng: fastrand::Rng,
+    config: &'a SoakConfig,
+    started_ms: u64,
+    /// The ledger the operator of a hold reads and releases held heads in.
+    ledger: &'a dyn AttemptLedger,
+    /// Where the operator's fresh sets of attempts are counted (the handler's).
+    fresh_sets: &'a Mutex<HashMap<String, u32>>,
+}
+
+impl<'a, Q, H> Driver<'a, Q, H> {
+    /// A driver on the same SQS, containers and clock, for a second source.
+    fn clone_shared(&self) -> Self {
+        Self {
+            rng: self.rng.clone(),
+            ..*self
+        }
+    }
+}
+
+impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
+    /// Phase 1: produce (keeping the source under `max_queued`) and consume with faults until the
+    /// source is empty.
+    async fn produce_and_consume(&mut self, report: &mut SoakReport) -> Result<(), PortError> {
+        let config = self.config;
+        let mut messages = messages(config, self.share, self.arn).peekable();
+        loop {
+            let depth = self.queue.inner().depth(self.url).await?;
+            if messages.peek().is_some() && depth < config.max_queued {
+                let batch: Vec<OutgoingMessage<'static>> = messages
+                    .by_ref()
+                    .take((config.max_queued - depth).min(10))
+                    .collect();
+                let refused = self.queue.inner().send_batch(self.url, &batch).await?;
+                assert!(
+                    refused.is_empty(),
+                    "the producer's own sends are not faulted"
+                );
+            }
+            if !self.invoke(report).await? {
+                if messages.peek().is_none() && self.queue.inner().depth(self.url).await? == 0 {
+                    return Ok(());
+                }
+                if !self.release_held(report).await? {
+                    self.queue.inner().idle(self.url).await;
+                }
+            }
+        }
+    }
+
+    /// Whether FIFO heads hold their groups in this run.
+    fn holds(&self) -> bool {
+        matches!(
+            self.config.fifo_on_dead_letter,
+            FifoOnDeadLetter::Hold { .. }
+        )
+    }
+
+    /// The operator of a hold, when nothing else is visible: every held head is released, to be
+    /// tried again the first time (a fix deployed) and to the DLQ after that, or at once for a
+    /// permanent failure, and made visible through its receipt handle. False when none was
+    /// waiting for a release.
+    async fn release_held(&mut self, report: &mut SoakReport) -> Result<bool, PortError> {
+        if !self.holds() {
+            return Ok(false);
+        }
+        let mut released = false;
+        // A head released to the DLQ stays listed until it comes back and goes there.
+        for (id, hold) in self.ledger.held().await? {
+            if hold.release.is_some() {
+                continue;
+            }
+            released = true;
+            let id = &id;
+            let released_before = self.ledger.entries(&[id.as_str()]).await?[0].attempts_from > 0;
+            let release = if released_before || hold.error_kind == "invalid" {
+                report.released_to_dlq += 1;
+                Release::DeadLetter
+            } else {
+                report.released_to_retry += 1;
+                *self
+                    .fresh_sets
+                    .lock()
+                    .unwrap()
+                    .entry(id.clone())
+                    .or_default() += 1;
+                Release::Retry
+            };
+            // A stale receipt (the head came back meanwhile) is refused: it is visible anyway.
+            release_head(self.ledger, self.queue.inner(), id, release).await?;
+        }
+        Ok(released)
+    }
+
+    /// Phase 2: the downstream and SQS heal; the DLQ is redriven under the policy until nothing
+    /// more can go home (permanent failures stay for review).
+    async fn heal_and_redrive(
+        &mut self,
+        planned: &PlannedHandler,
+        dlq: &str,
+        mut second: Option<&mut Self>,
+        report: &mut SoakReport,
+    ) -> Result<(), PortError> {
+        let queue = self.queue;
+        report.deferred_too_long = queue
+            .inner()
+            .read_all(dlq)
+            .await?
+            .iter()
+            .filter_map(|record| Meta::of(record).and_then(Result::ok))
+            .filter(|meta| &*meta.error_kind == "deferred_too_long")
+            .count();
+        // An outage outlasts the deferrals: its messages wait in the DLQ, alarmed, until the
+        // downstream is back; then the redrive brings them home.
+        if let Some(outage) = &planned.outage {
+            while outage.clock.now_ms() < outage.heal_at_ms {
+                queue.inner().idle(self.url).await;
+            }
+        }
+        planned.down.store(false, Ordering::SeqCst);
+        // With hold nothing leaves a group's order, the redrive included: checked to the end.
+        if !self.holds() {
+            *planned.group_order.lock().unwrap() = None;
+        }
+        queue.heal();
+        let settings = ReprocessSettings {
+            policy: ReprocessPolicy {
+                max_reprocess: self.config.reprocess_cap,
+                eligible_after: Duration::ZERO,
+                discard_kinds: Vec::new(),
+            },
+            rate_per_second: 3000.0,
+            max_messages: 1_000_000,
+            ..ReprocessSettings::from_lookup([], |_| None)
+                .map_err(|e| PortError::new("settings", e))?
+        };
+        let reprocessor = Reprocessor::new(queue, &settings).with_clock(queue.inner().clock());
+        for _ in 0..=self.config.reprocess_cap {
+            // As the schedule runs it: the origin in each dead letter's metadata, the source queue
+            // for what SQS moved without any.
+            let plan = ReprocessCommand {
+                source: Some(dlq.to_owned()),
+                fallback_destination: Some(self.arn.to_owned()),
+                ..ReprocessCommand::default()
+            }
+            .plan(&settings)
+            .map_err(|e| PortError::new("plan", e))?;
+            let summary = reprocessor.run(&plan, None, |_| {}).await?;
+            report.redriven += summary.reprocessed;
+            if summary.reprocessed == 0 {
+                return Ok(());
+            }
+            loop {
+                let mut waiting = queue.inner().depth(self.url).await?;
+                let mut invoked = self.invoke(report).await?;
+                if let Some(second) = second.as_deref_mut() {
+                    waiting += queue.inner().depth(second.url).await?;
+                    invoked |= second.invoke(report).await?;
+                }
+                if waiting == 0 {
+                    break;
+                }
+                if !invoked && !self.release_held(report).await? {
+                    queue.inner().idle(self.url).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The invariant's figures: every message processed, in the DLQ or still queued; effects
+    /// counted; the longest chain of re-sends.
+    async fn tally(
+        &self,
+        planned: &PlannedHandler,
+        mut chains: HashMap<String, u32>,
+        dlq: &str,
+        second: Option<&Self>,
+        report: &mut SoakReport,
+    ) -> Result<(), PortError> {
+        let (queue, config) = (self.queue, self.config);
+        for (id, copies) in queue.take_chains() {
+            let longest = chains.entry(id).or_default();
+            *longest = (*longest).max(copies);
+        }
+        report.longest_chain = chains.values().copied().max().unwrap_or(0);
+        report.chains_past_16 = chains.values().filter(|n| **n > LAMBDA_LOOP_LIMIT).count();
+        let effects = planned.effects.lock().unwrap().clone();
+        report.injected_send_failures = queue.injected.load(Ordering::Relaxed);
+        report.stalled_calls = queue.stalls.load(Ordering::Relaxed);
+        report.stalled_after_delivery = queue.stalls_after_delivery.load(Ordering::Relaxed);
+        report.out_of_order = planned.out_of_order.load(Ordering::Relaxed);
+        {
+            let tries = planned.tries.lock().unwrap();
+            report.most_tries = tries.values().copied().max().unwrap_or(0);
+            report.tries_beyond_limit = tries
+                .values()
+                .filter(|&&n| n > config.retry.max_attempts)
+                .count();
+        }
+        report.tries_checked = config.fifo_groups.is_some();
+        report.first_out_of_order = planned.first_out_of_order.lock().unwrap().clone();
+        report.wrong_source = planned.wrong_source.load(Ordering::Relaxed);
+        report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
+        report.processed = effects.len();
+        let mut dead: BTreeMap<String, u32> = BTreeMap::new();
+        for record in queue.inner().take_all(dlq).await? {
+            let body: serde_json::Value =
+                serde_json::from_str(record.body.as_deref().unwrap_or_default())
+                    .unwrap_or_default();
+            let id = body["id"].as_str().unwrap_or_default().to_owned();
+            match Meta::of(&record).and_then(Result::ok) {
+                Some(meta) if meta.reprocess_count > config.reprocess_cap => report.beyond_cap += 1,
+                Some(_) => {}
+                None => report.in_dlq_without_metadata += 1,
+            }
+            *dead.entry(id).or_default() += 1;
+        }
+        report.duplicate_dead_letters = dead.values().map(|n| (*n - 1) as usize).sum();
+        let dead_not_processed = dead.keys().filter(|id| !effects.contains_key(*id)).count();
+        report.dead_and_processed = dead.len() - dead_not_processed;
+        report.in_dlq = dead.len();
+        report.still_queued = queue.inner().depth(self.url).await?;
+        if let Some(second) = second {
+            report.still_queued += queue.inner().depth(second.url).await?;
+        }
+        report.lost = config
+            .messages
+            .saturating_sub(report.processed + dead_not_processed + report.still_queued);
+        Ok(())
+    }
+
+    /// One receive as the event source mapping makes it, and the invocation with it in a container
+    /// drawn at random; false when nothing was visible. Lambda's side fails too: a throttled
+    /// invocation leaves the batch untried, and a batch whose visibility runs out mid-way reaches a
+    /// second container while the first still handles it.
+    async fn invoke(&mut self, report: &mut SoakReport) -> Result<bool, PortError> {
+        let records = self.receive().await?;
+        if records.is_empty() {
+            return Ok(false);
+        }
+        if self.rng.f64() < self.config.throttled_invocations {
+            // The mapping gives the batch back untried; SQS shows it again after its visibility
+            // timeout, its receive count raised.
+            report.throttled_invocations += 1;
+            return Ok(true);
+        }
+        let again = if self.rng.f64() < self.config.overlapping_deliveries {
+            report.overlapping_deliveries += 1;
+            let changes: Vec<VisibilityChange<'_>> = records
+                .iter()
+                .filter_map(|record| record.receipt_handle.as_deref())
+                .map(|receipt_handle| VisibilityChange {
+                    receipt_handle,
+                    timeout: Duration::ZERO,
+                })
+                .collect();
+            self.queue
+                .inner()
+                .change_visibility_batch(self.url, &changes)
+                .await?;
+            self.receive().await?
+        } else {
+            Vec::new()
+        };
+        let first = &self.containers[self.rng.usize(..self.containers.len())];
+        let second = &self.containers[self.rng.usize(..self.containers.len())];
+        let (first, second) =
+            tokio::join!(self.handle(first, &records), self.handle(second, &again));
+        self.apply_answer(report, &records, first).await?;
+        self.apply_answer(report, &again, second).await?;
+        Ok(true)
+    }
+
+    async fn receive(&self) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        let mut records = self
+            .queue
+            .receive(self.url, 10, self.config.visibility, Duration::ZERO)
+            .await?;
+        for record in &mut records {
+            record.event_source_arn = Some(Text::from(self.arn.to_owned()));
+        }
+        Ok(records)
+    }
+
+    /// One invocation with `records` in `container`: its response, or `None` when Lambda stopped
+    /// it at its deadline (or there was nothing to invoke with).
+    async fn handle(
+        &self,
+        container: &H,
+        records: &[SqsRecord<'static>],
+    ) -> Option<redrive::Processed> {
+        if records.is_empty() {
+            return None;
+        }
+        let clock = self.queue.inner().clock();
+        let timeout = Duration::from_millis(5) + self.config.budget;
+        let deadline = clock.now_ms() + duration_ms(timeout);
+        let processing = self.processor.process(container, records, deadline);
+        tokio::time::timeout(timeout, processing)
+            .await
+            .ok()
+            .map(|processed| processed.expect("records carry message ids"))
+    }
+
+    /// What the event source mapping does with an invocation's answer: deletes what did not fail;
+    /// nothing after a timeout or a lost delete (the whole batch comes back).
+    async fn apply_answer(
+        &mut self,
+        report: &mut SoakReport,
+        records: &[SqsRecord<'static>],
+        processed: Option<redrive::Processed>,
+    ) -> Result<(), PortError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        report.invocations += 1;
+        let Some(processed) = processed else {
+            report.timed_out += 1;
+            return Ok(());
+        };
+        let clock = self.queue.inner().clock();
+        let minute = usize::try_from(clock.now_ms().saturating_sub(self.started_ms) / 60_000)
+            .unwrap_or(usize::MAX);
+        if report.minutes.len() <= minute {
+            report.minutes.resize(minute + 1, (0, 0));
+        }
+        report.minutes[minute].0 += processed.report.deferred;
+        report.minutes[minute].1 += processed.report.transient_errors;
+        let failed: Vec<&str> = processed
+            .response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        if self.rng.f64() < self.config.lost_deletes {
+            report.lost_deletes += 1;
+            return Ok(());
+        }
+        let done: Vec<&str> = records
+            .iter()
+            .filter(|r| !failed.contains(&r.message_id.as_deref().unwrap_or_default()))
+            .filter_map(|r| r.receipt_handle.as_deref())
+            .collect();
+        for chunk in done.chunks(10) {
+            self.queue.delete_batch(self.url, chunk).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,253 @@
+//! The figures a soak prints, and its invariant.
+use std::fmt;
+use std::time::Duration;
+
+/// The figures the soak prints; `lost` must be 0.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SoakReport {
+    pub messages: usize,
+    pub processed: usize,
+    pub in_dlq: usize,
+    pub in_dlq_without_metadata: usize,
+    pub still_queued: usize,
+    pub lost: usize,
+    pub effects_more_than_once: usize,
+    pub duplicates_absorbed: u64,
+    pub duplicate_dead_letters: usize,
+    /// Messages in the DLQ that also took effect: on FIFO the attempt is the receive count, so a
+    /// dead-lettered record delivered again after a lost delete is a later attempt, and may
+    /// succeed (its dead letter, a panic's, stays for review; redriven, the guard absorbs it).
+    pub dead_and_processed: usize,
+    pub redriven: u32,
+    pub beyond_cap: usize,
+    pub invocations: u64,
+    pub injected_send_failures: u64,
+    /// SendMessageBatch calls that never answered, and those of them SQS had carried out.
+    pub stalled_calls: u64,
+    pub stalled_after_delivery: u64,
+    /// Idempotency store calls failed, and completions the store never confirmed (the message
+    /// counted as done).
+    pub store_faults: u64,
+    pub unconfirmed_completions: u64,
+    pub lost_deletes: u64,
+    /// Calls that answered late (SQS and the store), and visibility changes throttled.
+    pub slow_calls: u64,
+    pub throttled_visibility: u64,
+    /// Batches Lambda did not invoke with, and batches received again while still handled.
+    pub throttled_invocations: u64,
+    pub overlapping_deliveries: u64,
+    /// Invocations Lambda stopped at their deadline (the whole batch delivered again): the
+    /// processor is to answer before it, whatever the calls do.
+    pub timed_out: u64,
+    /// FIFO: effects that came before an earlier message of their group's (before the redrive,
+    /// which brings dead letters home out of order by nature).
+    pub out_of_order: u64,
+    /// The first effect that came out of order, to say where.
+    pub first_out_of_order: Option<String>,
+    /// Whether the order is part of the invariant ([`SoakConfig::order_checked`]).
+    pub order_checked: bool,
+    /// With hold: the order is checked to the end, the redrive included.
+    pub order_end_to_end: bool,
+    /// With hold: held heads the operator released to be tried again, and to the DLQ.
+    pub released_to_retry: u32,
+    pub released_to_dlq: u32,
+    /// Effects of a message that arrived from a source queue other than its own (two sources
+    /// sharing one DLQ: a dead letter redriven to the wrong one).
+    pub wrong_source: u64,
+    /// Re-sends of one message in one chain (from the source until it is done or dead-lettered;
+    /// a redrive starts a new chain), as Lambda's recursive loop detection counts them.
+    pub longest_chain: u32,
+    pub chains_past_16: usize,
+    /// Dead letters whose deferral outlasted `REDRIVE_DEFER_MAX_AGE` (kind `deferred_too_long`).
+    pub deferred_too_long: usize,
+    /// The most tries one message had in one chain, and the chains with more than
+    /// `REDRIVE_MAX_ATTEMPTS`.
+    pub most_tries: u32,
+    pub tries_beyond_limit: usize,
+    /// Whether tries beyond the limit break the invariant: on FIFO, whose attempts the ledger
+    /// counts, yes; on a standard queue a lost delete brings back a copy already re-sent, which is
+    /// tried again with the attempt it carries.
+    pub tries_checked: bool,
+    /// Per minute of the run's clock: records deferred and transient errors (the EMF figures
+    /// the consumer's alarms watch).
+    pub minutes: Vec<(u32, u32)>,
+    pub elapsed: Duration,
+}
+
+/// The consumer's default alarm thresholds (`infra/redrive.auto.tfvars.json`).
+const DEFERRED_THRESHOLD: u32 = 0;
+const TRANSIENT_ERRORS_THRESHOLD: u32 = 10;
+/// Lambda stops a chain of invocations through the same queue after about this many.
+pub(super) const LAMBDA_LOOP_LIMIT: u32 = 16;
+
+impl SoakReport {
+    /// Minutes the Deferred alarm and the TransientErrors alarm were in ALARM, and whether both
+    /// were back to OK in the last minute.
+    pub fn alarms(&self) -> (usize, usize, bool) {
+        let fires = |value: u32, threshold: u32| value > threshold;
+        let deferred = |(d, _): &(u32, u32)| fires(*d, DEFERRED_THRESHOLD);
+        let transient = |(_, t): &(u32, u32)| fires(*t, TRANSIENT_ERRORS_THRESHOLD);
+        let ok_at_end = self
+            .minutes
+            .last()
+            .is_none_or(|minute| !deferred(minute) && !transient(minute));
+        (
+            self.minutes.iter().filter(|m| deferred(m)).count(),
+            self.minutes.iter().filter(|m| transient(m)).count(),
+            ok_at_end,
+        )
+    }
+
+    /// The invariant: nothing lost, no effect twice, nobody redriven beyond the cap.
+    pub fn holds(&self) -> bool {
+        self.lost == 0
+            && self.effects_more_than_once == 0
+            && self.beyond_cap == 0
+            && self.still_queued == 0
+            && (self.out_of_order == 0 || !self.order_checked)
+            && (self.tries_beyond_limit == 0 || !self.tries_checked)
+            && self.wrong_source == 0
+    }
+}
+
+impl fmt::Display for SoakReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "  messages in                 {:>8}", self.messages)?;
+        writeln!(f, "  processed (effect once)     {:>8}", self.processed)?;
+        writeln!(
+            f,
+            "  in the DLQ                  {:>8}  ({} moved there by SQS without metadata)",
+            self.in_dlq, self.in_dlq_without_metadata
+        )?;
+        writeln!(f, "  still queued                {:>8}", self.still_queued)?;
+        writeln!(f, "  lost                        {:>8}", self.lost)?;
+        writeln!(
+            f,
+            "  taken from another source   {:>8}  (two sources sharing the DLQ: redriven to the wrong one)",
+            self.wrong_source
+        )?;
+        writeln!(
+            f,
+            "  effects more than once      {:>8}",
+            self.effects_more_than_once
+        )?;
+        writeln!(
+            f,
+            "  duplicates absorbed         {:>8}  (deliveries of a message already done)",
+            self.duplicates_absorbed
+        )?;
+        writeln!(f, "  duplicate dead letters      {:>8}  (one message dead-lettered twice after a lost delete)", self.duplicate_dead_letters)?;
+        writeln!(
+            f,
+            "  dead letters also processed {:>8}  (delivered again after a lost delete, and done)",
+            self.dead_and_processed
+        )?;
+        writeln!(
+            f,
+            "  redriven from the DLQ       {:>8}  (beyond the cap: {})",
+            self.redriven, self.beyond_cap
+        )?;
+        writeln!(f, "  invocations                 {:>8}", self.invocations)?;
+        writeln!(
+            f,
+            "  injected send failures      {:>8}  (whole calls and refused entries)",
+            self.injected_send_failures
+        )?;
+        writeln!(
+            f,
+            "  stalled sends               {:>8}  (never answered, {} after SQS took them: cut off at the deadline, given back)",
+            self.stalled_calls, self.stalled_after_delivery
+        )?;
+        writeln!(
+            f,
+            "  store calls failed          {:>8}  (claim, complete, release; completions never confirmed: {})",
+            self.store_faults, self.unconfirmed_completions
+        )?;
+        writeln!(
+            f,
+            "  whole batches failed        {:>8}  (deletes lost: delivered again, done records too)",
+            self.lost_deletes
+        )?;
+        writeln!(
+            f,
+            "  late calls                  {:>8}  (SQS and store, up to half the batch's time; visibility changes throttled: {})",
+            self.slow_calls, self.throttled_visibility
+        )?;
+        writeln!(
+            f,
+            "  throttled invocations       {:>8}  (received, not tried: the receive count rises)",
+            self.throttled_invocations
+        )?;
+        writeln!(
+            f,
+            "  overlapping deliveries      {:>8}  (visibility ran out mid-batch: two containers at once)",
+            self.overlapping_deliveries
+        )?;
+        writeln!(
+            f,
+            "  timed out by Lambda         {:>8}  (the processor answered after its deadline)",
+            self.timed_out
+        )?;
+        if self.order_end_to_end {
+            writeln!(
+                f,
+                "  held heads released         {:>8}  ({} to be tried again, {} to the DLQ by the operator)",
+                self.released_to_retry + self.released_to_dlq,
+                self.released_to_retry,
+                self.released_to_dlq
+            )?;
+        }
+        writeln!(
+            f,
+            "  most tries of one message   {:>8}  ({} chains past REDRIVE_MAX_ATTEMPTS{})",
+            self.most_tries,
+            self.tries_beyond_limit,
+            if self.tries_checked {
+                "; FIFO, counted by the attempt ledger: in the invariant"
+            } else {
+                "; a copy whose delete was lost is tried again: not in the invariant"
+            }
+        )?;
+        writeln!(
+            f,
+            "  effects out of group order  {:>8}  (FIFO, {}{}){}",
+            self.out_of_order,
+            if self.order_end_to_end {
+                "end to end, the redrive included"
+            } else {
+                "before the redrive"
+            },
+            if self.order_checked {
+                ""
+            } else {
+                "; moto's own FIFO order is not SQS's, so not in the invariant"
+            },
+            self.first_out_of_order
+                .as_deref()
+                .map_or_else(String::new, |first| format!("; the first: {first}"))
+        )?;
+        writeln!(
+            f,
+            "  longest re-send chain       {:>8}  (chains past Lambda's {LAMBDA_LOOP_LIMIT}: {}; the consumer's recursive_loop is Allow)",
+            self.longest_chain, self.chains_past_16
+        )?;
+        let (deferred, transient, ok_at_end) = self.alarms();
+        writeln!(
+            f,
+            "  deferred past the age limit {:>8}  (dead-lettered deferred_too_long, then redriven)",
+            self.deferred_too_long
+        )?;
+        writeln!(
+            f,
+            "  alarms over {} minutes       Deferred > {DEFERRED_THRESHOLD}: ALARM {deferred} min; TransientErrors > {TRANSIENT_ERRORS_THRESHOLD}: ALARM {transient} min; {} in the last",
+            self.minutes.len(),
+            if ok_at_end { "OK" } else { "ALARM" }
+        )?;
+        write!(
+            f,
+            "  invariant                   {:>8}  ({:.1} s)",
+            if self.holds() { "holds" } else { "BROKEN" },
+            self.elapsed.as_secs_f64()
+        )
+    }
+}

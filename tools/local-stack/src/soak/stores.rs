@@ -1,0 +1,200 @@
+//! The idempotency store and attempt ledger the simulated containers share, with their faults.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redrive::dynamodb::DynamoDbStore;
+use redrive::fifo::{AttemptLedger, BoxFuture, Hold, LedgerEntry, MemoryLedger, Release};
+use redrive::idempotency::{Claim, IdempotencyStore, MemoryStore};
+use redrive::PortError;
+
+use super::duration_ms;
+
+/// The store the simulated containers share, and the FIFO attempt ledger in it (on DynamoDB the
+/// same table holds both, as in Lambda).
+pub(super) enum SharedStore {
+    Memory(MemoryStore, MemoryLedger),
+    DynamoDb(DynamoDbStore),
+}
+
+impl IdempotencyStore for SharedStore {
+    async fn claim(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        lease: Duration,
+    ) -> Result<Claim, PortError> {
+        match self {
+            Self::Memory(store, _) => store.claim(key, payload, lease).await,
+            Self::DynamoDb(store) => store.claim(key, payload, lease).await,
+        }
+    }
+    async fn complete(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        keep: Duration,
+    ) -> Result<(), PortError> {
+        match self {
+            Self::Memory(store, _) => store.complete(key, payload, keep).await,
+            Self::DynamoDb(store) => store.complete(key, payload, keep).await,
+        }
+    }
+    async fn abandon(&self, key: &str) -> Result<(), PortError> {
+        match self {
+            Self::Memory(store, _) => store.abandon(key).await,
+            Self::DynamoDb(store) => IdempotencyStore::abandon(store, key).await,
+        }
+    }
+}
+
+impl SharedStore {
+    pub(super) fn ledger(&self) -> &dyn AttemptLedger {
+        match self {
+            Self::Memory(_, ledger) => ledger,
+            Self::DynamoDb(store) => store,
+        }
+    }
+}
+
+/// Seeded late answers: a share of calls waits (real time, which the batch's deadline counts in)
+/// up to `max` before it is made. Every call yields once, so that calls interleave as they do on
+/// a network.
+pub(super) struct Latency {
+    rng: Mutex<fastrand::Rng>,
+    pub(super) share: f64,
+    pub(super) max: Duration,
+    pub(super) delayed: AtomicU64,
+}
+
+impl Latency {
+    pub(super) fn new(seed: u64, share: f64, max: Duration) -> Self {
+        Self {
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            share,
+            max,
+            delayed: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) async fn wait(&self) {
+        let wait = {
+            let mut rng = self.rng.lock().unwrap();
+            (rng.f64() < self.share).then(|| rng.u64(1..=duration_ms(self.max).max(1)))
+        };
+        match wait {
+            Some(ms) => {
+                self.delayed.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            None => tokio::task::yield_now().await,
+        }
+    }
+}
+
+/// The shared store behind seeded faults: a call answers late, or fails before or after its write
+/// took effect.
+pub(super) struct FaultyStore {
+    pub(super) inner: SharedStore,
+    pub(super) latency: Latency,
+    pub(super) rng: Mutex<fastrand::Rng>,
+    pub(super) share: f64,
+    pub(super) injected: AtomicU64,
+}
+
+impl FaultyStore {
+    /// `None` to go ahead; else whether the write is to take effect before the failure.
+    fn fault(&self) -> Option<bool> {
+        let mut rng = self.rng.lock().unwrap();
+        (rng.f64() < self.share).then(|| rng.bool())
+    }
+
+    async fn call<T>(
+        &self,
+        operation: &'static str,
+        call: impl std::future::Future<Output = Result<T, PortError>>,
+    ) -> Result<T, PortError> {
+        self.latency.wait().await;
+        let Some(applied) = self.fault() else {
+            return call.await;
+        };
+        self.injected.fetch_add(1, Ordering::Relaxed);
+        if applied {
+            call.await?;
+        }
+        Err(PortError::new(
+            operation,
+            "injected: ProvisionedThroughputExceededException",
+        ))
+    }
+}
+
+/// The ledger's calls meet the store's faults: failed (half of them after the write took effect)
+/// and late.
+impl AttemptLedger for FaultyStore {
+    fn entries<'a>(
+        &'a self,
+        message_ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
+        Box::pin(self.call("BatchGetItem", self.inner.ledger().entries(message_ids)))
+    }
+    fn record_untried<'a>(
+        &'a self,
+        message_id: &'a str,
+        receive_count: u32,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(
+            self.call(
+                "UpdateItem",
+                self.inner
+                    .ledger()
+                    .record_untried(message_id, receive_count),
+            ),
+        )
+    }
+    fn hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(self.call(
+            "UpdateItem",
+            self.inner.ledger().hold(message_id, hold, untried),
+        ))
+    }
+    fn release_hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        self.inner.ledger().release_hold(message_id, release)
+    }
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        self.inner.ledger().held()
+    }
+}
+
+impl IdempotencyStore for FaultyStore {
+    async fn claim(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        lease: Duration,
+    ) -> Result<Claim, PortError> {
+        self.call("PutItem", self.inner.claim(key, payload, lease))
+            .await
+    }
+    async fn complete(
+        &self,
+        key: &str,
+        payload: Option<u64>,
+        keep: Duration,
+    ) -> Result<(), PortError> {
+        self.call("PutItem", self.inner.complete(key, payload, keep))
+            .await
+    }
+    async fn abandon(&self, key: &str) -> Result<(), PortError> {
+        self.call("DeleteItem", self.inner.abandon(key)).await
+    }
+}
