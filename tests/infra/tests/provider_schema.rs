@@ -120,7 +120,7 @@ fn child_struct(value: &str) -> Option<String> {
 }
 
 fn bindings() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(BINDINGS)
+    redrive_infra::repo_root().join(BINDINGS)
 }
 
 fn sources() -> Vec<(PathBuf, String)> {
@@ -135,10 +135,7 @@ fn sources() -> Vec<(PathBuf, String)> {
         }
     }
     let mut out = Vec::new();
-    walk(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("infra"),
-        &mut out,
-    );
+    walk(&redrive_infra::repo_root().join("infra"), &mut out);
     out.sort();
     out
 }

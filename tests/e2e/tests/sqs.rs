@@ -1,11 +1,10 @@
 //! End to end on a real SQS (moto server) through the local poller: one test per fate. Each test
 //! accounts for every message it sent: charged, still in the source, or in the DLQ.
-mod support;
 
 use std::time::Duration;
 
 use redrive::{ErrorClass, Message, RecordError, RecordHandler};
-use support::{meta, order, order_id, InFlight, Options, Stack};
+use redrive_e2e::{meta, order, order_id, InFlight, Options, Stack};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

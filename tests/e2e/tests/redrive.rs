@@ -1,6 +1,5 @@
 //! Redrive end to end on moto: the DLQ reprocessor against real queues, and the EventBridge
 //! redrive reading a target DLQ through the poller. Every message is accounted for.
-mod support;
 
 use std::time::Duration;
 
@@ -9,9 +8,9 @@ use redrive::config::{EventRedriveSettings, ReprocessSettings};
 use redrive::eventbridge::{EventRedrive, RecordingInvoker};
 use redrive::reprocess::{ReprocessCommand, ReprocessSummary, Reprocessor};
 use redrive::{Processor, ProcessorConfig, Settings, SqsQueue};
+use redrive_e2e::{meta, order, order_id, require_emulator, Options, Stack};
 use redrive_local::poller::Poller;
 use redrive_local::provision::{depth, queue_arn, QueuePair};
-use support::{meta, order, order_id, require_emulator, Options, Stack};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

@@ -1,6 +1,5 @@
 //! End-to-end harness: real queues on moto server, the real SDK, the local poller and the real
 //! orders consumer invoked in process. `make test` starts moto and sets `AWS_ENDPOINT_URL`.
-#![allow(dead_code)]
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::{

@@ -12,11 +12,9 @@ use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom};
 use redrive::port::RecordingQueue;
 use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent};
 
-mod support;
-
 /// A table named after the test, as `infra/` would make it: string partition key `pk`.
 async fn table(name: &str) -> (aws_sdk_dynamodb::Client, String) {
-    support::require_emulator();
+    redrive_e2e::require_emulator();
     let client = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
     let table = format!("{name}-{}", std::process::id());
     redrive_local::provision::idempotency_table(&client, &table)

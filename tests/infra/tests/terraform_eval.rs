@@ -4,11 +4,11 @@
 //! arguments its module calls evaluate to, against the called module's rules; broken copies fail
 //! with the rule's own message. The dashboard body is rendered the same way and checked against
 //! CloudWatch's rules for one.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn infra() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("infra")
+    redrive_infra::repo_root().join("infra")
 }
 
 fn tfvars() -> serde_json::Value {

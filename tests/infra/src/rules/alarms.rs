@@ -1,0 +1,276 @@
+//! Alarms: every DLQ, stream mapping and EMF metric watched, where its function writes.
+
+use hcl::{Block, Expression, ObjectKey};
+
+use crate::rules::consumers::{event_source_queues, present};
+use crate::{attr, label, text, Module};
+
+/// Each DLQ (a queue whose resource name contains `dlq`) has exactly one `dlq-alarm`, and that
+/// module's alarm is ApproximateNumberOfMessagesVisible, Maximum, 60 s, > 0, notBreaching, with
+/// alarm and OK actions.
+pub fn dlq_alarms(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for dlq in module
+            .blocks("resource", "aws_sqs_queue")
+            .filter(|q| label(q, 1).contains("dlq"))
+        {
+            // A queue made only under a condition (`count`) is referred to as its first instance.
+            let instance = if present(dlq, "count") { "[0]" } else { "" };
+            let reference = format!("aws_sqs_queue.{}{instance}.name", label(dlq, 1));
+            let alarms = module
+                .calls("dlq-alarm")
+                .filter(|call| {
+                    let queue_name = attr(call, "queue_name").unwrap_or_default();
+                    queue_name == reference
+                        || module
+                            .local_of(&queue_name)
+                            .contains(&format!("name = {reference}"))
+                })
+                .count();
+            if alarms != 1 {
+                violations.push(format!(
+                    "{}: {reference} has {alarms} dlq-alarm modules, expected 1",
+                    module.dir
+                ));
+            }
+        }
+    }
+    let module = modules
+        .iter()
+        .find(|m| m.dir == "modules/dlq-alarm")
+        .expect("modules/dlq-alarm");
+    let alarms: Vec<&Block> = module
+        .blocks("resource", "aws_cloudwatch_metric_alarm")
+        .collect();
+    if alarms.len() != 3 {
+        violations.push(format!("dlq-alarm: {} alarms, expected 3", alarms.len()));
+        return violations;
+    }
+    for (label_, metric, statistic, threshold) in [
+        (
+            "dlq_depth",
+            "ApproximateNumberOfMessagesVisible",
+            "Maximum",
+            "0",
+        ),
+        (
+            "oldest_message_age",
+            "ApproximateAgeOfOldestMessage",
+            "Maximum",
+            "var.oldest_message_age_seconds",
+        ),
+        ("arrivals", "NumberOfMessagesSent", "Sum", "0"),
+    ] {
+        let Some(alarm) = alarms.iter().find(|a| label(a, 1) == label_) else {
+            violations.push(format!("dlq-alarm: no {label_} alarm"));
+            continue;
+        };
+        let (metric, statistic) = (format!("\"{metric}\""), format!("\"{statistic}\""));
+        let expected = [
+            ("metric_name", metric.as_str()),
+            ("statistic", statistic.as_str()),
+            ("period", "60"),
+            ("threshold", threshold),
+            ("comparison_operator", "\"GreaterThanThreshold\""),
+            ("treat_missing_data", "\"notBreaching\""),
+            ("dimensions", "{ QueueName = var.queue_name }"),
+        ];
+        for (name, value) in expected {
+            if attr(alarm, name).as_deref() != Some(value) {
+                violations.push(format!(
+                    "dlq-alarm {label_}: {name} is {:?}, expected {value}",
+                    attr(alarm, name)
+                ));
+            }
+        }
+        for actions in ["alarm_actions", "ok_actions"] {
+            if attr(alarm, actions).is_none_or(|a| a == "[]") {
+                violations.push(format!("dlq-alarm {label_}: no {actions}"));
+            }
+        }
+    }
+    violations
+}
+
+/// Every Kinesis stream is watched from its own side: an alarm on its
+/// `GetRecords.IteratorAgeMilliseconds` that counts missing data as breaching, so that a stopped
+/// mapping (which silences the function's `IteratorAge`) is an alarm too.
+pub fn stream_alarms(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for stream in module.blocks("resource", "aws_kinesis_stream") {
+            let name = format!("aws_kinesis_stream.{}.name", label(stream, 1));
+            let watched = module
+                .blocks("resource", "aws_cloudwatch_metric_alarm")
+                .any(|alarm| {
+                    attr(alarm, "namespace").as_deref() == Some("\"AWS/Kinesis\"")
+                        && attr(alarm, "metric_name").as_deref()
+                            == Some("\"GetRecords.IteratorAgeMilliseconds\"")
+                        && attr(alarm, "dimensions").is_some_and(|d| d.contains(&name))
+                        && attr(alarm, "treat_missing_data").as_deref() == Some("\"breaching\"")
+                });
+            if !watched {
+                violations.push(format!(
+                    "{}: {}: no alarm on the stream's iterator age that breaches on missing data",
+                    module.dir,
+                    label(stream, 1)
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// An alarm on an EMF figure of ours (`var.metrics_namespace`) keeps its state through periods
+/// without data (`treat_missing_data = "ignore"`): the figures come only with invocations and
+/// runs, and "notBreaching" turned one incident into an ALARM and a false OK every few minutes.
+pub fn emf_alarm_states(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for alarm in module.blocks("resource", "aws_cloudwatch_metric_alarm") {
+            let name = format!("{}: {}", module.dir, label(alarm, 1));
+            let namespace = attr(alarm, "namespace").unwrap_or_default();
+            let missing = attr(alarm, "treat_missing_data").unwrap_or_default();
+            if namespace == "var.metrics_namespace" && missing != "\"ignore\"" {
+                violations.push(format!("{name}: treat_missing_data {missing}"));
+            }
+            // A for_each over a local map: each entry names its namespace (and its treatment).
+            if namespace != "each.value.namespace" {
+                continue;
+            }
+            let entries = attr(alarm, "for_each").unwrap_or_default();
+            let local = entries.split("local.").nth(1).unwrap_or_default();
+            let local = local.split_whitespace().next().unwrap_or_default();
+            let Some(Expression::Object(map)) = module
+                .bodies
+                .iter()
+                .flat_map(|body| body.blocks())
+                .filter(|block| block.identifier() == "locals")
+                .flat_map(|block| block.body().attributes())
+                .find(|attribute| attribute.key() == local)
+                .map(|attribute| attribute.expr().clone())
+            else {
+                // Built by an expression: it must not hold our figures, which are checked per entry.
+                if module
+                    .local_of(&format!("local.{local}"))
+                    .contains("var.metrics_namespace")
+                {
+                    violations.push(format!("{name}: for_each over {entries}, not a local map"));
+                }
+                continue;
+            };
+            for (key, entry) in map {
+                let Expression::Object(fields) = entry else {
+                    continue;
+                };
+                let field = |wanted: &str| {
+                    fields
+                        .iter()
+                        .find(
+                            |(k, _)| matches!(k, ObjectKey::Identifier(i) if i.as_str() == wanted),
+                        )
+                        .map(|(_, v)| text(v))
+                        .unwrap_or_default()
+                };
+                let treatment = match missing.as_str() {
+                    "each.value.missing" => field("missing"),
+                    _ => missing.clone(),
+                };
+                if field("namespace") == "var.metrics_namespace" && treatment != "\"ignore\"" {
+                    violations.push(format!(
+                        "{name}[{}]: treat_missing_data {}",
+                        match key {
+                            ObjectKey::Identifier(i) => i.to_string(),
+                            other => other.to_string(),
+                        },
+                        treatment
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
+/// The DLQs a function drains within seconds (the queues the EventBridge redrive reads) have
+/// their arrivals alarmed (`drained = true`): their depth, sampled each minute, would rarely show
+/// a message.
+pub fn drained_dlqs(modules: &[Module]) -> Vec<String> {
+    let queues = event_source_queues(modules);
+    if queues.is_empty() {
+        return vec!["no queue read by the EventBridge redrive found".into()];
+    }
+    queues
+        .into_iter()
+        .filter(|(module, queue)| {
+            !module.calls("dlq-alarm").any(|call| {
+                attr(call, "queue_name") == Some(format!("aws_sqs_queue.{queue}.name"))
+                    && attr(call, "drained").as_deref() == Some("true")
+            })
+        })
+        .map(|(module, queue)| {
+            format!(
+                "{}: aws_sqs_queue.{queue}.name is drained by the EventBridge redrive but its dlq-alarm does not count arrivals",
+                module.dir
+            )
+        })
+        .collect()
+}
+
+/// `path` with its `..` and `.` steps resolved (the paths are relative to `infra/`).
+/// A module that alarms on its functions' EMF metrics in `var.metrics_namespace` has every one of
+/// its functions write them there (`REDRIVE_METRICS_NAMESPACE`): else a namespace other than the
+/// default leaves the alarms watching an empty one, OK for ever.
+pub fn metrics_namespaces(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        if module
+            .blocks("variable", "metrics_namespace")
+            .next()
+            .is_none()
+        {
+            continue;
+        }
+        for call in module.calls("function") {
+            let environment = attr(call, "environment").unwrap_or_default();
+            if !environment.contains("REDRIVE_METRICS_NAMESPACE = var.metrics_namespace") {
+                violations.push(format!(
+                    "{}: {}: its EMF metrics do not go to var.metrics_namespace",
+                    module.dir,
+                    label(call, 0)
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// A mapping that writes its own counts (`metrics_config`) is alarmed on the events it failed to
+/// hand to the function (`FailedInvokeEventCount`, by its UUID).
+pub fn mapping_metrics(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for mapping in module.blocks("resource", "aws_lambda_event_source_mapping") {
+            let counted = mapping.body().blocks().any(|b| {
+                b.identifier() == "metrics_config"
+                    || (b.identifier() == "dynamic" && label(b, 0) == "metrics_config")
+            });
+            let uuid = format!("aws_lambda_event_source_mapping.{}.uuid", label(mapping, 1));
+            let alarmed = module
+                .blocks("resource", "aws_cloudwatch_metric_alarm")
+                .any(|alarm| {
+                    attr(alarm, "metric_name").as_deref() == Some("\"FailedInvokeEventCount\"")
+                        && attr(alarm, "dimensions").is_some_and(|d| d.contains(&uuid))
+                });
+            if counted && !alarmed {
+                violations.push(format!(
+                    "{}: {}: counts its events but no alarm watches its failed invokes",
+                    module.dir,
+                    label(mapping, 1)
+                ));
+            }
+        }
+    }
+    violations
+}

@@ -1,0 +1,138 @@
+//! The alarm rules fail on broken copies of `infra/`.
+
+use redrive_infra::rules::alarms::{
+    dlq_alarms, drained_dlqs, emf_alarm_states, mapping_metrics, metrics_namespaces, stream_alarms,
+};
+use redrive_infra::{broken, CONSUMER};
+
+#[test]
+fn a_dlq_without_its_alarm_or_a_weakened_alarm_is_caught() {
+    let raised = broken(
+        "modules/dlq-alarm/main.tf",
+        "  threshold           = 0\n",
+        "  threshold           = 5\n",
+    );
+    assert_eq!(
+        dlq_alarms(&raised),
+        ["dlq-alarm dlq_depth: threshold is Some(\"5\"), expected 0"]
+    );
+    let ageless = broken(
+        "modules/dlq-alarm/main.tf",
+        "  threshold           = var.oldest_message_age_seconds\n",
+        "  threshold           = 1209600\n",
+    );
+    assert_eq!(
+        dlq_alarms(&ageless),
+        ["dlq-alarm oldest_message_age: threshold is Some(\"1209600\"), expected var.oldest_message_age_seconds"]
+    );
+    let missing = broken(
+        "modules/dlq-alarm/main.tf",
+        "  treat_missing_data  = \"notBreaching\"\n",
+        "  treat_missing_data  = \"missing\"\n",
+    );
+    assert_eq!(dlq_alarms(&missing).len(), 1, "{:?}", dlq_alarms(&missing));
+    let silent = broken(
+        "modules/dlq-alarm/main.tf",
+        "  ok_actions          = [var.alarm_topic_arn]\n",
+        "",
+    );
+    assert_eq!(dlq_alarms(&silent), ["dlq-alarm dlq_depth: no ok_actions"]);
+    let none = broken(
+        CONSUMER,
+        "queue_name                 = local.dlq.name",
+        "queue_name                 = \"other\"",
+    );
+    assert_eq!(
+        dlq_alarms(&none),
+        ["modules/sqs-consumer: aws_sqs_queue.dlq[0].name has 0 dlq-alarm modules, expected 1"]
+    );
+    let parked = broken(
+        "modules/recovery/main.tf",
+        "queue_name      = aws_sqs_queue.parked_dlq[0].name",
+        "queue_name      = aws_sqs_queue.archive.name",
+    );
+    assert_eq!(dlq_alarms(&parked).len(), 1, "{:?}", dlq_alarms(&parked));
+}
+
+#[test]
+fn a_function_writing_its_metrics_where_its_alarms_do_not_look_is_caught() {
+    let consumer = broken(
+        CONSUMER,
+        "REDRIVE_METRICS_NAMESPACE = var.metrics_namespace",
+        "",
+    );
+    assert_eq!(
+        metrics_namespaces(&consumer),
+        ["modules/sqs-consumer: function: its EMF metrics do not go to var.metrics_namespace"]
+    );
+    let reprocessor = broken(
+        "modules/recovery/main.tf",
+        "REDRIVE_METRICS_NAMESPACE = var.metrics_namespace",
+        "",
+    );
+    assert_eq!(
+        metrics_namespaces(&reprocessor),
+        ["modules/recovery: reprocessor: its EMF metrics do not go to var.metrics_namespace"]
+    );
+}
+
+#[test]
+fn a_stream_whose_stopped_mapping_goes_unnoticed_is_caught() {
+    let silent = broken(
+        "modules/stream-consumer/main.tf",
+        "treat_missing_data  = \"breaching\"",
+        "treat_missing_data  = \"notBreaching\"",
+    );
+    assert_eq!(
+        stream_alarms(&silent),
+        ["modules/stream-consumer: stream: no alarm on the stream's iterator age that breaches on missing data"]
+    );
+}
+
+#[test]
+fn an_emf_alarm_that_flaps_between_invocations_is_caught() {
+    let consumer = broken(
+        CONSUMER,
+        "threshold   = var.deferred_threshold\n      missing     = \"ignore\"",
+        "threshold   = var.deferred_threshold\n      missing     = \"notBreaching\"",
+    );
+    assert_eq!(
+        emf_alarm_states(&consumer),
+        ["modules/sqs-consumer: health[deferred]: treat_missing_data \"notBreaching\""]
+    );
+    let reprocessor = broken(
+        "modules/recovery/main.tf",
+        "treat_missing_data = \"ignore\"",
+        "treat_missing_data = \"notBreaching\"",
+    );
+    assert_eq!(
+        emf_alarm_states(&reprocessor),
+        ["modules/recovery: alerted: treat_missing_data \"notBreaching\""]
+    );
+}
+
+#[test]
+fn a_drained_dlq_watched_only_by_its_depth_is_caught() {
+    let route = broken(
+        "modules/eventbridge-route/main.tf",
+        "queue_name      = aws_sqs_queue.target_dlq.name\n  runbook         = \"Runbook: docs/runbook.md, 'EventBridge target DLQ not empty'.\"\n  alarm_topic_arn = var.alarm_topic_arn\n  # The EventBridge redrive (modules/recovery) empties it within seconds.\n  drained = true",
+        "queue_name      = aws_sqs_queue.target_dlq.name\n  runbook         = \"Runbook: docs/runbook.md, 'EventBridge target DLQ not empty'.\"\n  alarm_topic_arn = var.alarm_topic_arn",
+    );
+    assert_eq!(
+        drained_dlqs(&route),
+        ["modules/eventbridge-route: aws_sqs_queue.target_dlq.name is drained by the EventBridge redrive but its dlq-alarm does not count arrivals"]
+    );
+}
+
+#[test]
+fn a_mapping_whose_failed_invokes_nobody_watches_is_caught() {
+    let consumer = broken(
+        CONSUMER,
+        "metric_name         = \"FailedInvokeEventCount\"",
+        "metric_name         = \"PolledEventCount\"",
+    );
+    assert_eq!(
+        mapping_metrics(&consumer),
+        ["modules/sqs-consumer: consumer: counts its events but no alarm watches its failed invokes"]
+    );
+}
