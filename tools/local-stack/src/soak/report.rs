@@ -44,7 +44,7 @@ pub struct SoakReport {
     pub out_of_order: u64,
     /// The first effect that came out of order, to say where.
     pub first_out_of_order: Option<String>,
-    /// Whether the order is part of the invariant ([`SoakConfig::order_checked`]).
+    /// Whether the order is part of the invariant ([`SoakConfig::order_checked`](super::SoakConfig::order_checked)).
     pub order_checked: bool,
     /// With hold: the order is checked to the end, the redrive included.
     pub order_end_to_end: bool,
