@@ -205,36 +205,43 @@ impl DynamoDbStore {
     }
 }
 
+/// The first wait before asking again for the ledger keys a BatchGetItem left unprocessed.
+const UNPROCESSED_FIRST_WAIT: Duration = Duration::from_millis(50);
+
 impl AttemptLedger for DynamoDbStore {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
         Box::pin(async move {
             let keys: Vec<String> = message_ids.iter().map(|id| ledger_key(id)).collect();
             let mut found: HashMap<String, LedgerEntry> = HashMap::new();
             let mut pending = keys.clone();
-            // BatchGetItem may answer part of a request (throttling): ask again for the rest.
-            for _ in 0..3 {
+            // BatchGetItem answers part of a request when the table throttles, the rest in
+            // `UnprocessedKeys`, to be asked again with exponential backoff (DynamoDB API
+            // reference, BatchGetItem). What three calls leave unread is reported as not
+            // answered; what they read is kept.
+            let mut wait = UNPROCESSED_FIRST_WAIT;
+            for call in 0..3 {
                 if pending.is_empty() {
                     break;
                 }
-                let (items, unprocessed) = self.read_ledger(&pending).await?;
-                found.extend(items);
-                pending = unprocessed;
-            }
-            if !pending.is_empty() {
-                return Err(PortError::new(
-                    "BatchGetItem",
-                    format!(
-                        "{} ledger keys left unprocessed after 3 calls",
-                        pending.len()
-                    ),
-                ));
+                if call > 0 {
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                match self.read_ledger(&pending).await {
+                    Ok((items, unprocessed)) => {
+                        found.extend(items);
+                        pending = unprocessed;
+                    }
+                    Err(error) if call == 0 => return Err(error),
+                    Err(_) => break,
+                }
             }
             Ok(keys
                 .iter()
-                .map(|key| found.remove(key).unwrap_or_default())
+                .map(|key| (!pending.contains(key)).then(|| found.remove(key).unwrap_or_default()))
                 .collect())
         })
     }

@@ -6,7 +6,7 @@ use crate::error::{ErrorClass, RecordError};
 
 /// What happened when the record was (or was not) handled. The error is boxed: it is rare, and a
 /// slim value is cheap to keep for each record of a large batch.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Outcome {
     /// The handler returned `Ok`.
     Succeeded,

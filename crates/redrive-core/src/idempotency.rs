@@ -215,6 +215,9 @@ pub struct Idempotent<H, S> {
     unconfirmed_completions: Arc<AtomicU64>,
 }
 
+/// How long a message waits when the idempotency store could not take its claim.
+const STORE_UNAVAILABLE_WAIT: Duration = Duration::from_secs(10);
+
 /// Tries of a `complete` after the effect.
 const COMPLETE_TRIES: u32 = 3;
 
@@ -319,7 +322,12 @@ impl<H: RecordHandler, S: IdempotencyStore + 'static> RecordHandler for Idempote
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
         let key = self.key_of(message)?;
         let payload = self.check_payload.then(|| fingerprint(message.body()));
-        let store_error = |error: PortError| RecordError::transient("idempotency_store", error);
+        // A store that cannot answer says nothing of this message: wait for it without spending
+        // an attempt, as a breaker defers while its downstream is down.
+        let store_error = |error: PortError| {
+            tracing::warn!(message_id = message.id(), key, %error, "idempotency store not answering: deferred");
+            RecordError::defer("idempotency_store_unavailable", STORE_UNAVAILABLE_WAIT)
+        };
         match self
             .store
             .claim(&key, payload, self.lease)
@@ -671,6 +679,55 @@ mod tests {
         let meta: crate::envelope::Meta<'_> =
             serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
         assert_eq!((meta.attempts, copy.delay_seconds), (0, 90));
+        assert!(guard.inner().effects.lock().unwrap().is_empty());
+    }
+
+    /// A store that cannot take a claim (a throttled table) says nothing of the message: it is
+    /// deferred without spending an attempt, and without running the effect.
+    #[tokio::test]
+    async fn a_store_that_cannot_take_a_claim_defers_without_spending_an_attempt() {
+        struct Throttled;
+        impl IdempotencyStore for Throttled {
+            async fn claim(
+                &self,
+                _: &str,
+                _: Option<u64>,
+                _: Duration,
+            ) -> Result<Claim, PortError> {
+                Err(PortError::new(
+                    "PutItem",
+                    "ThrottlingException: Rate exceeded",
+                ))
+            }
+            async fn complete(
+                &self,
+                _: &str,
+                _: Option<u64>,
+                _: Duration,
+            ) -> Result<(), PortError> {
+                unreachable!("nothing was claimed")
+            }
+            async fn abandon(&self, _: &str) -> Result<(), PortError> {
+                unreachable!("nothing was claimed")
+            }
+        }
+        let guard = Idempotent::new(counting(), Throttled, KeyFrom::MessageId);
+        let processor = guarded_processor();
+        let records = [record("m-1", "order-1", None)];
+        let processed = processor
+            .process(&guard, &records, u64::MAX / 2)
+            .await
+            .unwrap();
+        assert_eq!(
+            (processed.report.deferred, processed.report.retried),
+            (1, 0)
+        );
+        let copy = &processor
+            .queue()
+            .sent_to("https://sqs.local/123456789012/q")[0];
+        let meta: crate::envelope::Meta<'_> =
+            serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
+        assert_eq!(meta.attempts, 0, "no attempt spent");
         assert!(guard.inner().effects.lock().unwrap().is_empty());
     }
 

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use redrive_core::clock::{Clock, ManualClock};
 use redrive_core::envelope::OutgoingMessage;
-use redrive_core::fifo::{AttemptLedger, Counted, MemoryLedger};
+use redrive_core::error::PortError;
+use redrive_core::fifo::{
+    AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
+};
 use redrive_core::port::{Call, RecordingQueue};
 use redrive_core::{
     BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig,
@@ -828,6 +831,150 @@ async fn with_the_ledger_a_delivery_past_its_attempts_is_dead_lettered_untried()
     assert_eq!(meta.error_class, ErrorClass::Transient);
 }
 
+/// A ledger that takes writes but cannot be read (a DynamoDB brownout), or answers for some
+/// messages only (`BatchGetItem`'s `UnprocessedKeys`).
+struct Brownout {
+    inner: MemoryLedger,
+    /// `None`: every read fails; else the ids it answers for.
+    answers: Option<Vec<&'static str>>,
+}
+
+impl AttemptLedger for Brownout {
+    fn entries<'a>(
+        &'a self,
+        message_ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
+        Box::pin(async move {
+            let Some(answers) = &self.answers else {
+                return Err(PortError::new(
+                    "BatchGetItem",
+                    "ProvisionedThroughputExceededException",
+                ));
+            };
+            let read = self.inner.entries(message_ids).await?;
+            Ok(message_ids
+                .iter()
+                .zip(read)
+                .map(|(id, entry)| entry.filter(|_| answers.contains(id)))
+                .collect())
+        })
+    }
+    fn record_untried<'a>(
+        &'a self,
+        id: &'a str,
+        receive: u32,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.record_untried(id, receive)
+    }
+    fn hold<'a>(
+        &'a self,
+        id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.hold(id, hold, untried)
+    }
+    fn release_hold<'a>(
+        &'a self,
+        id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        self.inner.release_hold(id, release)
+    }
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        self.inner.held()
+    }
+}
+
+#[tokio::test]
+async fn a_ledger_that_cannot_answer_defers_an_untried_record_instead_of_dead_lettering_it() {
+    // a1 was received five times, every time held back behind its group: untried. Then the table
+    // throttles: SQS's count alone says its attempts are used up.
+    let ledger = Arc::new(Brownout {
+        inner: MemoryLedger::new(),
+        answers: None,
+    });
+    for receive in 1..=5 {
+        ledger.inner.record_untried("a1", receive).await.unwrap();
+    }
+    let processor = processor(RetryPolicy::default()).with_ledger(ledger.clone());
+    let handler = handler();
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a1", "ok", "A", 6)]),
+    )
+    .await;
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        0,
+        "not tried: its attempts are unknown"
+    );
+    assert!(
+        processor.queue().sent_to(DLQ).is_empty(),
+        "not dead-lettered without a try"
+    );
+    assert_eq!(failures(&processed), ["a1"], "given back to wait in place");
+    assert_eq!(processed.report.deferred, 1);
+    assert_eq!(
+        ledger.inner.entries(&["a1"]).await.unwrap()[0]
+            .as_ref()
+            .unwrap()
+            .untried,
+        [1, 2, 3, 4, 5, 6],
+        "this receive was untried too"
+    );
+
+    // The table answers again: a1 is tried, at its first attempt.
+    let answering = Arc::new(Brownout {
+        inner: MemoryLedger::new(),
+        answers: Some(vec!["a1"]),
+    });
+    for receive in 1..=6 {
+        answering.inner.record_untried("a1", receive).await.unwrap();
+    }
+    let processor = self::processor(RetryPolicy::default()).with_ledger(answering);
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a1", "ok", "A", 7)]),
+    )
+    .await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_partial_ledger_read_keeps_what_it_read_and_defers_only_what_it_did_not() {
+    // a1 and b1 were each received five times untried; the read answers for a1 only.
+    let ledger = Arc::new(Brownout {
+        inner: MemoryLedger::new(),
+        answers: Some(vec!["a1"]),
+    });
+    for receive in 1..=5 {
+        ledger.inner.record_untried("a1", receive).await.unwrap();
+        ledger.inner.record_untried("b1", receive).await.unwrap();
+    }
+    let processor = processor(RetryPolicy::default()).with_ledger(ledger.clone());
+    let handler = handler();
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![
+            fifo_record("a1", "ok", "A", 6),
+            fifo_record("b1", "ok", "B", 6),
+        ]),
+    )
+    .await;
+    assert_eq!(
+        failures(&processed),
+        ["b1"],
+        "a1 counted and done; b1 waits for the ledger"
+    );
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+    assert!(processor.queue().sent_to(DLQ).is_empty());
+}
+
 #[tokio::test]
 async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_ends_at_the_age_limit()
 {
@@ -879,7 +1026,14 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
     let meta = meta_of(&dead[0]);
     assert_eq!((&*meta.error_kind, meta.attempts), ("deferred_too_long", 0));
     // The deferrals and the holds behind them are untried: in the ledger, not in the attempts.
-    let entries = ledger.inner().entries(&["a1", "a2"]).await.unwrap();
+    let entries: Vec<_> = ledger
+        .inner()
+        .entries(&["a1", "a2"])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.expect("read"))
+        .collect();
     assert_eq!(entries[0].untried, (1..=8).collect::<Vec<u32>>());
     assert_eq!(entries[1].untried, (1..=9).collect::<Vec<u32>>());
 }
@@ -888,7 +1042,6 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
 async fn with_hold_a_head_that_would_be_dead_lettered_holds_its_group_until_an_operator_releases_it(
 ) {
     use redrive_core::fifo::FifoOnDeadLetter;
-    use redrive_core::fifo::Release;
     let ledger = Arc::new(MemoryLedger::new());
     let holding = |max_age: Duration| {
         let config = ProcessorConfig {
@@ -941,7 +1094,9 @@ async fn with_hold_a_head_that_would_be_dead_lettered_holds_its_group_until_an_o
         calls + 1,
         "b1 only: a1 is not tried"
     );
-    let entry = &ledger.entries(&["a1"]).await.unwrap()[0];
+    let entry = ledger.entries(&["a1"]).await.unwrap()[0]
+        .clone()
+        .expect("read");
     assert_eq!(
         (
             entry.untried.as_slice(),
@@ -1137,6 +1292,67 @@ async fn a_failing_bulk_batch_is_bisected_until_the_poison_records_stand_alone()
     assert_eq!(processed.report.done, 14);
     // 1 whole + 2 halves + 4 quarters + 4 eighths + 4 singles.
     assert_eq!(writer.calls.load(Ordering::SeqCst), 15);
+}
+
+/// Records the bodies each bulk call was handed, and fails a call holding a poison record.
+#[derive(Default)]
+struct RecordingWriter {
+    calls: std::sync::Mutex<Vec<Vec<String>>>,
+}
+
+impl BatchHandler for RecordingWriter {
+    async fn handle_batch(&self, messages: &[Message<'_>]) -> Result<(), RecordError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(messages.iter().map(|m| m.id().to_owned()).collect());
+        if messages.iter().any(|m| m.body() == "poison") {
+            return Err(RecordError::permanent(
+                "constraint_violation",
+                "a poison row",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_fifo_bulk_batch_never_hands_over_a_record_after_its_groups_failure() {
+    let processor = processor(RetryPolicy::default());
+    let writer = RecordingWriter::default();
+    let event = event(vec![
+        fifo_record("a1", "ok", "A", 1),
+        fifo_record("a2", "poison", "A", 1),
+        fifo_record("a3", "ok", "A", 1),
+        fifo_record("a4", "ok", "A", 1),
+        fifo_record("b1", "ok", "B", 1),
+    ]);
+    let event_ = SqsEvent::parse(&event).unwrap();
+    let processed = processor
+        .process_batch(&writer, &event_.records, DEADLINE)
+        .await
+        .unwrap();
+    let calls = writer.calls.lock().unwrap().clone();
+    let a2_failed_alone = calls
+        .iter()
+        .position(|call| call == &["a2"])
+        .expect("a2 stands alone");
+    for call in &calls[a2_failed_alone + 1..] {
+        assert!(
+            !call.iter().any(|id| id == "a3" || id == "a4"),
+            "a3 and a4 handed over after a2 failed: {calls:?}"
+        );
+    }
+    assert_eq!(
+        failures(&processed),
+        ["a3", "a4"],
+        "given back behind their group"
+    );
+    assert_eq!(processed.report.dead_lettered, 1, "a2");
+    assert!(
+        calls.iter().any(|call| call.contains(&"b1".to_owned())),
+        "B goes on"
+    );
 }
 
 /// A bulk writer whose database is down: every call fails, whatever it holds.

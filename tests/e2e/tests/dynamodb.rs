@@ -251,7 +251,13 @@ async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
     store.record_untried("m-1", 2).await.unwrap();
     store.record_untried("m-1", 3).await.unwrap();
     store.record_untried("m-2", 1).await.unwrap();
-    let found = store.entries(&["m-1", "m-3", "m-2"]).await.unwrap();
+    let found: Vec<_> = store
+        .entries(&["m-1", "m-3", "m-2"])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.expect("read"))
+        .collect();
     let mut first = found[0].untried.clone();
     first.sort_unstable();
     assert_eq!(first, [2, 3]);
@@ -311,7 +317,9 @@ async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
         .unwrap();
     // Back after its wait in place: held again, untried, the first failure kept.
     store.hold("m-1", &hold(6, 900, ""), true).await.unwrap();
-    let entry = &store.entries(&["m-1"]).await.unwrap()[0];
+    let entry = store.entries(&["m-1"]).await.unwrap()[0]
+        .clone()
+        .expect("read");
     let held = entry.hold.clone().expect("held");
     assert_eq!(
         (
@@ -337,7 +345,9 @@ async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
         Some("rh-6".into())
     );
     store.hold("m-1", &hold(7, 2000, ""), true).await.unwrap();
-    let entry = &store.entries(&["m-1"]).await.unwrap()[0];
+    let entry = store.entries(&["m-1"]).await.unwrap()[0]
+        .clone()
+        .expect("read");
     assert_eq!(
         entry.hold.as_ref().unwrap().release,
         Some(Release::DeadLetter)
@@ -349,7 +359,9 @@ async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
         .await
         .unwrap();
     store.release_hold("m-2", Release::Retry).await.unwrap();
-    let entry = &store.entries(&["m-2"]).await.unwrap()[0];
+    let entry = store.entries(&["m-2"]).await.unwrap()[0]
+        .clone()
+        .expect("read");
     assert_eq!(
         (
             entry.hold.is_none(),

@@ -216,7 +216,9 @@ async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
         .unwrap_or_default();
     assert_eq!(again.len(), 1, "visible again at once");
     assert_eq!(again[0].message_id(), Some(id));
-    let entry = &ledger.entries(&[id]).await.unwrap()[0];
+    let entry = ledger.entries(&[id]).await.unwrap()[0]
+        .clone()
+        .expect("read");
     assert_eq!((entry.hold.is_none(), entry.attempts_from), (true, 2));
     assert!(depth(&client, &url).await.is_ok());
 }

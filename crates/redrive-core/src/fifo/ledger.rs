@@ -99,11 +99,12 @@ impl Release {
 /// and the soak). Object-safe: the processor holds one behind an `Arc`, and calls it off the happy
 /// path only.
 pub trait AttemptLedger: Send + Sync {
-    /// What the ledger knows of each message id, in order.
+    /// What the ledger knows of each message id, in order; `None` for an id it did not answer for
+    /// (DynamoDB's `UnprocessedKeys` under throttling), which is not the same as knowing nothing.
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>>;
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>>;
 
     /// Writes down that the delivery `receive_count` of `message_id` was given back untried.
     /// Idempotent: writing the same pair twice (a retried call) counts once.
@@ -141,7 +142,7 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
         (**self).entries(message_ids)
     }
     fn record_untried<'a>(
@@ -192,12 +193,12 @@ impl AttemptLedger for MemoryLedger {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
         let entries = lock(&self.entries);
         ready(
             message_ids
                 .iter()
-                .map(|id| entries.get(*id).cloned().unwrap_or_default())
+                .map(|id| Some(entries.get(*id).cloned().unwrap_or_default()))
                 .collect(),
         )
     }
@@ -308,7 +309,7 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.inner.entries(message_ids)
     }
@@ -377,7 +378,13 @@ mod tests {
         ledger.record_untried("m-1", 2).await.unwrap();
         ledger.record_untried("m-1", 2).await.unwrap();
         ledger.record_untried("m-1", 3).await.unwrap();
-        let found = ledger.entries(&["m-1", "m-2"]).await.unwrap();
+        let found: Vec<LedgerEntry> = ledger
+            .entries(&["m-1", "m-2"])
+            .await
+            .unwrap()
+            .into_iter()
+            .map(Option::unwrap)
+            .collect();
         assert_eq!(found[0].untried, [2, 3]);
         assert_eq!(found[1], LedgerEntry::default());
         assert_eq!(found[0].attempts_before(5), 2);
@@ -396,7 +403,7 @@ mod tests {
         };
         ledger.hold("m-1", &hold(5, 100), false).await.unwrap();
         ledger.hold("m-1", &hold(6, 900), true).await.unwrap();
-        let entry = &ledger.entries(&["m-1"]).await.unwrap()[0];
+        let entry = ledger.entries(&["m-1"]).await.unwrap()[0].clone().unwrap();
         let held = entry.hold.as_ref().unwrap();
         assert_eq!(
             (held.since_ms, held.receive_count, &*held.receipt_handle),
@@ -411,7 +418,7 @@ mod tests {
             .unwrap();
         assert_eq!(released.unwrap().receipt_handle, "rh-6");
         ledger.hold("m-1", &hold(7, 2000), true).await.unwrap();
-        let entry = &ledger.entries(&["m-1"]).await.unwrap()[0];
+        let entry = ledger.entries(&["m-1"]).await.unwrap()[0].clone().unwrap();
         assert_eq!(
             entry.hold.as_ref().unwrap().release,
             Some(Release::DeadLetter),
@@ -420,7 +427,7 @@ mod tests {
 
         ledger.hold("m-2", &hold(5, 100), false).await.unwrap();
         ledger.release_hold("m-2", Release::Retry).await.unwrap();
-        let entry = &ledger.entries(&["m-2"]).await.unwrap()[0];
+        let entry = ledger.entries(&["m-2"]).await.unwrap()[0].clone().unwrap();
         assert_eq!((entry.hold.is_none(), entry.attempts_before(6)), (true, 0));
         assert_eq!(
             ledger.release_hold("m-3", Release::Retry).await.unwrap(),

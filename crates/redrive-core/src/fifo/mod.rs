@@ -74,6 +74,9 @@ pub(crate) enum HeadStatus {
     Held,
     /// Released to the DLQ by an operator.
     ReleasedToDeadLetter,
+    /// The ledger did not answer for it (failed, slow, or a partial read): its attempts are SQS's
+    /// count, which may hold receives nobody tried, and its hold is unknown.
+    Unread,
 }
 
 /// What the ledger says of a delivery.
@@ -86,45 +89,48 @@ pub(crate) struct Recount {
 }
 
 /// Reads what the ledger knows of `deliveries` (one call) within `within`: their attempts and
-/// holds, in order. `None` when the ledger failed or was slow: SQS's receive counts stand, which
-/// errs towards fewer attempts.
+/// holds, in order; `None` for a delivery the ledger did not answer for (it failed, was slow, or
+/// read only part), whose attempts are then SQS's count: a try is never refused on that count
+/// alone.
 pub(crate) async fn recount(
     ledger: &dyn AttemptLedger,
     deliveries: &[Delivery<'_>],
     within: Duration,
-) -> Option<Vec<Recount>> {
+) -> Vec<Option<Recount>> {
     let ids: Vec<&str> = deliveries.iter().map(|d| d.message_id).collect();
-    match tokio::time::timeout(within, ledger.entries(&ids)).await {
-        Ok(Ok(entries)) => Some(
-            deliveries
-                .iter()
-                .zip(entries)
-                .map(|(delivery, entry)| Recount {
-                    attempts_before: entry.attempts_before(delivery.receive_count),
-                    head: match entry.hold.map(|hold| hold.release) {
-                        None => HeadStatus::Free,
-                        Some(Some(Release::DeadLetter)) => HeadStatus::ReleasedToDeadLetter,
-                        Some(_) => HeadStatus::Held,
-                    },
-                })
-                .collect(),
-        ),
+    let entries = match tokio::time::timeout(within, ledger.entries(&ids)).await {
+        Ok(Ok(entries)) => entries,
         Ok(Err(error)) => {
             tracing::warn!(
                 %error,
                 records = ids.len(),
-                "attempt ledger not read: SQS's receive counts stand as attempts",
+                "attempt ledger not read: SQS's receive counts stand, and no try is refused on them",
             );
-            None
+            Vec::new()
         }
         Err(_) => {
             tracing::warn!(
                 records = ids.len(),
-                "attempt ledger not read in time: SQS's receive counts stand as attempts",
+                "attempt ledger not read in time: SQS's receive counts stand, and no try is refused on them",
             );
-            None
+            Vec::new()
         }
-    }
+    };
+    let mut entries = entries.into_iter();
+    deliveries
+        .iter()
+        .map(|delivery| {
+            let entry = entries.next().flatten()?;
+            Some(Recount {
+                attempts_before: entry.attempts_before(delivery.receive_count),
+                head: match entry.hold.map(|hold| hold.release) {
+                    None => HeadStatus::Free,
+                    Some(Some(Release::DeadLetter)) => HeadStatus::ReleasedToDeadLetter,
+                    Some(_) => HeadStatus::Held,
+                },
+            })
+        })
+        .collect()
 }
 
 /// What the ledger is told of one delivery.

@@ -260,7 +260,7 @@ impl<Q: QueuePort> Processor<Q> {
         let invocation = invocation.into();
         let (mut items, fifo) = self.prepare(records)?;
         self.recount(&mut items, &invocation).await;
-        let handled = self.handle_batch(handler, &items, &invocation).await;
+        let handled = self.handle_batch(handler, &items, fifo, &invocation).await;
         Ok(self.conclude(&items, handled, fifo, &invocation).await)
     }
 
@@ -361,12 +361,15 @@ impl<Q: QueuePort> Processor<Q> {
         }
         let deliveries: Vec<Delivery<'_>> = suspects.iter().map(|&i| items[i].delivery()).collect();
         let within = self.budget(invocation.deadline_ms).ledger_read();
-        let Some(counts) = fifo::recount(ledger.as_ref(), &deliveries, within).await else {
-            return;
-        };
+        let counts = fifo::recount(ledger.as_ref(), &deliveries, within).await;
         for (&index, count) in suspects.iter().zip(counts) {
-            items[index].attempts_before = count.attempts_before;
-            items[index].head = count.head;
+            match count {
+                Some(count) => {
+                    items[index].attempts_before = count.attempts_before;
+                    items[index].head = count.head;
+                }
+                None => items[index].head = HeadStatus::Unread,
+            }
         }
     }
 

@@ -3,7 +3,6 @@
 //! new records and cuts off running ones; for a batch handler, bisection.
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -166,13 +165,16 @@ impl<Q: QueuePort> Processor<Q> {
         }
     }
 
-    /// Hands the batch's records to `handler` in one call; on a permanent failure or a panic (a
-    /// record may be at fault), halves the call until the failing records stand alone; a transient
-    /// failure or a deferral fails every record of the call alike, without halving.
+    /// Hands the eligible records to `handler` as one call; a permanent failure or a panic (a
+    /// record may be at fault) splits the call in halves until the failing records stand alone,
+    /// the first half first. On a FIFO queue no record is handed over once an earlier record of
+    /// its group did not succeed: a later half's records of that group are blocked, untried, so
+    /// a group's effects keep its order (the judge gives them back behind their group).
     pub(super) async fn handle_batch<B: BatchHandler>(
         &self,
         handler: &B,
         items: &[Item<'_>],
+        fifo: bool,
         invocation: &Invocation<'_>,
     ) -> Vec<Outcome> {
         let cutoff = self.budget(invocation.deadline_ms).cutoff();
@@ -180,44 +182,63 @@ impl<Q: QueuePort> Processor<Q> {
             .iter()
             .map(|item| self.precheck(item, cutoff))
             .collect();
+        let mut blocks = GroupBlocks::new(fifo);
+        for (index, outcome) in handled.iter().enumerate() {
+            if outcome.is_some() {
+                blocks.failed(items, index);
+            }
+        }
         let eligible: Vec<usize> = (0..items.len()).filter(|&i| handled[i].is_none()).collect();
         let messages: Vec<Message<'_>> = eligible
             .iter()
             .map(|&i| items[i].message(invocation))
             .collect();
-        // Ranges of `messages` still to hand over, as a stack: the first half is taken first.
-        let mut pending: Vec<Range<usize>> = Vec::with_capacity(8);
-        pending.push(0..messages.len());
-        while let Some(range) = pending.pop() {
-            if range.is_empty() {
+        // Sets of `messages` (their positions, in order) still to hand over, as a stack: the
+        // first half is taken first, so every earlier record is decided when a later one's turn
+        // comes.
+        let mut pending: Vec<Vec<usize>> = Vec::with_capacity(8);
+        pending.push((0..messages.len()).collect());
+        while let Some(set) = pending.pop() {
+            let (blocked, set): (Vec<usize>, Vec<usize>) = set
+                .into_iter()
+                .partition(|&m| blocks.blocks(items, eligible[m]));
+            for m in blocked {
+                handled[eligible[m]] = Some(Outcome::GroupBlocked);
+                blocks.failed(items, eligible[m]);
+            }
+            if set.is_empty() {
                 continue;
             }
-            let mut mark = |outcome: &dyn Fn() -> Outcome| {
-                range
-                    .clone()
-                    .for_each(|m| handled[eligible[m]] = Some(outcome()))
-            };
             let left = cutoff.left();
-            if left.is_zero() {
-                mark(&|| Outcome::NotStarted);
-                continue;
-            }
-            let call = caught(handler.handle_batch(&messages[range.clone()]));
-            match tokio::time::timeout(left, call)
-                .await
-                .unwrap_or_else(|_| Err(deadline_error()))
-            {
-                Ok(()) => mark(&|| Outcome::Succeeded),
-                // Halving looks for records at fault. A transient failure or a deferral says the
-                // downstream is (a database that is down): the range is retried as a whole.
-                Err(error) if range.len() == 1 || error.class() == ErrorClass::Transient => {
-                    mark(&|| Outcome::Failed(Box::new(error.clone())))
+            let outcome = if left.is_zero() {
+                Outcome::NotStarted
+            } else {
+                let batch: Vec<Message<'_>> = set.iter().map(|&m| messages[m]).collect();
+                let call = caught(handler.handle_batch(&batch));
+                match tokio::time::timeout(left, call)
+                    .await
+                    .unwrap_or_else(|_| Err(deadline_error()))
+                {
+                    Ok(()) => Outcome::Succeeded,
+                    // Halving looks for records at fault. A transient failure or a deferral says
+                    // the downstream is (a database that is down): the set is retried as a whole.
+                    Err(error) if set.len() == 1 || error.class() == ErrorClass::Transient => {
+                        Outcome::Failed(Box::new(error))
+                    }
+                    Err(_) => {
+                        let middle = set.len() / 2;
+                        pending.push(set[middle..].to_vec());
+                        pending.push(set[..middle].to_vec());
+                        continue;
+                    }
                 }
-                Err(_) => {
-                    let middle = range.start + range.len() / 2;
-                    pending.push(middle..range.end);
-                    pending.push(range.start..middle);
+            };
+            let succeeded = matches!(outcome, Outcome::Succeeded);
+            for &m in &set {
+                if !succeeded {
+                    blocks.failed(items, eligible[m]);
                 }
+                handled[eligible[m]] = Some(outcome.clone());
             }
         }
         handled
@@ -234,15 +255,18 @@ impl<Q: QueuePort> Processor<Q> {
         match item.head {
             HeadStatus::Held => return Some(Outcome::Held),
             HeadStatus::ReleasedToDeadLetter => return Some(Outcome::ReleasedToDeadLetter),
-            HeadStatus::Free => {}
+            HeadStatus::Free | HeadStatus::Unread => {}
         }
         // Only a ledger's count is exact enough to refuse a try on: SQS's alone counts receives
-        // nobody tried.
+        // nobody tried. Where the ledger could not say, the record waits for it, untried.
         if self.ledger.is_some()
             && item.receive_count > 0
             && item.attempts_before >= self.config.retry.max_attempts
         {
-            return Some(Outcome::AttemptsUsedUp);
+            return Some(match item.head {
+                HeadStatus::Unread => Outcome::Failed(Box::new(ledger_unread())),
+                _ => Outcome::AttemptsUsedUp,
+            });
         }
         if let Some(due) = item.meta.as_ref().and_then(|meta| meta.due_at) {
             let now = self.clock.now_ms();
@@ -259,4 +283,47 @@ pub(crate) fn deadline_error() -> RecordError {
         "deadline",
         "the handler was still running at the Lambda deadline margin",
     )
+}
+
+/// How long a record whose attempts the ledger could not count waits in place before it is read
+/// again: a throttled table's retries back off over about that long.
+const LEDGER_UNREAD_WAIT: Duration = Duration::from_secs(10);
+
+/// A record whose attempts SQS's count says are used up while the ledger could not say: deferred
+/// (no attempt spent), as a breaker defers while its downstream is down.
+fn ledger_unread() -> RecordError {
+    RecordError::defer("attempt_ledger_unread", LEDGER_UNREAD_WAIT)
+}
+
+/// FIFO: the first record of each message group that did not succeed, so that no later record of
+/// the group is handed to a batch handler. Nothing is blocked on a standard queue.
+struct GroupBlocks<'r> {
+    fifo: bool,
+    first_failed: HashMap<&'r str, usize>,
+}
+
+impl<'r> GroupBlocks<'r> {
+    fn new(fifo: bool) -> Self {
+        Self {
+            fifo,
+            first_failed: HashMap::new(),
+        }
+    }
+
+    /// Record `index` did not succeed.
+    fn failed(&mut self, items: &[Item<'r>], index: usize) {
+        if let (true, Some(group)) = (self.fifo, items[index].group()) {
+            let first = self.first_failed.entry(group).or_insert(index);
+            *first = (*first).min(index);
+        }
+    }
+
+    /// Whether an earlier record of `index`'s group did not succeed.
+    fn blocks(&self, items: &[Item<'r>], index: usize) -> bool {
+        self.fifo
+            && items[index]
+                .group()
+                .and_then(|group| self.first_failed.get(group))
+                .is_some_and(|&first| first < index)
+    }
 }

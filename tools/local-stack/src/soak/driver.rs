@@ -285,7 +285,9 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
             }
             released = true;
             let id = &id;
-            let released_before = self.ledger.entries(&[id.as_str()]).await?[0].attempts_from > 0;
+            let released_before = self.ledger.entries(&[id.as_str()]).await?[0]
+                .as_ref()
+                .is_some_and(|entry| entry.attempts_from > 0);
             let release = if released_before || hold.error_kind == "invalid" {
                 report.released_to_dlq += 1;
                 Release::DeadLetter

@@ -135,7 +135,7 @@ impl AttemptLedger for FaultyStore {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<LedgerEntry>, PortError>> {
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
         Box::pin(self.call("BatchGetItem", self.inner.ledger().entries(message_ids)))
     }
     fn record_untried<'a>(
