@@ -11,8 +11,9 @@
 //! The same table holds the FIFO attempt ledger ([`redrive_core::fifo`]): one item per message
 //! given back untried or held, `pk` = `attempts#<message id>`, `untried` (a number set of receive
 //! counts; adding to a set is idempotent, so a retried write counts once), `attempts_from` (after
-//! an operator's release), the hold (`held_since`, `held_receive`, `held_receipt`, `held_queue`,
-//! `held_error_kind`, `held_error`, `held_release`) and `expires_at`.
+//! an operator's release), `head_since` (when it began to wait in place at its group's head), the
+//! hold (`held_since`, `held_receive`, `held_receipt`, `held_queue`, `held_error_kind`,
+//! `held_error`, `held_release`) and `expires_at`.
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -261,6 +262,23 @@ impl AttemptLedger for DynamoDbStore {
         })
     }
 
+    fn record_head_wait<'a>(
+        &'a self,
+        message_id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            let request = self
+                .ledger_update(message_id)
+                .await
+                .update_expression(
+                    "SET head_since = if_not_exists(head_since, :since), expires_at = :expires",
+                )
+                .expression_attribute_values(":since", AttributeValue::N(since_ms.to_string()));
+            sent(request.send().await)
+        })
+    }
+
     fn hold<'a>(
         &'a self,
         message_id: &'a str,
@@ -460,6 +478,7 @@ fn entry_of(item: &HashMap<String, AttributeValue>) -> LedgerEntry {
             .unwrap_or_default(),
         attempts_from: numeric(item, "attempts_from").unwrap_or(0) as u32,
         hold: hold_of(item),
+        head_since_ms: numeric(item, "head_since"),
     }
 }
 

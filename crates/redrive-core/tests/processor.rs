@@ -782,7 +782,11 @@ async fn with_the_ledger_a_fifo_record_held_back_behind_its_group_keeps_its_atte
     .await;
     assert_eq!(failures(&processed), ["a2"]);
     assert_eq!(processed.report.dead_lettered, 0);
-    assert_eq!(ledger.writes(), 5, "a2's five untried receives");
+    assert_eq!(
+        ledger.writes(),
+        7,
+        "a2's five untried receives, and a1's and a2's first waits at their group's head"
+    );
     assert_eq!(
         ledger.reads(),
         5,
@@ -865,6 +869,13 @@ impl AttemptLedger for Brownout {
         receive: u32,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         self.inner.record_untried(id, receive)
+    }
+    fn record_head_wait<'a>(
+        &'a self,
+        id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.record_head_wait(id, since_ms)
     }
     fn hold<'a>(
         &'a self,
@@ -973,6 +984,67 @@ async fn a_partial_ledger_read_keeps_what_it_read_and_defers_only_what_it_did_no
     );
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
     assert!(processor.queue().sent_to(DLQ).is_empty());
+}
+
+/// A follower arrives with its head and shares the head's first receive: when the head is
+/// dead-lettered at the age limit, the follower's own wait starts then, not at that first receive
+/// (which would dead-letter it, and each follower after it, at its first deferral).
+#[tokio::test]
+async fn a_followers_wait_counts_from_when_it_became_its_groups_head() {
+    let clock = Arc::new(ManualClock::at(NOW));
+    let ledger = Arc::new(MemoryLedger::new());
+    let processor = processor(RetryPolicy::default())
+        .with_clock(clock.clone())
+        .with_ledger(ledger.clone());
+    let handler = handler();
+    let deliver = |records: Vec<serde_json::Value>| {
+        let json = event(records);
+        let (processor, handler, deadline) = (&processor, &handler, clock.now_ms() + 60_000);
+        async move {
+            let event = SqsEvent::parse(&json).unwrap();
+            processor
+                .process(handler, &event.records, deadline)
+                .await
+                .unwrap()
+        }
+    };
+    // a1 and a2 both wait on a downstream that stays down; a2 arrives behind a1 every time.
+    let mut receive = 1;
+    loop {
+        let processed = deliver(vec![
+            fifo_record("a1", "defer:30", "A", receive),
+            fifo_record("a2", "defer:30", "A", receive),
+        ])
+        .await;
+        if processed.report.dead_lettered > 0 {
+            break;
+        }
+        let calls = processor.queue().calls();
+        let Some(Call::ChangeVisibility { changes, .. }) = calls.last() else {
+            panic!("{calls:?}")
+        };
+        clock.advance(u64::try_from(changes[0].1.as_millis()).unwrap());
+        receive += 1;
+    }
+    assert!(clock.now_ms() - NOW >= 3_600_000, "a1 waited out the hour");
+    // a2 is the head now, first received with a1 over an hour ago.
+    receive += 1;
+    let processed = deliver(vec![fifo_record("a2", "defer:30", "A", receive)]).await;
+    assert_eq!(
+        (processed.report.dead_lettered, processed.report.deferred),
+        (0, 1),
+        "a2's wait starts now"
+    );
+    assert_eq!(failures(&processed), ["a2"]);
+    let entry = ledger.entries(&["a2"]).await.unwrap()[0]
+        .clone()
+        .expect("read");
+    assert_eq!(entry.head_since_ms, Some(clock.now_ms()));
+    // Its own hour later, the age limit holds for it too.
+    clock.advance(3_600_000);
+    receive += 1;
+    let processed = deliver(vec![fifo_record("a2", "defer:30", "A", receive)]).await;
+    assert_eq!(processed.report.dead_lettered, 1);
 }
 
 #[tokio::test]

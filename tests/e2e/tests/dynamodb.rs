@@ -251,6 +251,9 @@ async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
     store.record_untried("m-1", 2).await.unwrap();
     store.record_untried("m-1", 3).await.unwrap();
     store.record_untried("m-2", 1).await.unwrap();
+    // The first wait at its group's head stays; a later or retried write keeps it.
+    store.record_head_wait("m-1", 1_000).await.unwrap();
+    store.record_head_wait("m-1", 2_000).await.unwrap();
     let found: Vec<_> = store
         .entries(&["m-1", "m-3", "m-2"])
         .await
@@ -266,6 +269,10 @@ async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
         (0, &[1][..])
     );
     assert_eq!(found[0].attempts_before(5), 2);
+    assert_eq!(
+        (found[0].head_since_ms, found[2].head_since_ms),
+        (Some(1_000), None)
+    );
     // Beside the idempotency keys: a claim of the message id is a key of its own.
     assert_eq!(
         store

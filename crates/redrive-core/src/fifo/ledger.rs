@@ -29,6 +29,10 @@ pub struct LedgerEntry {
     pub attempts_from: u32,
     /// Its group is held on it.
     pub hold: Option<Hold>,
+    /// When it first waited in place at the head of its group (ms since the epoch): its waits'
+    /// age counts from then, not from its first receive, which it shares with the head it
+    /// arrived behind.
+    pub head_since_ms: Option<u64>,
 }
 
 impl LedgerEntry {
@@ -114,6 +118,14 @@ pub trait AttemptLedger: Send + Sync {
         receive_count: u32,
     ) -> BoxFuture<'a, Result<(), PortError>>;
 
+    /// Writes down that `message_id` began to wait in place at the head of its group at
+    /// `since_ms`. Only the first write counts (a retried or a later one keeps it).
+    fn record_head_wait<'a>(
+        &'a self,
+        message_id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>>;
+
     /// Holds the group on `message_id`, or renews the hold with this receive (`since_ms`, an
     /// operator's release already written and, when `hold` has none, the error are kept from the
     /// hold before). `untried`: this
@@ -151,6 +163,13 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
         receive_count: u32,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         (**self).record_untried(message_id, receive_count)
+    }
+    fn record_head_wait<'a>(
+        &'a self,
+        message_id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        (**self).record_head_wait(message_id, since_ms)
     }
     fn hold<'a>(
         &'a self,
@@ -213,6 +232,17 @@ impl AttemptLedger for MemoryLedger {
         if !entry.untried.contains(&receive_count) {
             entry.untried.push(receive_count);
         }
+        ready(())
+    }
+
+    fn record_head_wait<'a>(
+        &'a self,
+        message_id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(message_id.to_owned()).or_default();
+        entry.head_since_ms.get_or_insert(since_ms);
         ready(())
     }
 
@@ -320,6 +350,14 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
     ) -> BoxFuture<'a, Result<(), PortError>> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.inner.record_untried(message_id, receive_count)
+    }
+    fn record_head_wait<'a>(
+        &'a self,
+        message_id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_head_wait(message_id, since_ms)
     }
     fn hold<'a>(
         &'a self,

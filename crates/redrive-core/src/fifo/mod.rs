@@ -86,6 +86,8 @@ pub(crate) struct Recount {
     pub(crate) attempts_before: u32,
     /// Its group's hold.
     pub(crate) head: HeadStatus,
+    /// When it began to wait in place at its group's head, if it has.
+    pub(crate) head_since_ms: Option<u64>,
 }
 
 /// Reads what the ledger knows of `deliveries` (one call) within `within`: their attempts and
@@ -128,6 +130,7 @@ pub(crate) async fn recount(
                     Some(Some(Release::DeadLetter)) => HeadStatus::ReleasedToDeadLetter,
                     Some(_) => HeadStatus::Held,
                 },
+                head_since_ms: entry.head_since_ms,
             })
         })
         .collect()
@@ -137,6 +140,9 @@ pub(crate) async fn recount(
 pub(crate) enum LedgerWrite {
     /// It was given back untried.
     Untried,
+    /// It began to wait in place at its group's head (its first in-place wait); `untried` when
+    /// that wait is a deferral, which is no try either.
+    HeadWait { since_ms: u64, untried: bool },
     /// Its group is held on it; `tried` is false when the head came back held and was not tried.
     Hold { hold: Hold, tried: bool },
 }
@@ -185,6 +191,22 @@ pub(crate) async fn write_down(
                     .await,
                 "untried delivery not written to the attempt ledger: it counts as an attempt",
             ),
+            LedgerWrite::HeadWait { since_ms, untried } => {
+                let untried_written = if *untried {
+                    ledger
+                        .record_untried(delivery.message_id, delivery.receive_count)
+                        .await
+                } else {
+                    Ok(())
+                };
+                let head_written = ledger
+                    .record_head_wait(delivery.message_id, *since_ms)
+                    .await;
+                (
+                    untried_written.and(head_written),
+                    "head's wait not written to the attempt ledger: its age counts from its next wait",
+                )
+            }
             LedgerWrite::Hold { hold, tried } => (
                 ledger.hold(delivery.message_id, hold, !tried).await,
                 "hold not written to the attempt ledger: the head is held again when it comes back",

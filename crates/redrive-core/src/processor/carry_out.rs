@@ -76,7 +76,8 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// Writes down in the ledger each FIFO record given back untried (held back behind its group,
-    /// not started, deferred), and each hold, by the carry deadline ([`fifo::write_down`]).
+    /// not started, deferred), the first wait in place of each group's head, and each hold, by the
+    /// carry deadline ([`fifo::write_down`]).
     async fn write_ledger(
         &self,
         items: &[Item<'_>],
@@ -104,6 +105,14 @@ impl<Q: QueuePort> Processor<Q> {
                         ),
                         // A head that comes back held was not tried this time.
                         tried: ruling.error.is_some(),
+                    },
+                    // Its first wait in place at its group's head: its waits' age counts from now.
+                    Fate::GiveBack {
+                        reason: reason @ (GiveBackReason::FifoRetry | GiveBackReason::FifoDefer),
+                        ..
+                    } if item.head_since_ms == 0 => LedgerWrite::HeadWait {
+                        since_ms: now,
+                        untried: reason == GiveBackReason::FifoDefer,
                     },
                     ref fate if untried(fate) => LedgerWrite::Untried,
                     _ => return None,

@@ -20,10 +20,19 @@ impl<Q: QueuePort> Processor<Q> {
         let mut judge = self.judge(fifo);
         let mut rng = self.rng();
         let now = self.clock.now_ms();
+        let ledger = self.ledger.is_some();
         items
             .iter()
             .zip(handled)
-            .map(|(item, handled)| decide(&mut judge, &mut rng, item.history(now), item, handled))
+            .map(|(item, handled)| {
+                decide(
+                    &mut judge,
+                    &mut rng,
+                    item.history(now, ledger),
+                    item,
+                    handled,
+                )
+            })
             .collect()
     }
 

@@ -108,6 +108,9 @@ pub(crate) struct Item<'r> {
     pub(crate) receive_count: u32,
     /// Whether the ledger holds its group on it, and what an operator decided.
     pub(crate) head: HeadStatus,
+    /// FIFO, with the ledger: when it began to wait in place at its group's head (ms since the
+    /// epoch); 0 when it has not, or the ledger did not say.
+    pub(crate) head_since_ms: u64,
 }
 
 impl<'r> Item<'r> {
@@ -131,8 +134,11 @@ impl<'r> Item<'r> {
     }
     /// Its failures so far, and how long it has been failing: since the first failure or the
     /// latest redrive from the DLQ, whichever came later (the metadata of re-sent copies carries
-    /// both); a FIFO record, which waits in place, since it was first received.
-    pub(crate) fn history(&self, now_ms: u64) -> History {
+    /// both). A FIFO record waits in place: with the ledger, since it began to wait at its group's
+    /// head (its first receive is the one of the head it arrived behind, so a follower would
+    /// inherit the head's age); without it, since it was first received (batches of one, where
+    /// no record arrives behind another).
+    pub(crate) fn history(&self, now_ms: u64, ledger: bool) -> History {
         if self.receive_count > 0 {
             let since = |ms: Option<u64>| {
                 Duration::from_millis(now_ms.saturating_sub(ms.unwrap_or(now_ms)))
@@ -143,9 +149,14 @@ impl<'r> Item<'r> {
                 .sent_timestamp
                 .as_deref()
                 .and_then(|ms| ms.parse().ok());
+            let waiting_since = if ledger {
+                (self.head_since_ms > 0).then_some(self.head_since_ms)
+            } else {
+                self.record.first_received_ms()
+            };
             return History {
                 attempts_before: self.attempts_before,
-                failing_for: since(self.record.first_received_ms()),
+                failing_for: since(waiting_since),
                 in_queue_for: since(sent_ms),
             };
         }
@@ -341,6 +352,7 @@ impl<Q: QueuePort> Processor<Q> {
                 attempts_before,
                 receive_count,
                 head: HeadStatus::Free,
+                head_since_ms: 0,
             });
         }
         Ok((items, any_fifo))
@@ -367,6 +379,7 @@ impl<Q: QueuePort> Processor<Q> {
                 Some(count) => {
                     items[index].attempts_before = count.attempts_before;
                     items[index].head = count.head;
+                    items[index].head_since_ms = count.head_since_ms.unwrap_or(0);
                 }
                 None => items[index].head = HeadStatus::Unread,
             }

@@ -152,6 +152,16 @@ impl AttemptLedger for FaultyStore {
             ),
         )
     }
+    fn record_head_wait<'a>(
+        &'a self,
+        message_id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(self.call(
+            "UpdateItem",
+            self.inner.ledger().record_head_wait(message_id, since_ms),
+        ))
+    }
     fn hold<'a>(
         &'a self,
         message_id: &'a str,
