@@ -41,10 +41,23 @@ use redrive_event::Text;
 /// redelivery this is (`"1"` for the first). The event itself is passed unchanged.
 pub const REDRIVE_COUNT_KEY: &str = "redrive-count";
 
-/// The client context (JSON, before Lambda's base64) of the `count`th redelivery.
-pub fn client_context(count: u32) -> String {
-    serde_json::json!({ "custom": { REDRIVE_COUNT_KEY: count.to_string() } }).to_string()
+/// Key in the `custom` map of the client context: the EventBridge event's `id`, the same on every
+/// redelivery, so that a target deduplicates a run it may already have made (an invoke whose
+/// answer was lost may have run the function).
+pub const REDRIVE_EVENT_ID_KEY: &str = "redrive-event-id";
+
+/// The client context (JSON, before Lambda's base64) of the `count`th redelivery of the event
+/// `event_id`.
+pub fn client_context(count: u32, event_id: &str) -> String {
+    serde_json::json!({
+        "custom": { REDRIVE_COUNT_KEY: count.to_string(), REDRIVE_EVENT_ID_KEY: event_id }
+    })
+    .to_string()
 }
+
+/// How long a redelivery waits when Lambda throttled the target and said nothing of when to come
+/// back.
+const THROTTLED_WAIT: Duration = Duration::from_secs(10);
 
 /// Prefix of the Lambda `errorType` a function reports for a failure retrying cannot fix (see
 /// [`error_type`]); invocation records carrying it are parked, not redriven.
@@ -64,6 +77,12 @@ pub fn error_type(error: &RecordError) -> String {
 pub enum Reply {
     /// It returned without an error.
     Succeeded,
+    /// Lambda throttled the invoke (`TooManyRequestsException`, HTTP 429): the function did not
+    /// run, so the redelivery waits without spending an attempt.
+    Throttled {
+        /// When Lambda said to come back, if it did.
+        retry_after: Option<Duration>,
+    },
     /// It failed (Lambda set `X-Amz-Function-Error`), with the `errorType` and `errorMessage` of
     /// its error payload when it had them.
     Failed {
@@ -79,8 +98,10 @@ pub trait InvokePort: Send + Sync {
     /// Invoke with InvocationType `RequestResponse` and wait for the function's answer. `payload`
     /// is passed as it is; `client_context` (JSON) reaches the function's context; `trace_header`
     /// (the failed delivery's X-Ray header) is the invocation's `X-Amzn-Trace-Id`, so the
-    /// function's trace continues the event's. `Err` when Lambda did not run the function
-    /// (throttled, missing, not allowed).
+    /// function's trace continues the event's. [`Reply::Throttled`] when Lambda refused it for
+    /// throughput; `Err` when the call failed otherwise (missing, not allowed, or an answer that
+    /// never came: the function may have run). The port does not retry: a retried invoke may run
+    /// the function twice.
     fn invoke(
         &self,
         function_arn: &str,
@@ -236,18 +257,25 @@ impl<Q: QueuePort, L: InvokePort> EventRedrive<Q, L> {
             Some(Target::Queue) => self.send(target_arn, event, trace_header.cloned()).await,
             Some(Target::Function) => {
                 let redelivery = message.meta().map_or(0, |meta| meta.attempts) + 1;
+                let event_id = serde_json::from_str::<EventId<'_>>(event)
+                    .map(|e| e.id)
+                    .unwrap_or_default();
                 let reply = self
                     .lambda
                     .invoke(
                         target_arn,
                         event,
-                        &client_context(redelivery),
+                        &client_context(redelivery, &event_id),
                         trace_header.map(|header| &**header),
                     )
                     .await
                     .map_err(|error| delivery_error("invoke_failed", error))?;
                 match reply {
                     Reply::Succeeded => Ok(()),
+                    Reply::Throttled { retry_after } => Err(RecordError::defer(
+                        "target_throttled",
+                        retry_after.unwrap_or(THROTTLED_WAIT),
+                    )),
                     Reply::Failed {
                         error_type,
                         error_message,
@@ -473,6 +501,7 @@ pub struct RecordingInvoker {
     invokes: std::sync::Mutex<Vec<Invoke>>,
     refused: std::sync::Mutex<Option<(String, String)>>,
     failures: std::sync::Mutex<Option<(String, String, u32)>>,
+    throttles: std::sync::Mutex<Option<(String, u32)>>,
 }
 
 #[cfg(any(test, feature = "test-util"))]
@@ -480,6 +509,11 @@ impl RecordingInvoker {
     /// Lambda refuses every invoke of `function_arn` with `message` (an AWS error text).
     pub fn refuse(&self, function_arn: &str, message: &str) {
         *self.refused.lock().unwrap() = Some((function_arn.to_owned(), message.to_owned()));
+    }
+
+    /// Lambda throttles the next `times` invokes of `function_arn` (the function does not run).
+    pub fn throttle(&self, function_arn: &str, times: u32) {
+        *self.throttles.lock().unwrap() = Some((function_arn.to_owned(), times));
     }
 
     /// The function `function_arn` fails its next `times` invokes with `error_type`.
@@ -511,6 +545,16 @@ impl InvokePort for RecordingInvoker {
             .filter(|(arn, _)| arn == function_arn)
         {
             return Err(PortError::new("Invoke", message));
+        }
+        if let Some((_, times)) = self
+            .throttles
+            .lock()
+            .unwrap()
+            .as_mut()
+            .filter(|(arn, times)| arn == function_arn && *times > 0)
+        {
+            *times -= 1;
+            return Ok(Reply::Throttled { retry_after: None });
         }
         self.invokes.lock().unwrap().push(Invoke {
             function_arn: function_arn.to_owned(),

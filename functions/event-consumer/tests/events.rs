@@ -55,7 +55,7 @@ async fn a_transient_failure_is_reported_as_transient_and_succeeds_when_redriven
     // The event unchanged; the redrive's client context, as Lambda hands it to the runtime.
     let mut redriven = Context::default();
     redriven.client_context =
-        Some(serde_json::from_str(&redrive::eventbridge::client_context(1)).unwrap());
+        Some(serde_json::from_str(&redrive::eventbridge::client_context(1, "evt-1")).unwrap());
     invoke_in(&orders, &event, &redriven).await.unwrap();
     assert_eq!(orders.payments().charged(), [("o-1003".to_owned(), 2)]);
 }

@@ -1,4 +1,9 @@
 //! The Lambda side of the EventBridge redrive: the [`InvokePort`] on the AWS SDK.
+use std::time::Duration;
+
+use aws_sdk_lambda::config::retry::RetryConfig;
+use aws_sdk_lambda::config::timeout::TimeoutConfig;
+use aws_sdk_lambda::operation::invoke::InvokeError;
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
 use aws_sdk_lambda::Client;
@@ -15,9 +20,29 @@ pub struct LambdaInvoker {
     client: OnceCell<Client>,
 }
 
+/// How long an invoke may wait for its answer: Lambda's longest function timeout (15 min), its
+/// Init (up to 10 s) and a margin. The SDK sets no read timeout; a shorter one would give up on
+/// a target that is still running and send it the event again.
+pub const INVOKE_READ_TIMEOUT: Duration = Duration::from_secs(15 * 60 + 30);
+
 impl LambdaInvoker {
     pub fn lazy() -> Self {
         Self::default()
+    }
+
+    /// The client's configuration: no SDK retry (an invoke whose answer was lost, a dropped
+    /// connection or a 5xx, may have run the function, and a retry would run it again; a
+    /// throttle is the redrive's to wait out), and a read timeout that covers any target's run.
+    pub fn client_config() -> aws_sdk_lambda::Config {
+        aws_sdk_lambda::config::Builder::from(&sdk_config_from_env())
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(3))
+                    .read_timeout(INVOKE_READ_TIMEOUT)
+                    .build(),
+            )
+            .build()
     }
 }
 
@@ -40,9 +65,9 @@ impl InvokePort for LambdaInvoker {
         const OPERATION: &str = "Invoke";
         let client = self
             .client
-            .get_or_init(|| async { Client::new(&sdk_config_from_env()) })
+            .get_or_init(|| async { Client::from_conf(Self::client_config()) })
             .await;
-        let output = client
+        let answer = client
             .invoke()
             .function_name(function_arn)
             .invocation_type(InvocationType::RequestResponse)
@@ -62,10 +87,26 @@ impl InvokePort for LambdaInvoker {
                 }
             })
             .send()
-            .await
-            .map_err(|error| {
-                PortError::new(OPERATION, aws_sdk_lambda::error::DisplayErrorContext(error))
-            })?;
+            .await;
+        let output = match answer {
+            Ok(output) => output,
+            // A 429: Lambda did not run the function (Invoke API reference, Errors).
+            Err(error) => {
+                if let Some(InvokeError::TooManyRequestsException(throttled)) =
+                    error.as_service_error()
+                {
+                    let retry_after = throttled
+                        .retry_after_seconds()
+                        .and_then(|seconds| seconds.parse().ok())
+                        .map(Duration::from_secs);
+                    return Ok(Reply::Throttled { retry_after });
+                }
+                return Err(PortError::new(
+                    OPERATION,
+                    aws_sdk_lambda::error::DisplayErrorContext(error),
+                ));
+            }
+        };
         if output.function_error.is_none() {
             return Ok(Reply::Succeeded);
         }

@@ -74,6 +74,12 @@ fn handler() -> EventRedrive<RecordingQueue, RecordingInvoker> {
     )
 }
 
+/// The `id` of an EventBridge event.
+fn event_id(event: &str) -> String {
+    let event: serde_json::Value = serde_json::from_str(event).unwrap();
+    event["id"].as_str().expect("an event id").to_owned()
+}
+
 /// The error kind in a copy's or dead letter's metadata.
 fn error_kind(message: &OutgoingMessage<'_>) -> String {
     let meta: Meta<'_> = serde_json::from_str(message.attribute("redrive").unwrap()).unwrap();
@@ -139,7 +145,11 @@ async fn target_dlq_events_go_back_to_the_target_that_failed_and_parked_codes_st
         input["Records"][1]["body"].as_str().unwrap(),
         "byte for byte"
     );
-    assert_eq!(invokes[0].client_context, client_context(1));
+    assert_eq!(
+        invokes[0].client_context,
+        client_context(1, &event_id(&invokes[0].payload)),
+        "the redelivery count and the event's id, for the target to deduplicate"
+    );
 
     assert_eq!(
         parked(&run),
@@ -211,9 +221,10 @@ async fn a_function_that_fails_again_is_retried_by_the_redrive_then_parked_with_
         );
         let invokes = handler.lambda().invokes();
         assert_eq!(invokes.len() as u32, delivery);
+        let last = invokes.last().unwrap();
         assert_eq!(
-            invokes.last().unwrap().client_context,
-            client_context(delivery)
+            last.client_context,
+            client_context(delivery, &event_id(&last.payload))
         );
         // The next delivery is the retry the processor sent (o-3002 was parked at once).
         let retries = sent_back(&processor);
@@ -248,12 +259,33 @@ async fn a_function_that_fails_again_is_retried_by_the_redrive_then_parked_with_
         .all(|invoke| !invoke.payload.contains("redrive")));
 }
 
+/// A throttled invoke never ran the function: the event waits without spending an attempt, so a
+/// burst of throttles does not park it.
 #[tokio::test]
-async fn a_refused_invoke_is_retried_later_and_a_missing_function_is_parked() {
+async fn a_throttled_invoke_waits_without_spending_an_attempt() {
+    let handler = handler();
+    handler.lambda().throttle(FUNCTION, u32::MAX);
+    let run = run("eventbridge-dlq-batch.json", handler).await;
+    assert_eq!(run.response, serde_json::json!({ "batchItemFailures": [] }));
+    let deferred = run
+        .processor
+        .queue()
+        .sent_to("https://sqs.local/123456789012/orders-bus-target-dlq");
+    assert_eq!(deferred.len(), 1, "re-sent to the DLQ it came from");
+    let meta: Meta<'_> = serde_json::from_str(deferred[0].attribute("redrive").unwrap()).unwrap();
+    assert_eq!(
+        (&*meta.error_kind, meta.attempts, deferred[0].delay_seconds),
+        ("target_throttled", 0, 10)
+    );
+    assert!(run.handler.lambda().invokes().is_empty(), "nothing ran");
+}
+
+#[tokio::test]
+async fn a_failed_invoke_is_retried_later_and_a_missing_function_is_parked() {
     let handler = handler();
     handler
         .lambda()
-        .refuse(FUNCTION, "TooManyRequestsException: Rate exceeded");
+        .refuse(FUNCTION, "ServiceException: an internal error");
     let run = run("eventbridge-dlq-batch.json", handler).await;
     assert_eq!(run.response, serde_json::json!({ "batchItemFailures": [] }));
     let retried = run
@@ -266,6 +298,8 @@ async fn a_refused_invoke_is_retried_later_and_a_missing_function_is_parked() {
         "re-sent to the DLQ it came from, with a delay"
     );
     assert!(retried[0].delay_seconds > 0);
+    let meta: Meta<'_> = serde_json::from_str(retried[0].attribute("redrive").unwrap()).unwrap();
+    assert_eq!(meta.attempts, 1, "the function may have run: an attempt");
 
     let handler = self::handler();
     handler
@@ -441,4 +475,16 @@ async fn a_redelivered_event_continues_the_trace_of_the_delivery_that_failed() {
     assert_eq!(to_audit[0].trace_header.as_deref(), Some(&*header(0)));
     let invokes = handler.lambda().invokes();
     assert_eq!(invokes[0].trace_header.as_deref(), Some(&*header(1)));
+}
+
+/// No SDK retry on Invoke (a retried invoke may run the function twice), and a read timeout that
+/// covers any target's run.
+#[test]
+fn the_lambda_client_never_retries_an_invoke_and_waits_out_any_target() {
+    let config = eventbridge_redrive::LambdaInvoker::client_config();
+    assert_eq!(config.retry_config().map(|r| r.max_attempts()), Some(1));
+    assert!(
+        config.timeout_config().and_then(|t| t.read_timeout())
+            >= Some(Duration::from_secs(15 * 60 + 10))
+    );
 }

@@ -36,7 +36,7 @@ variable "reprocessor_timeout_seconds" {
 }
 
 variable "event_redrive_timeout_seconds" {
-  description = "Timeout of the EventBridge redrive (its source queues' visibility timeout must be 6 x this). It waits for each function it invokes, so it must exceed function_target_timeout_seconds by 10 s at least."
+  description = "Timeout of the EventBridge redrive (its source queues' visibility timeout must be 6 x this). It waits for each function it invokes, so it must exceed function_target_timeout_seconds by 20 s at least: the target's Init (up to 10 s), then the redrive's deadline margin and carry-out."
   type        = number
   default     = 60
 
@@ -46,8 +46,8 @@ variable "event_redrive_timeout_seconds" {
   }
 
   validation {
-    condition     = length(var.function_target_arns) == 0 || var.event_redrive_timeout_seconds >= var.function_target_timeout_seconds + 10
-    error_message = "event_redrive_timeout_seconds must be at least function_target_timeout_seconds + 10: the redrive invokes a function target synchronously and waits for its answer, then carries the batch out."
+    condition     = length(var.function_target_arns) == 0 || var.event_redrive_timeout_seconds >= var.function_target_timeout_seconds + 20
+    error_message = "event_redrive_timeout_seconds must be at least function_target_timeout_seconds + 20: the redrive invokes a function target synchronously and waits for its answer (its Init takes up to 10 s), then carries the batch out before its own deadline; shorter, it gives up on a target that is still running and invokes it again."
   }
 }
 
@@ -58,8 +58,8 @@ variable "function_target_timeout_seconds" {
   nullable    = false
 
   validation {
-    condition     = var.function_target_timeout_seconds >= 1 && var.function_target_timeout_seconds <= 890
-    error_message = "function_target_timeout_seconds must be 1 to 890 (Lambda's 900 s limit, less the redrive's 10 s)."
+    condition     = var.function_target_timeout_seconds >= 1 && var.function_target_timeout_seconds <= 880
+    error_message = "function_target_timeout_seconds must be 1 to 880 (Lambda's 900 s limit, less the redrive's 20 s)."
   }
 }
 

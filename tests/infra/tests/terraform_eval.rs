@@ -906,3 +906,37 @@ fn the_bus_log_level_delivers_its_log_types() {
         assert_eq!(delivered, expected, "{level}");
     }
 }
+
+/// The EventBridge redrive waits for a function target's answer: its timeout covers the target's,
+/// the target's Init (up to 10 s) and its own margin and carry-out, or it gives up on a target
+/// that is still running and invokes it again. A target + 10 s (the rule before) is refused.
+#[test]
+fn an_event_redrive_that_cannot_outwait_its_function_targets_is_refused() {
+    if !terraform_installed() {
+        return;
+    }
+    let variables = std::fs::read_to_string(
+        infra()
+            .join("modules")
+            .join("recovery")
+            .join("variables.tf"),
+    )
+    .unwrap();
+    let inputs = |redrive_timeout: u32| {
+        serde_json::json!({
+            "name": "orders",
+            "reprocessor_zip": "bootstrap.zip",
+            "dlqs": {},
+            "alarm_topic_arn": "arn:aws:sns:us-east-1:123456789012:alarms",
+            "function_target_arns": ["arn:aws:lambda:us-east-1:123456789012:function:orders-events"],
+            "function_target_timeout_seconds": 60,
+            "event_redrive_timeout_seconds": redrive_timeout,
+        })
+    };
+    console(&variables, &inputs(80), "redrive-timeout-ok", "").expect("target + 20 s passes");
+    let refused = console(&variables, &inputs(70), "redrive-timeout-short", "").unwrap_err();
+    assert!(
+        refused.contains("function_target_timeout_seconds + 20"),
+        "{refused}"
+    );
+}
