@@ -284,7 +284,7 @@ impl AttemptLedger for DynamoDbStore {
         message_id: &'a str,
         hold: &'a Hold,
         untried: bool,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
         Box::pin(async move {
             let mut set = vec![
                 "held_since = if_not_exists(held_since, :since)",
@@ -312,7 +312,24 @@ impl AttemptLedger for DynamoDbStore {
                 request =
                     request.expression_attribute_values(":untried", receives(hold.receive_count));
             }
-            sent(request.update_expression(expression).send().await)
+            // A renewal (the head came back held) must not bring back a hold an operator has
+            // released meanwhile.
+            let renewal = hold.error_kind.is_empty();
+            if renewal {
+                request = request.condition_expression("attribute_exists(held_since)");
+            }
+            match request.update_expression(expression).send().await {
+                Ok(_) => Ok(true),
+                Err(error)
+                    if renewal
+                        && error
+                            .as_service_error()
+                            .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(false)
+                }
+                Err(error) => Err(PortError::new("UpdateItem", error_text(&error))),
+            }
         })
     }
 

@@ -121,6 +121,9 @@ pub enum GiveBackReason {
     /// FIFO, `REDRIVE_FIFO_ON_DEAD_LETTER=hold`: it would be dead-lettered; it holds its group
     /// in place until an operator releases it.
     Held,
+    /// FIFO: it came back held, and an operator released its hold while it was in flight: it
+    /// comes back at once, untried.
+    Released,
     /// The re-send or DLQ send was not confirmed.
     SendFailed,
     /// The annotated copy would exceed SQS's size limit: SQS's redrive policy dead-letters it as is.
@@ -140,6 +143,7 @@ impl GiveBackReason {
             Self::FifoDefer => "fifo_defer",
             Self::GroupBlocked => "group_blocked",
             Self::Held => "held",
+            Self::Released => "released",
             Self::SendFailed => "send_failed",
             Self::Reported => "reported",
             Self::TooLarge => "too_large",

@@ -882,7 +882,7 @@ impl AttemptLedger for Brownout {
         id: &'a str,
         hold: &'a Hold,
         untried: bool,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
         self.inner.hold(id, hold, untried)
     }
     fn release_hold<'a>(
@@ -1108,6 +1108,110 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
         .collect();
     assert_eq!(entries[0].untried, (1..=8).collect::<Vec<u32>>());
     assert_eq!(entries[1].untried, (1..=9).collect::<Vec<u32>>());
+}
+
+/// A ledger whose operator releases `head` to be retried right after a batch has read it: the
+/// release lands between the consumer's read and its renewal of the hold.
+struct ReleasedMidBatch {
+    inner: MemoryLedger,
+    head: &'static str,
+}
+
+impl AttemptLedger for ReleasedMidBatch {
+    fn entries<'a>(
+        &'a self,
+        message_ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
+        Box::pin(async move {
+            let read = self.inner.entries(message_ids).await?;
+            self.inner.release_hold(self.head, Release::Retry).await?;
+            Ok(read)
+        })
+    }
+    fn record_untried<'a>(
+        &'a self,
+        id: &'a str,
+        receive: u32,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.record_untried(id, receive)
+    }
+    fn record_head_wait<'a>(
+        &'a self,
+        id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.record_head_wait(id, since_ms)
+    }
+    fn hold<'a>(
+        &'a self,
+        id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
+        self.inner.hold(id, hold, untried)
+    }
+    fn release_hold<'a>(
+        &'a self,
+        id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        self.inner.release_hold(id, release)
+    }
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        self.inner.held()
+    }
+}
+
+/// `dlq release` while the head is in flight: the consumer read the hold before the release, and
+/// its renewal must not bring the hold back (nor set an 11 h 40 min wait the release undid).
+#[tokio::test]
+async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
+    use redrive_core::fifo::FifoOnDeadLetter;
+    let ledger = Arc::new(ReleasedMidBatch {
+        inner: MemoryLedger::new(),
+        head: "a1",
+    });
+    let config = ProcessorConfig {
+        dlq_url: Some(DLQ.into()),
+        fifo_on_dead_letter: FifoOnDeadLetter::Hold {
+            max_age: Duration::from_secs(3 * 86400),
+        },
+        ..ProcessorConfig::default()
+    };
+    let processor = Processor::new(RecordingQueue::default(), config)
+        .with_clock(Arc::new(ManualClock::at(NOW)))
+        .with_ledger(ledger.clone());
+    let handler = handler();
+    // Held on its first receive (no ledger read then: nothing to release yet).
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a1", "permanent", "A", 1)]),
+    )
+    .await;
+    assert_eq!(processed.report.held, 1);
+    // Back after its wait; the operator releases it while this batch is in flight.
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a1", "ok", "A", 2)]),
+    )
+    .await;
+    assert_eq!(failures(&processed), ["a1"], "given back, untried");
+    assert!(
+        ledger.held().await.unwrap().is_empty(),
+        "the release stands: {:?}",
+        ledger.held().await.unwrap()
+    );
+    let Some(Call::ChangeVisibility { changes, .. }) = processor.queue().calls().last().cloned()
+    else {
+        panic!("a visibility change")
+    };
+    assert_eq!(
+        changes[0],
+        ("rh-a1".to_owned(), Duration::ZERO),
+        "it comes back at once, to be tried with its fresh attempts"
+    );
 }
 
 #[tokio::test]

@@ -128,14 +128,15 @@ pub trait AttemptLedger: Send + Sync {
 
     /// Holds the group on `message_id`, or renews the hold with this receive (`since_ms`, an
     /// operator's release already written and, when `hold` has none, the error are kept from the
-    /// hold before). `untried`: this
-    /// receive was not a try (the head came back while held), and is written down as such.
+    /// hold before). `untried`: this receive was not a try (the head came back while held), and
+    /// is written down as such. A renewal (no error in `hold`) is conditional on the hold still
+    /// standing: `Ok(false)` when an operator released it meanwhile, and nothing is written.
     fn hold<'a>(
         &'a self,
         message_id: &'a str,
         hold: &'a Hold,
         untried: bool,
-    ) -> BoxFuture<'a, Result<(), PortError>>;
+    ) -> BoxFuture<'a, Result<bool, PortError>>;
 
     /// An operator's release of a held head: `Retry` ends the hold and gives the head a fresh set
     /// of attempts from its next receive; `DeadLetter` marks it for the consumer to dead-letter.
@@ -176,7 +177,7 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
         message_id: &'a str,
         hold: &'a Hold,
         untried: bool,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
         (**self).hold(message_id, hold, untried)
     }
     fn release_hold<'a>(
@@ -251,9 +252,12 @@ impl AttemptLedger for MemoryLedger {
         message_id: &'a str,
         hold: &'a Hold,
         untried: bool,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
         let mut entries = lock(&self.entries);
         let entry = entries.entry(message_id.to_owned()).or_default();
+        if hold.error_kind.is_empty() && entry.hold.is_none() {
+            return ready(false);
+        }
         if untried && !entry.untried.contains(&hold.receive_count) {
             entry.untried.push(hold.receive_count);
         }
@@ -267,7 +271,7 @@ impl AttemptLedger for MemoryLedger {
             }
         }
         entry.hold = Some(renewed);
-        ready(())
+        ready(true)
     }
 
     fn release_hold<'a>(
@@ -364,7 +368,7 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
         message_id: &'a str,
         hold: &'a Hold,
         untried: bool,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.inner.hold(message_id, hold, untried)
     }

@@ -208,7 +208,10 @@ pub(crate) async fn write_down(
                 )
             }
             LedgerWrite::Hold { hold, tried } => (
-                ledger.hold(delivery.message_id, hold, !tried).await,
+                ledger
+                    .hold(delivery.message_id, hold, !tried)
+                    .await
+                    .map(|_| ()),
                 "hold not written to the attempt ledger: the head is held again when it comes back",
             ),
         };
@@ -228,6 +231,35 @@ pub(crate) async fn write_down(
             all.await;
         }
     }
+}
+
+/// Renews the holds of heads that came back held, before their next wait is set: a renewal that
+/// an operator's release got ahead of is refused (`false`), and that head comes back at once
+/// instead of waiting 11 h 40 min behind a hold that no longer stands. A renewal the ledger did
+/// not answer in time counts as held: the head is held again when it comes back.
+pub(crate) async fn renew_holds(
+    ledger: &dyn AttemptLedger,
+    renewals: &[(Delivery<'_>, Hold)],
+    deadline: Option<Instant>,
+) -> Vec<bool> {
+    let all = futures_util::future::join_all(renewals.iter().map(|(delivery, hold)| async move {
+        match ledger.hold(delivery.message_id, hold, true).await {
+            Ok(held) => held,
+            Err(error) => {
+                tracing::warn!(
+                    message_id = delivery.message_id,
+                    %error,
+                    "hold not renewed in the attempt ledger: the head is held again when it comes back",
+                );
+                true
+            }
+        }
+    }));
+    let renewed = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, all).await.ok(),
+        None => Some(all.await),
+    };
+    renewed.unwrap_or_else(|| vec![true; renewals.len()])
 }
 
 /// A held head an operator released ([`release_head`]).

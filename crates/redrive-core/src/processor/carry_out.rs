@@ -37,6 +37,7 @@ impl<Q: QueuePort> Processor<Q> {
         report: &mut BatchReport,
     ) {
         let failed_in = invocation.failed_in();
+        self.renew_holds(items, rulings, invocation).await;
         let outgoing = self.outgoing(items, rulings, &failed_in);
         let source = self.source(items);
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
@@ -75,6 +76,42 @@ impl<Q: QueuePort> Processor<Q> {
         }
     }
 
+    /// Renews the hold of each head that came back held before its wait is set; a head whose hold
+    /// an operator released meanwhile comes back at once instead ([`GiveBackReason::Released`]).
+    async fn renew_holds(
+        &self,
+        items: &[Item<'_>],
+        rulings: &mut [Ruling],
+        invocation: &Invocation<'_>,
+    ) {
+        let Some(ledger) = &self.ledger else { return };
+        let renewing: Vec<usize> = (0..items.len())
+            .filter(|&i| is_renewal(&items[i], &rulings[i]))
+            .collect();
+        if renewing.is_empty() {
+            return;
+        }
+        let now = self.clock.now_ms();
+        let renewals: Vec<_> = renewing
+            .iter()
+            .map(|&i| (items[i].delivery(), hold_on(&items[i], None, now)))
+            .collect();
+        let deadline = self.budget(invocation.deadline_ms).carry_deadline();
+        let held = fifo::renew_holds(ledger.as_ref(), &renewals, deadline).await;
+        for (&index, held) in renewing.iter().zip(held) {
+            if !held {
+                tracing::info!(
+                    message_id = items[index].id,
+                    "its hold was released while it was in flight: it comes back at once",
+                );
+                rulings[index].fate = Fate::GiveBack {
+                    reason: GiveBackReason::Released,
+                    visibility: Some(Duration::ZERO),
+                };
+            }
+        }
+    }
+
     /// Writes down in the ledger each FIFO record given back untried (held back behind its group,
     /// not started, deferred), the first wait in place of each group's head, and each hold, by the
     /// carry deadline ([`fifo::write_down`]).
@@ -92,19 +129,14 @@ impl<Q: QueuePort> Processor<Q> {
             .filter(|(item, _)| item.receive_count > 0)
             .filter_map(|(item, ruling)| {
                 let write = match ruling.fate {
+                    // Renewals were written first (`renew_holds`).
+                    _ if is_renewal(item, ruling) => return None,
                     Fate::GiveBack {
                         reason: GiveBackReason::Held,
                         ..
                     } => LedgerWrite::Hold {
-                        hold: Hold::on(
-                            item.receive_count,
-                            item.record.receipt_handle.as_deref().unwrap_or_default(),
-                            item.record.event_source_arn.as_deref().unwrap_or_default(),
-                            ruling.error.as_deref(),
-                            now,
-                        ),
-                        // A head that comes back held was not tried this time.
-                        tried: ruling.error.is_some(),
+                        hold: hold_on(item, ruling.error.as_deref(), now),
+                        tried: true,
                     },
                     // Its first wait in place at its group's head: its waits' age counts from now.
                     Fate::GiveBack {
@@ -300,6 +332,30 @@ struct Outgoing<'r> {
     visibility: Vec<(usize, VisibilityChange<'r>)>,
 }
 
+/// A FIFO head that came back held: given back held again, with no failure of its own.
+fn is_renewal(item: &Item<'_>, ruling: &Ruling) -> bool {
+    item.receive_count > 0
+        && ruling.error.is_none()
+        && matches!(
+            ruling.fate,
+            Fate::GiveBack {
+                reason: GiveBackReason::Held,
+                ..
+            }
+        )
+}
+
+/// The hold `item`'s group is held on at this receive, for `error` (none for a renewal).
+fn hold_on(item: &Item<'_>, error: Option<&RecordError>, now_ms: u64) -> Hold {
+    Hold::on(
+        item.receive_count,
+        item.record.receipt_handle.as_deref().unwrap_or_default(),
+        item.record.event_source_arn.as_deref().unwrap_or_default(),
+        error,
+        now_ms,
+    )
+}
+
 /// Whether a fate gives its record back without having tried it.
 fn untried(fate: &Fate) -> bool {
     matches!(
@@ -307,7 +363,8 @@ fn untried(fate: &Fate) -> bool {
         Fate::GiveBack {
             reason: GiveBackReason::GroupBlocked
                 | GiveBackReason::Deadline
-                | GiveBackReason::FifoDefer,
+                | GiveBackReason::FifoDefer
+                | GiveBackReason::Released,
             ..
         }
     )

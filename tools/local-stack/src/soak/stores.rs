@@ -167,7 +167,7 @@ impl AttemptLedger for FaultyStore {
         message_id: &'a str,
         hold: &'a Hold,
         untried: bool,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
         Box::pin(self.call(
             "UpdateItem",
             self.inner.ledger().hold(message_id, hold, untried),
