@@ -323,7 +323,7 @@ async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
         .await
         .unwrap();
     // Back after its wait in place: held again, untried, the first failure kept.
-    store.hold("m-1", &hold(6, 900, ""), true).await.unwrap();
+    assert!(store.hold("m-1", &hold(6, 900, ""), true).await.unwrap());
     let entry = store.entries(&["m-1"]).await.unwrap()[0]
         .clone()
         .expect("read");
@@ -377,6 +377,12 @@ async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
         ),
         (true, 0, 2)
     );
+    // A renewal by a consumer that read the hold before the release is refused: the release stands.
+    assert!(!store.hold("m-2", &hold(6, 950, ""), true).await.unwrap());
+    let entry = store.entries(&["m-2"]).await.unwrap()[0]
+        .clone()
+        .expect("read");
+    assert!(entry.hold.is_none(), "not held again");
     assert_eq!(
         store.release_hold("m-3", Release::Retry).await.unwrap(),
         None

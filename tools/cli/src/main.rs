@@ -308,7 +308,10 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let when = if released.visible_now {
                 "now"
             } else {
-                "when its wait in place ends (its receipt handle is no longer the latest)"
+                "when the head next comes back, which dlq cannot see from here: it was received \
+                 again meanwhile (its receipt handle is no longer the latest), so the consumer \
+                 finds the release and gives it back at once, unless the head has left the queue \
+                 (dlq held no longer lists it either way)"
             };
             writeln!(
                 out,
