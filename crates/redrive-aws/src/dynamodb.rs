@@ -13,7 +13,8 @@
 //! counts; adding to a set is idempotent, so a retried write counts once), `attempts_from` (after
 //! an operator's release), `head_since` (when it began to wait in place at its group's head), the
 //! hold (`held_since`, `held_receive`, `held_receipt`, `held_queue`, `held_error_kind`,
-//! `held_error`, `held_release`) and `expires_at`.
+//! `held_error`, `held_release`) and `expires_at`; the item `holds#index` lists the held heads'
+//! message ids (`held`), so that `dlq held` reads them without a scan.
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -206,6 +207,9 @@ impl DynamoDbStore {
     }
 }
 
+/// The item that lists the held heads' message ids (`held`, a string set), beside the ledger's.
+const HELD_INDEX: &str = "holds#index";
+
 /// The first wait before asking again for the ledger keys a BatchGetItem left unprocessed.
 const UNPROCESSED_FIRST_WAIT: Duration = Duration::from_millis(50);
 
@@ -317,6 +321,10 @@ impl AttemptLedger for DynamoDbStore {
             let renewal = hold.error_kind.is_empty();
             if renewal {
                 request = request.condition_expression("attribute_exists(held_since)");
+            } else {
+                // Listed first, so that `dlq held` never misses a hold (a listed message whose
+                // hold is gone is dropped from the list when it is read).
+                self.list_held(message_id, true).await?;
             }
             match request.update_expression(expression).send().await {
                 Ok(_) => Ok(true),
@@ -368,7 +376,12 @@ impl AttemptLedger for DynamoDbStore {
                         .expression_attribute_values(":release", text(release.as_str())),
                 };
                 match request.send().await {
-                    Ok(_) => return Ok(Some(hold)),
+                    Ok(_) => {
+                        if release == Release::Retry {
+                            self.list_held(message_id, false).await?;
+                        }
+                        return Ok(Some(hold));
+                    }
                     Err(error)
                         if error
                             .as_service_error()
@@ -385,42 +398,67 @@ impl AttemptLedger for DynamoDbStore {
 
     fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
         Box::pin(async move {
+            // The held heads' ids are listed in one item: no scan of the shared table.
+            let ids: Vec<String> = self
+                .item(HELD_INDEX)
+                .await?
+                .and_then(|item| item.get("held")?.as_ss().ok().cloned())
+                .unwrap_or_default();
             let mut held = Vec::new();
-            let mut start = None;
-            loop {
-                let output = self
-                    .client()
-                    .await
-                    .scan()
-                    .table_name(&self.table)
-                    .filter_expression("attribute_exists(held_since)")
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(|error| PortError::new("Scan", error_text(&error)))?;
-                for item in output.items.unwrap_or_default() {
-                    let id = item
-                        .get("pk")
-                        .and_then(|pk| pk.as_s().ok())
-                        .and_then(|pk| pk.strip_prefix("attempts#"))
-                        .map(str::to_owned);
-                    if let (Some(id), Some(hold)) = (id, hold_of(&item)) {
-                        held.push((id, hold));
-                    }
+            for chunk in ids.chunks(100) {
+                let keys: Vec<String> = chunk.iter().map(|id| ledger_key(id)).collect();
+                let (mut items, unread) = self.read_ledger(&keys).await?;
+                if !unread.is_empty() {
+                    return Err(PortError::new(
+                        "BatchGetItem",
+                        format!(
+                            "{} held heads left unread (throttled): try again",
+                            unread.len()
+                        ),
+                    ));
                 }
-                start = output.last_evaluated_key;
-                if start.is_none() {
-                    break;
+                for id in chunk {
+                    match items.remove(&ledger_key(id)).and_then(|entry| entry.hold) {
+                        Some(hold) => held.push((id.clone(), hold)),
+                        // Released or finished: no longer listed.
+                        None => self.list_held(id, false).await?,
+                    }
                 }
             }
             held.sort_by(|a, b| a.0.cmp(&b.0));
             Ok(held)
         })
     }
+
+    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            let request = self.ledger_update(message_id).await.update_expression(
+                "SET expires_at = :expires REMOVE held_since, held_receive, held_receipt, held_queue, held_error_kind, held_error, held_release",
+            );
+            sent(request.send().await)?;
+            self.list_held(message_id, false).await
+        })
+    }
 }
 
 impl DynamoDbStore {
     /// An UpdateItem of the ledger item of `message_id`, whose expiry (`:expires`) it renews.
+    /// Adds `message_id` to the list of held heads (`listed`), or takes it off: one item, a string
+    /// set (adding and deleting set elements is idempotent).
+    async fn list_held(&self, message_id: &str, listed: bool) -> Result<(), PortError> {
+        let action = if listed { "ADD" } else { "DELETE" };
+        let request = self
+            .client()
+            .await
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(HELD_INDEX.to_owned()))
+            .update_expression(format!("{action} held :id SET expires_at = :expires"))
+            .expression_attribute_values(":id", AttributeValue::Ss(vec![message_id.to_owned()]))
+            .expression_attribute_values(":expires", self.expiry(LEDGER_KEEP));
+        sent(request.send().await)
+    }
+
     async fn ledger_update(
         &self,
         message_id: &str,

@@ -895,6 +895,9 @@ impl AttemptLedger for Brownout {
     fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
         self.inner.held()
     }
+    fn clear_hold<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.clear_hold(id)
+    }
 }
 
 #[tokio::test]
@@ -1160,6 +1163,9 @@ impl AttemptLedger for ReleasedMidBatch {
     fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
         self.inner.held()
     }
+    fn clear_hold<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.clear_hold(id)
+    }
 }
 
 /// `dlq release` while the head is in flight: the consumer read the hold before the release, and
@@ -1312,6 +1318,10 @@ async fn with_hold_a_head_that_would_be_dead_lettered_holds_its_group_until_an_o
     assert_eq!(failures(&processed), ["c2"]);
     let dead = processor.queue().sent_to(DLQ);
     assert_eq!(&*meta_of(&dead[0]).error_kind, "released_to_dlq");
+    assert!(
+        ledger.held().await.unwrap().is_empty(),
+        "its dead letter confirmed, the hold is over: dlq held no longer lists it"
+    );
     let processed = run(
         &processor,
         &handler,

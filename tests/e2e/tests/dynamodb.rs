@@ -388,4 +388,11 @@ async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
         None
     );
     assert_eq!(store.held().await.unwrap().len(), 1, "m-1 only");
+    // Its head dead-lettered, a hold ends: read from the list of held heads, not a scan.
+    store.clear_hold("m-1").await.unwrap();
+    assert!(store.held().await.unwrap().is_empty());
+    let entry = store.entries(&["m-1"]).await.unwrap()[0]
+        .clone()
+        .expect("read");
+    assert!(entry.hold.is_none());
 }

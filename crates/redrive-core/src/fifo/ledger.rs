@@ -149,6 +149,10 @@ pub trait AttemptLedger: Send + Sync {
 
     /// Every held head: its message id and hold.
     fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>>;
+
+    /// Ends the hold on `message_id`, whose head has gone to the DLQ (released there by an
+    /// operator, or held too long): `dlq held` no longer lists it.
+    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
 }
 
 impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
@@ -189,6 +193,9 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
     }
     fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
         (**self).held()
+    }
+    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        (**self).clear_hold(message_id)
     }
 }
 
@@ -304,6 +311,13 @@ impl AttemptLedger for MemoryLedger {
         held.sort_by(|a, b| a.0.cmp(&b.0));
         ready(held)
     }
+
+    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        if let Some(entry) = lock(&self.entries).get_mut(message_id) {
+            entry.hold = None;
+        }
+        ready(())
+    }
 }
 
 /// A ledger that counts the calls made of the one it wraps (the demo and the bench report them).
@@ -383,6 +397,10 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
     fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.inner.held()
+    }
+    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.clear_hold(message_id)
     }
 }
 

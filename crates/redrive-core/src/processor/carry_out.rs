@@ -15,7 +15,7 @@ use crate::envelope::{
 };
 use crate::error::{ErrorClass, RecordError};
 use crate::fate::{Fate, GiveBackReason};
-use crate::fifo::{self, Hold, LedgerWrite};
+use crate::fifo::{self, HeadStatus, Hold, LedgerWrite};
 use crate::handler::{Invocation, RecordHandler};
 use crate::metrics::BatchReport;
 use crate::port::{QueuePort, VisibilityChange};
@@ -73,6 +73,38 @@ impl<Q: QueuePort> Processor<Q> {
                 error = %reason,
                 "visibility not changed: the record reappears after its visibility timeout",
             );
+        }
+        self.clear_finished_holds(items, rulings, deadline).await;
+    }
+
+    /// Ends the hold of each held head whose dead letter SQS confirmed (released there by an
+    /// operator, or held too long): `dlq held` no longer lists it. A clear that fails leaves a
+    /// stale listing, dropped when the next `dlq held` finds the head gone.
+    async fn clear_finished_holds(
+        &self,
+        items: &[Item<'_>],
+        rulings: &[Ruling],
+        deadline: Option<Instant>,
+    ) {
+        let Some(ledger) = &self.ledger else { return };
+        let finished = items.iter().zip(rulings).filter(|(item, ruling)| {
+            matches!(
+                item.head,
+                HeadStatus::Held | HeadStatus::ReleasedToDeadLetter
+            ) && matches!(ruling.fate, Fate::DeadLetter { .. })
+        });
+        let clears = futures_util::future::join_all(finished.map(|(item, _)| async move {
+            if let Err(error) = ledger.clear_hold(item.id).await {
+                tracing::warn!(message_id = item.id, %error, "finished hold not cleared from the attempt ledger");
+            }
+        }));
+        match deadline {
+            Some(deadline) => {
+                let _ = tokio::time::timeout_at(deadline, clears).await;
+            }
+            None => {
+                clears.await;
+            }
         }
     }
 

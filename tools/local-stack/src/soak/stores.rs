@@ -183,6 +183,9 @@ impl AttemptLedger for FaultyStore {
     fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
         self.inner.ledger().held()
     }
+    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(self.call("UpdateItem", self.inner.ledger().clear_hold(message_id)))
+    }
 }
 
 impl IdempotencyStore for FaultyStore {
