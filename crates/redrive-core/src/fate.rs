@@ -227,6 +227,13 @@ impl<'p> Judge<'p> {
         self
     }
 
+    /// Whether `outcome` is done whatever the record's history: a success on a standard queue (on
+    /// FIFO a success behind its group's failure is given back). The batch asks before it reads a
+    /// record's history, which only the other outcomes need.
+    pub fn done_whatever_its_history(&self, outcome: &Outcome) -> bool {
+        !self.fifo && matches!(outcome, Outcome::Succeeded)
+    }
+
     /// FIFO: true when an earlier record of `group` did not succeed, so this one must not start.
     pub fn is_blocked(&self, group: Option<&str>) -> bool {
         self.fifo && group.is_some_and(|group| self.blocked_groups.iter().any(|g| g == group))

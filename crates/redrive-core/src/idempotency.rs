@@ -571,7 +571,7 @@ mod tests {
             attempts_before: 0,
             receive_count: 0,
             head: crate::fifo::HeadStatus::Free,
-            head_since_ms: 0,
+            head_since_s: 0,
         };
         let error = handler
             .handle(&item.message(&invocation))

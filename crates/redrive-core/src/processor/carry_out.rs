@@ -37,7 +37,10 @@ impl<Q: QueuePort> Processor<Q> {
         report: &mut BatchReport,
     ) {
         let failed_in = invocation.failed_in();
-        self.renew_holds(items, rulings, invocation).await;
+        // Boxed, and only with a ledger: the batch's future stays as small as without holds.
+        if self.ledger.is_some() {
+            Box::pin(self.renew_holds(items, rulings, invocation)).await;
+        }
         let outgoing = self.outgoing(items, rulings, &failed_in);
         let source = self.source(items);
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
@@ -49,7 +52,11 @@ impl<Q: QueuePort> Processor<Q> {
             self.carry.send(&sends, deadline),
             self.carry
                 .change_visibility(source, &outgoing.visibility, deadline),
-            self.write_ledger(items, rulings, deadline),
+            async {
+                if self.ledger.is_some() {
+                    Box::pin(self.write_ledger(items, rulings, deadline)).await;
+                }
+            },
         )
         .await;
         report.sqs_requests += unconfirmed.requests + unchanged.requests;
@@ -74,7 +81,9 @@ impl<Q: QueuePort> Processor<Q> {
                 "visibility not changed: the record reappears after its visibility timeout",
             );
         }
-        self.clear_finished_holds(items, rulings, deadline).await;
+        if self.ledger.is_some() {
+            Box::pin(self.clear_finished_holds(items, rulings, deadline)).await;
+        }
     }
 
     /// Ends the hold of each held head whose dead letter SQS confirmed (released there by an
@@ -174,7 +183,7 @@ impl<Q: QueuePort> Processor<Q> {
                     Fate::GiveBack {
                         reason: reason @ (GiveBackReason::FifoRetry | GiveBackReason::FifoDefer),
                         ..
-                    } if item.head_since_ms == 0 => LedgerWrite::HeadWait {
+                    } if item.head_since_s == 0 => LedgerWrite::HeadWait {
                         since_ms: now,
                         untried: reason == GiveBackReason::FifoDefer,
                     },

@@ -25,6 +25,12 @@ impl<Q: QueuePort> Processor<Q> {
             .iter()
             .zip(handled)
             .map(|(item, handled)| {
+                if judge.done_whatever_its_history(&handled) {
+                    return Ruling {
+                        fate: Fate::Done,
+                        error: None,
+                    };
+                }
                 decide(
                     &mut judge,
                     &mut rng,

@@ -108,9 +108,10 @@ pub(crate) struct Item<'r> {
     pub(crate) receive_count: u32,
     /// Whether the ledger holds its group on it, and what an operator decided.
     pub(crate) head: HeadStatus,
-    /// FIFO, with the ledger: when it began to wait in place at its group's head (ms since the
-    /// epoch); 0 when it has not, or the ledger did not say.
-    pub(crate) head_since_ms: u64,
+    /// FIFO, with the ledger: when it began to wait in place at its group's head, in seconds since
+    /// the epoch (seconds keep an item of a large batch as slim as before); 0 when it has not, or
+    /// the ledger did not say.
+    pub(crate) head_since_s: u32,
 }
 
 impl<'r> Item<'r> {
@@ -150,7 +151,7 @@ impl<'r> Item<'r> {
                 .as_deref()
                 .and_then(|ms| ms.parse().ok());
             let waiting_since = if ledger {
-                (self.head_since_ms > 0).then_some(self.head_since_ms)
+                (self.head_since_s > 0).then_some(u64::from(self.head_since_s) * 1000)
             } else {
                 self.record.first_received_ms()
             };
@@ -352,7 +353,7 @@ impl<Q: QueuePort> Processor<Q> {
                 attempts_before,
                 receive_count,
                 head: HeadStatus::Free,
-                head_since_ms: 0,
+                head_since_s: 0,
             });
         }
         Ok((items, any_fifo))
@@ -379,7 +380,9 @@ impl<Q: QueuePort> Processor<Q> {
                 Some(count) => {
                     items[index].attempts_before = count.attempts_before;
                     items[index].head = count.head;
-                    items[index].head_since_ms = count.head_since_ms.unwrap_or(0);
+                    items[index].head_since_s = count
+                        .head_since_ms
+                        .map_or(0, |ms| u32::try_from(ms / 1000).unwrap_or(u32::MAX));
                 }
                 None => items[index].head = HeadStatus::Unread,
             }

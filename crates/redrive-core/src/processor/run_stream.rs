@@ -41,7 +41,7 @@ impl<Q: QueuePort> Processor<Q> {
                 attempts_before: 0,
                 receive_count: 0,
                 head: HeadStatus::Free,
-                head_since_ms: 0,
+                head_since_s: 0,
             };
             let left = cutoff.left();
             let result = match (malformed, left.is_zero()) {
@@ -124,7 +124,7 @@ impl<Q: QueuePort> Processor<Q> {
                 attempts_before: item.attempts_before,
                 receive_count: 0,
                 head: HeadStatus::Free,
-                head_since_ms: 0,
+                head_since_s: 0,
             };
             self.dead_letter(&item, (self.now_ms(), failed_in), error, 1)
                 .map(OutgoingMessage::into_owned)
