@@ -835,32 +835,48 @@ async fn with_the_ledger_a_delivery_past_its_attempts_is_dead_lettered_untried()
     assert_eq!(meta.error_class, ErrorClass::Transient);
 }
 
-/// A ledger that takes writes but cannot be read (a DynamoDB brownout), or answers for some
-/// messages only (`BatchGetItem`'s `UnprocessedKeys`).
-struct Brownout {
-    inner: MemoryLedger,
-    /// `None`: every read fails; else the ids it answers for.
-    answers: Option<Vec<&'static str>>,
+/// How a [`Scripted`] ledger answers reads.
+enum Reads {
+    /// It cannot be read (a DynamoDB brownout).
+    Fail,
+    /// It answers for these ids only (`BatchGetItem`'s `UnprocessedKeys`).
+    Only(Vec<&'static str>),
+    /// It answers, then an operator releases this head to be retried: the release lands between
+    /// the consumer's read and its renewal of the hold.
+    ThenRelease(&'static str),
 }
 
-impl AttemptLedger for Brownout {
+/// A memory ledger whose reads go as scripted; writes go through.
+struct Scripted {
+    inner: MemoryLedger,
+    reads: Reads,
+}
+
+impl AttemptLedger for Scripted {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
         Box::pin(async move {
-            let Some(answers) = &self.answers else {
+            if let Reads::Fail = self.reads {
                 return Err(PortError::new(
                     "BatchGetItem",
                     "ProvisionedThroughputExceededException",
                 ));
-            };
+            }
             let read = self.inner.entries(message_ids).await?;
-            Ok(message_ids
-                .iter()
-                .zip(read)
-                .map(|(id, entry)| entry.filter(|_| answers.contains(id)))
-                .collect())
+            match &self.reads {
+                Reads::Only(answers) => Ok(message_ids
+                    .iter()
+                    .zip(read)
+                    .map(|(id, entry)| entry.filter(|_| answers.contains(id)))
+                    .collect()),
+                Reads::ThenRelease(head) => {
+                    self.inner.release_hold(head, Release::Retry).await?;
+                    Ok(read)
+                }
+                Reads::Fail => unreachable!(),
+            }
         })
     }
     fn record_untried<'a>(
@@ -904,9 +920,9 @@ impl AttemptLedger for Brownout {
 async fn a_ledger_that_cannot_answer_defers_an_untried_record_instead_of_dead_lettering_it() {
     // a1 was received five times, every time held back behind its group: untried. Then the table
     // throttles: SQS's count alone says its attempts are used up.
-    let ledger = Arc::new(Brownout {
+    let ledger = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        answers: None,
+        reads: Reads::Fail,
     });
     for receive in 1..=5 {
         ledger.inner.record_untried("a1", receive).await.unwrap();
@@ -940,9 +956,9 @@ async fn a_ledger_that_cannot_answer_defers_an_untried_record_instead_of_dead_le
     );
 
     // The table answers again: a1 is tried, at its first attempt.
-    let answering = Arc::new(Brownout {
+    let answering = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        answers: Some(vec!["a1"]),
+        reads: Reads::Only(vec!["a1"]),
     });
     for receive in 1..=6 {
         answering.inner.record_untried("a1", receive).await.unwrap();
@@ -961,9 +977,9 @@ async fn a_ledger_that_cannot_answer_defers_an_untried_record_instead_of_dead_le
 #[tokio::test]
 async fn a_partial_ledger_read_keeps_what_it_read_and_defers_only_what_it_did_not() {
     // a1 and b1 were each received five times untried; the read answers for a1 only.
-    let ledger = Arc::new(Brownout {
+    let ledger = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        answers: Some(vec!["a1"]),
+        reads: Reads::Only(vec!["a1"]),
     });
     for receive in 1..=5 {
         ledger.inner.record_untried("a1", receive).await.unwrap();
@@ -1113,69 +1129,14 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
     assert_eq!(entries[1].untried, (1..=9).collect::<Vec<u32>>());
 }
 
-/// A ledger whose operator releases `head` to be retried right after a batch has read it: the
-/// release lands between the consumer's read and its renewal of the hold.
-struct ReleasedMidBatch {
-    inner: MemoryLedger,
-    head: &'static str,
-}
-
-impl AttemptLedger for ReleasedMidBatch {
-    fn entries<'a>(
-        &'a self,
-        message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
-        Box::pin(async move {
-            let read = self.inner.entries(message_ids).await?;
-            self.inner.release_hold(self.head, Release::Retry).await?;
-            Ok(read)
-        })
-    }
-    fn record_untried<'a>(
-        &'a self,
-        id: &'a str,
-        receive: u32,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_untried(id, receive)
-    }
-    fn record_head_wait<'a>(
-        &'a self,
-        id: &'a str,
-        since_ms: u64,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_head_wait(id, since_ms)
-    }
-    fn hold<'a>(
-        &'a self,
-        id: &'a str,
-        hold: &'a Hold,
-        untried: bool,
-    ) -> BoxFuture<'a, Result<bool, PortError>> {
-        self.inner.hold(id, hold, untried)
-    }
-    fn release_hold<'a>(
-        &'a self,
-        id: &'a str,
-        release: Release,
-    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
-        self.inner.release_hold(id, release)
-    }
-    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
-        self.inner.held()
-    }
-    fn clear_hold<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.clear_hold(id)
-    }
-}
-
 /// `dlq release` while the head is in flight: the consumer read the hold before the release, and
 /// its renewal must not bring the hold back (nor set an 11 h 40 min wait the release undid).
 #[tokio::test]
 async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
     use redrive_core::fifo::FifoOnDeadLetter;
-    let ledger = Arc::new(ReleasedMidBatch {
+    let ledger = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        head: "a1",
+        reads: Reads::ThenRelease("a1"),
     });
     let config = ProcessorConfig {
         dlq_url: Some(DLQ.into()),

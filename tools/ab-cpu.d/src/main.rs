@@ -7,8 +7,13 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+// `make bench`'s own event (tools/ab-cpu writes the repository's path here).
+#[path = "@ROOT@/tools/bench/src/event.rs"]
+mod event;
+
+use event::{generate_event, FAIL_EVERY};
+
 const RECORDS: usize = 10_000;
-const FAIL_EVERY: usize = 100;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -75,39 +80,11 @@ macro_rules! row {
 row!(base_row, base);
 row!(candidate_row, candidate);
 
-fn event() -> String {
-    let records: Vec<serde_json::Value> = (0..RECORDS)
-        .map(|i| {
-            let status = if i % FAIL_EVERY == FAIL_EVERY - 1 { "fail" } else { "ok" };
-            serde_json::json!({
-                "messageId": format!("{:08x}-1f2e-4d3c-8b7a-{i:012}", i * 7919),
-                "receiptHandle": format!("AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a{i:08}/AE6QY/ZpGgmyLqZ4uAQIlR2BJu0uVnJ5fTWf5Y0lzNVvsG+Jyc=="),
-                "body": format!(
-                    r#"{{"orderId":"o-{i:06}","customerId":"c-{}","status":"{status}","amount":{}.{:02},"currency":"EUR"}}"#,
-                    i % 977, 10 + i % 90, i % 100
-                ),
-                "attributes": {
-                    "ApproximateReceiveCount": "1",
-                    "SentTimestamp": "1763790000000",
-                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
-                    "ApproximateFirstReceiveTimestamp": "1763790000123"
-                },
-                "messageAttributes": {},
-                "md5OfBody": "e4e68fb7bd0e697a0ae8f1bb342846b3",
-                "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
-                "awsRegion": "us-east-1"
-            })
-        })
-        .collect();
-    serde_json::json!({ "Records": records }).to_string()
-}
-
 fn main() {
     let mut args = std::env::args().skip(1).map(|n| n.parse::<usize>().expect("a number"));
     let pairs = args.next().unwrap_or(15);
     let runs = args.next().unwrap_or(21);
-    let event = event();
+    let event = generate_event(RECORDS, None);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use redrive::{Message, RecordError, RecordHandler};
 use tokio::sync::oneshot;
 
-use crate::{generate_event, median, ms, processor_with, run_with, Order, Peer, FAIL_EVERY};
+use crate::event::{generate_event, FAIL_EVERY};
+use crate::{median, ms, processor_with, run_with, Order, Peer};
 
 /// One I/O-bound workload.
 pub struct Scenario {

@@ -1,0 +1,49 @@
+//! The generated SQS event every CPU-bound row parses: `make bench`'s, and `tools/ab-cpu`'s
+//! harness (which includes this file), so both measure the same bytes.
+
+/// Every 100th order fails: 1%.
+pub const FAIL_EVERY: usize = 100;
+
+/// An SQS event as Lambda delivers it: `records` orders, every `FAIL_EVERY`th marked to fail; from
+/// a FIFO queue when `fifo_groups` is given, its records dealt round the groups in turn (no order
+/// fails there: a failure holds back the rest of its group, and each processor would then do a
+/// different amount of work).
+pub fn generate_event(records: usize, fifo_groups: Option<usize>) -> String {
+    let records: Vec<serde_json::Value> = (0..records)
+        .map(|i| {
+            let fails = i % FAIL_EVERY == FAIL_EVERY - 1 && fifo_groups.is_none();
+            let status = if fails { "fail" } else { "ok" };
+            let body = format!(
+                r#"{{"orderId":"o-{i:06}","customerId":"c-{}","status":"{status}","amount":{}.{:02},"currency":"EUR"}}"#,
+                i % 977,
+                10 + i % 90,
+                i % 100
+            );
+            let mut record = serde_json::json!({
+                "messageId": format!("{:08x}-1f2e-4d3c-8b7a-{i:012}", i * 7919),
+                "receiptHandle": format!("AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a{i:08}/AE6QY/ZpGgmyLqZ4uAQIlR2BJu0uVnJ5fTWf5Y0lzNVvsG+Jyc=="),
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1763790000000",
+                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
+                    "ApproximateFirstReceiveTimestamp": "1763790000123"
+                },
+                "messageAttributes": {},
+                "md5OfBody": "e4e68fb7bd0e697a0ae8f1bb342846b3",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+                "awsRegion": "us-east-1"
+            });
+            if let Some(groups) = fifo_groups {
+                record["eventSourceARN"] = "arn:aws:sqs:us-east-1:123456789012:orders.fifo".into();
+                let attributes = &mut record["attributes"];
+                attributes["MessageGroupId"] = format!("customer-{}", i % groups).into();
+                attributes["MessageDeduplicationId"] = format!("o-{i:06}").into();
+                attributes["SequenceNumber"] = format!("1884949646046769{i:06}").into();
+            }
+            record
+        })
+        .collect();
+    serde_json::json!({ "Records": records }).to_string()
+}
