@@ -654,20 +654,15 @@ mod tests {
         }
     }
 
-    /// A delivery that finds the key claimed waits for the holder's lease, deferred without
-    /// spending an attempt: spending them, five in about 30 s dead-lettered it while its holder
-    /// could still finish, and the reprocessor later ran the effect a second time.
-    #[tokio::test]
-    async fn a_claim_held_by_another_delivery_is_waited_for_without_spending_an_attempt() {
-        let store = Arc::new(MemoryStore::new(10));
-        let mut guard = Idempotent::new(counting(), store.clone(), KeyFrom::MessageId);
-        guard.lease = Duration::from_secs(90);
-        let held = store.claim("m-1", None, guard.lease).await.unwrap();
-        assert_eq!(held, Claim::Claimed, "another delivery holds it");
+    /// Handles message m-1 once through `guard`, which must defer it: the deferred copy's attempts
+    /// and delay.
+    async fn deferred_once<S: IdempotencyStore + 'static>(
+        guard: &Idempotent<Counting, S>,
+    ) -> (u32, u32) {
         let processor = guarded_processor();
         let records = [record("m-1", "order-1", None)];
         let processed = processor
-            .process(&guard, &records, u64::MAX / 2)
+            .process(guard, &records, u64::MAX / 2)
             .await
             .unwrap();
         assert_eq!(
@@ -679,7 +674,20 @@ mod tests {
             .sent_to("https://sqs.local/123456789012/q")[0];
         let meta: crate::envelope::Meta<'_> =
             serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
-        assert_eq!((meta.attempts, copy.delay_seconds), (0, 90));
+        (meta.attempts, copy.delay_seconds)
+    }
+
+    /// A delivery that finds the key claimed waits for the holder's lease, deferred without
+    /// spending an attempt: spending them, five in about 30 s dead-lettered it while its holder
+    /// could still finish, and the reprocessor later ran the effect a second time.
+    #[tokio::test]
+    async fn a_claim_held_by_another_delivery_is_waited_for_without_spending_an_attempt() {
+        let store = Arc::new(MemoryStore::new(10));
+        let mut guard = Idempotent::new(counting(), store.clone(), KeyFrom::MessageId);
+        guard.lease = Duration::from_secs(90);
+        let held = store.claim("m-1", None, guard.lease).await.unwrap();
+        assert_eq!(held, Claim::Claimed, "another delivery holds it");
+        assert_eq!(deferred_once(&guard).await, (0, 90));
         assert!(guard.inner().effects.lock().unwrap().is_empty());
     }
 
@@ -713,22 +721,7 @@ mod tests {
             }
         }
         let guard = Idempotent::new(counting(), Throttled, KeyFrom::MessageId);
-        let processor = guarded_processor();
-        let records = [record("m-1", "order-1", None)];
-        let processed = processor
-            .process(&guard, &records, u64::MAX / 2)
-            .await
-            .unwrap();
-        assert_eq!(
-            (processed.report.deferred, processed.report.retried),
-            (1, 0)
-        );
-        let copy = &processor
-            .queue()
-            .sent_to("https://sqs.local/123456789012/q")[0];
-        let meta: crate::envelope::Meta<'_> =
-            serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
-        assert_eq!(meta.attempts, 0, "no attempt spent");
+        assert_eq!(deferred_once(&guard).await.0, 0, "no attempt spent");
         assert!(guard.inner().effects.lock().unwrap().is_empty());
     }
 

@@ -5,26 +5,14 @@
 //! Usage: ab-cpu-harness [PAIRS [RUNS]] (15 and 21 by default).
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 // `make bench`'s own event (tools/ab-cpu writes the repository's path here).
 #[path = "@ROOT@/tools/bench/src/event.rs"]
 mod event;
 
-use event::{generate_event, FAIL_EVERY};
+use event::{generate_event, Order, FAIL_EVERY};
 
 const RECORDS: usize = 10_000;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)] // parsed in full, as the peers do; only `status` is read
-struct Order<'a> {
-    order_id: &'a str,
-    customer_id: &'a str,
-    status: &'a str,
-    amount: f64,
-    currency: &'a str,
-}
 
 /// The row's work against one tree's redrive-core: a function that runs `runs` batches of `event`
 /// and returns their median.

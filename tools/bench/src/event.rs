@@ -1,6 +1,8 @@
 //! The generated SQS event every CPU-bound row parses: `make bench`'s, and `tools/ab-cpu`'s
 //! harness (which includes this file), so both measure the same bytes.
 
+use serde::Deserialize;
+
 /// Every 100th order fails: 1%.
 pub const FAIL_EVERY: usize = 100;
 
@@ -46,4 +48,16 @@ pub fn generate_event(records: usize, fifo_groups: Option<usize>) -> String {
         })
         .collect();
     serde_json::json!({ "Records": records }).to_string()
+}
+
+/// An order's body, as every peer parses it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // parsed in full, as the peers do; only `status` is read
+pub struct Order<'a> {
+    pub order_id: &'a str,
+    pub customer_id: &'a str,
+    pub status: &'a str,
+    pub amount: f64,
+    pub currency: &'a str,
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use redrive::{Message, RecordError, RecordHandler};
 use tokio::sync::oneshot;
 
-use crate::event::{generate_event, FAIL_EVERY};
-use crate::{median, ms, processor_with, run_with, Order, Peer};
+use crate::event::{generate_event, Order, FAIL_EVERY};
+use crate::{median, ms, processor_with, run_with, Peer};
 
 /// One I/O-bound workload.
 pub struct Scenario {

@@ -19,7 +19,7 @@ use redrive::{
 use redrive_runtime_api::{peak_rss_kib, Invocation, RuntimeApi};
 use serde::Deserialize;
 
-use event::{generate_event, FAIL_EVERY};
+use event::{generate_event, Order, FAIL_EVERY};
 
 const RECORDS: usize = 10_000;
 const FAR_FUTURE_MS: u64 = u64::MAX / 2;
@@ -72,17 +72,6 @@ struct Args {
 
 /// The same work every peer does: parse the body as JSON, check a field, fail 1%.
 struct CheckStatus;
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)] // parsed in full, as the peers do; only `status` is read
-struct Order<'a> {
-    order_id: &'a str,
-    customer_id: &'a str,
-    status: &'a str,
-    amount: f64,
-    currency: &'a str,
-}
 
 impl RecordHandler for CheckStatus {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
