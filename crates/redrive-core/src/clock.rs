@@ -108,6 +108,18 @@ impl Budget {
     }
 }
 
+/// `work`, cut off at `deadline` (`None`: a deadline too far off to wait for): its output, or
+/// `None` when it was cut off.
+pub(crate) async fn by_deadline<F: std::future::Future>(
+    deadline: Option<Instant>,
+    work: F,
+) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, work).await.ok(),
+        None => Some(work.await),
+    }
+}
+
 /// The moment after which no record is started, checked before every record of a batch.
 ///
 /// It is kept on the coarse monotonic clock where there is one (Linux): the time of the last

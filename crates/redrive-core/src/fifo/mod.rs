@@ -33,6 +33,7 @@ pub use ledger::{
     LEDGER_KEEP,
 };
 
+use crate::clock::by_deadline;
 use crate::envelope::{truncate, MAX_ERROR_MESSAGE_BYTES};
 use crate::error::{PortError, RecordError};
 use crate::port::{QueuePort, VisibilityChange};
@@ -219,17 +220,10 @@ pub(crate) async fn write_down(
                 tracing::warn!(message_id = delivery.message_id, %error, "{what}");
             }
         }));
-    match deadline {
-        Some(deadline) => {
-            if tokio::time::timeout_at(deadline, all).await.is_err() {
-                tracing::warn!(
-                    "attempt ledger writes cut off at the deadline: those receives count as attempts"
-                );
-            }
-        }
-        None => {
-            all.await;
-        }
+    if by_deadline(deadline, all).await.is_none() {
+        tracing::warn!(
+            "attempt ledger writes cut off at the deadline: those receives count as attempts"
+        );
     }
 }
 
@@ -255,11 +249,9 @@ pub(crate) async fn renew_holds(
             }
         }
     }));
-    let renewed = match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, all).await.ok(),
-        None => Some(all.await),
-    };
-    renewed.unwrap_or_else(|| vec![true; renewals.len()])
+    by_deadline(deadline, all)
+        .await
+        .unwrap_or_else(|| vec![true; renewals.len()])
 }
 
 /// A held head an operator released ([`release_head`]).

@@ -9,6 +9,7 @@ use super::decide::Ruling;
 use super::{Item, Processor};
 use crate::backoff::{whole_seconds, MAX_DELAY_SECONDS};
 use crate::carry::{Destination, Outbox};
+use crate::clock::by_deadline;
 use crate::envelope::{
     annotate, truncate, FailedIn, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES,
     META_VERSION,
@@ -107,14 +108,8 @@ impl<Q: QueuePort> Processor<Q> {
                 tracing::warn!(message_id = item.id, %error, "finished hold not cleared from the attempt ledger");
             }
         }));
-        match deadline {
-            Some(deadline) => {
-                let _ = tokio::time::timeout_at(deadline, clears).await;
-            }
-            None => {
-                clears.await;
-            }
-        }
+        // A clear cut off leaves a stale listing, dropped by the next `dlq held`.
+        let _ = by_deadline(deadline, clears).await;
     }
 
     /// Renews the hold of each head that came back held before its wait is set; a head whose hold
