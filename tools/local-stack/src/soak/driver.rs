@@ -417,6 +417,11 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report.first_out_of_order = planned.first_out_of_order.lock().unwrap().clone();
         report.wrong_source = planned.wrong_source.load(Ordering::Relaxed);
         report.effects_more_than_once = effects.values().filter(|n| **n > 1).count();
+        report.effects_twice_of = effects
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, _)| id.clone())
+            .min();
         report.processed = effects.len();
         let mut dead: BTreeMap<String, u32> = BTreeMap::new();
         for record in queue.inner().take_all(dlq).await? {

@@ -44,6 +44,8 @@ pub struct SoakReport {
     pub out_of_order: u64,
     /// The first effect that came out of order, to say where.
     pub first_out_of_order: Option<String>,
+    /// A message whose effect happened more than once (the lowest id), to say which.
+    pub effects_twice_of: Option<String>,
     /// Whether the order is part of the invariant ([`SoakConfig::order_checked`](super::SoakConfig::order_checked)).
     pub order_checked: bool,
     /// With hold: the order is checked to the end, the redrive included.
@@ -128,8 +130,12 @@ impl fmt::Display for SoakReport {
         )?;
         writeln!(
             f,
-            "  effects more than once      {:>8}",
-            self.effects_more_than_once
+            "  effects more than once      {:>8}{}",
+            self.effects_more_than_once,
+            self.effects_twice_of
+                .as_ref()
+                .map(|id| format!("  (order {id}, for one)"))
+                .unwrap_or_default()
         )?;
         writeln!(
             f,
