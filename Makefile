@@ -12,7 +12,7 @@ SEEDS       ?= 1,2,3
 FUNCTIONS   := sqs-consumer event-consumer eventbridge-redrive dlq-redrive
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv test lint infra-check build bench demo soak fuzz deploy destroy clean
+.PHONY: help venv localstack test lint infra-check build bench demo soak fuzz deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -25,12 +25,28 @@ $(STAMP): tools/requirements.txt
 
 venv: $(STAMP) ## Project-local virtualenv with pinned moto[server], cargo-lambda and zig
 
+# LocalStack, the conformance suite's second implementation, needs Python 3.13 (localstack-core 2026.3).
+LOCALSTACK_STAMP := .venv-localstack/.installed
+PYTHON313 = $(shell for python in $$HOME/.pyenv/versions/3.13*/bin/python3.13 $$(command -v python3.13); do \
+  "$$python" --version >/dev/null 2>&1 && { echo "$$python"; break; }; done)
+$(LOCALSTACK_STAMP): tools/localstack-requirements.txt
+	@if [ -z "$(PYTHON313)" ]; then \
+	  echo "LocalStack needs Python 3.13 (python3.13 on PATH or under pyenv), not found: the conformance suite runs without it"; \
+	  if [ -n "$$CI" ]; then echo "CI runs the LocalStack leg: install Python 3.13"; exit 1; fi; \
+	else \
+	  $(PYTHON313) -m venv .venv-localstack && \
+	  .venv-localstack/bin/pip install --quiet --disable-pip-version-check -r tools/localstack-requirements.txt && \
+	  touch $@; \
+	fi
+
+localstack: $(LOCALSTACK_STAMP) ## Project-local virtualenv with pinned LocalStack (host mode), when Python 3.13 is there
+
 demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, print a report
 	@start=$$(date +%s); $(CARGO) build --locked -p redrive-local --bin redrive-demo && echo "demo build took $$(( $$(date +%s) - start ))s"
-	tools/with-moto $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
+	tools/with-local-aws $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
 
 soak: $(STAMP) ## Fault-injection soak: 100,000 messages in memory and 2,000 on moto per seed (SEEDS=1,2,3)
-	tools/with-moto $(CARGO) run --release --locked --quiet -p redrive-local --bin redrive-soak -- --seeds $(SEEDS)
+	tools/with-local-aws $(CARGO) run --release --locked --quiet -p redrive-local --bin redrive-soak -- --seeds $(SEEDS)
 
 FUZZ_SECONDS ?= 60
 CARGO_FUZZ   := .cache/tools/bin/cargo-fuzz
@@ -47,8 +63,8 @@ fuzz: $(CARGO_FUZZ) ## cargo fuzz (nightly toolchain) each target for FUZZ_SECON
 	  ; [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz $$target found a crash: copy it from fuzz/artifacts/$$target into fuzz/regressions/$$target and fix"; exit 1; }; \
 	done
 
-test: $(STAMP) lint infra-check ## Lint and infra checks, then unit, fixture, contract, end-to-end (moto) and cargo-lambda watch/invoke tests
-	tools/with-moto $(CARGO) test --workspace --locked
+test: $(STAMP) $(LOCALSTACK_STAMP) lint infra-check ## Lint and infra checks, then unit, fixture, contract, end-to-end (moto) and cargo-lambda watch/invoke tests
+	tools/with-local-aws $(CARGO) test --workspace --locked
 
 CHECKOV_STAMP := .venv-checkov/.installed
 $(CHECKOV_STAMP): tools/checkov-requirements.txt

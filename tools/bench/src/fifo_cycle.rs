@@ -13,7 +13,7 @@ use redrive::envelope::OutgoingMessage;
 use redrive::event::Text;
 use redrive::fifo::{Counted, MemoryLedger};
 use redrive::{Message, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler};
-use redrive_local::memory::MemorySqs;
+use redrive_local::memory::{MemorySqs, QueueSpec};
 
 /// Messages of the one group drained.
 pub const MESSAGES: usize = 100;
@@ -44,7 +44,7 @@ impl RecordHandler for Payment {
 /// Drains [`MESSAGES`] of one group in batches of `batch_size`.
 pub async fn drain(batch_size: u32) -> Result<Drained, String> {
     let sqs = MemorySqs::new(Arc::new(ManualClock::at(1_763_790_000_000)));
-    let (url, arn) = sqs.create("payments.fifo", None);
+    let (url, arn) = sqs.create("payments.fifo", QueueSpec::named("payments.fifo"));
     let bodies: Vec<String> = (0..MESSAGES).map(|n| format!("{{\"n\":{n}}}")).collect();
     for chunk in bodies.chunks(10) {
         let messages: Vec<OutgoingMessage<'_>> = chunk

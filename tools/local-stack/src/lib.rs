@@ -1,5 +1,6 @@
 //! redrive's local stack: the topology from the Terraform tfvars, provisioning on an SQS emulator
 //! (moto server), and a poller that does what Lambda's SQS event source mapping does.
+pub mod conformance;
 pub mod memory;
 pub mod observe;
 pub mod poller;

@@ -1,8 +1,9 @@
-//! An in-memory SQS with the semantics redrive depends on, for volume runs moto cannot carry:
-//! visibility timeouts, per-message delays, receive counts, the redrive policy (a message received
-//! more than `maxReceiveCount` times moves to the DLQ), and FIFO message groups (one group's
-//! messages are received in order, and not while an earlier one is in flight). Time is virtual: a
-//! [`ManualClock`] that the driver moves on when nothing is visible.
+//! An in-memory SQS that behaves as AWS documents SQS, for volume runs moto cannot carry. Time is
+//! virtual: a [`ManualClock`] that the driver moves on when nothing is visible. Each behaviour
+//! names the page it comes from; docs/reliability.md tables them, and the conformance suite
+//! (`crate::conformance`) runs the same scenarios here, on moto and on LocalStack.
+//!
+//! Where AWS's documentation is silent, the model takes the harsher reading and says so.
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,6 +14,56 @@ use redrive::event::{Body, MessageAttributes, SqsRecord, Text};
 use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
 use redrive::PortError;
 
+/// SQS's default `MessageRetentionPeriod`: 4 days (CreateQueue, API reference).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(345_600);
+/// How many messages a FIFO receive looks at to find groups it can deliver (SQS developer guide,
+/// "Avoid large message backlogs with the same message group ID").
+pub const FIFO_SCAN_WINDOW: usize = 120_000;
+/// The longest a message can stay invisible from one receive (ChangeMessageVisibility, API
+/// reference: "you can't extend the timeout … to more than a total visibility timeout of 12 hours").
+pub const VISIBILITY_LIMIT: Duration = Duration::from_secs(12 * 3600);
+/// SendMessageBatch, ChangeMessageVisibilityBatch and DeleteMessageBatch: at most 10 entries, and a
+/// send batch at most 1 MiB together (SendMessageBatch, API reference).
+const BATCH_ENTRIES: usize = 10;
+const BATCH_BYTES: usize = 1_048_576;
+/// `ApproximateAgeOfOldestMessage` leaves out a message received three times or more (CloudWatch
+/// metrics for Amazon SQS).
+const AGE_METRIC_RECEIVES: u32 = 3;
+
+/// A queue's settings, as CreateQueue takes them.
+#[derive(Debug, Clone)]
+pub struct QueueSpec {
+    /// A FIFO queue (its name must end in `.fifo`, as SQS requires).
+    pub fifo: bool,
+    /// `MessageRetentionPeriod`.
+    pub retention: Duration,
+    /// The redrive policy: the DLQ's ARN and `maxReceiveCount`.
+    pub redrive: Option<(String, u32)>,
+}
+
+impl QueueSpec {
+    /// A queue with SQS's defaults: FIFO if `name` ends in `.fifo`, 4 days' retention, no DLQ.
+    pub fn named(name: &str) -> Self {
+        Self {
+            fifo: name.ends_with(".fifo"),
+            retention: DEFAULT_RETENTION,
+            redrive: None,
+        }
+    }
+
+    /// The same queue with a redrive policy to the DLQ `dlq_arn`.
+    pub fn dead_letters_to(mut self, dlq_arn: &str, max_receive_count: u32) -> Self {
+        self.redrive = Some((dlq_arn.to_owned(), max_receive_count));
+        self
+    }
+
+    /// The same queue keeping messages for `retention`.
+    pub fn retaining(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Stored {
     id: String,
@@ -20,9 +71,17 @@ struct Stored {
     body: String,
     attributes: MessageAttributes<'static>,
     group: Option<String>,
+    /// `SentTimestamp`: kept when SQS moves the message to a DLQ.
     sent_ms: u64,
-    /// `ApproximateFirstReceiveTimestamp`: a FIFO record's age in place is read from it.
+    /// The enqueue time retention counts from: a standard DLQ keeps the source's, a FIFO DLQ
+    /// starts it anew (SQS developer guide, "dead-letter queue retention").
+    enqueued_ms: u64,
+    /// When it arrived in this queue (sent or moved): the age metric counts from it.
+    arrived_ms: u64,
+    /// `ApproximateFirstReceiveTimestamp`.
     first_received_ms: Option<u64>,
+    /// The receive whose receipt handle is current: the 12-hour limit counts from it.
+    received_ms: u64,
     visible_at_ms: u64,
     receives: u32,
     /// The queue SQS moved it from (`DeadLetterQueueSourceArn`).
@@ -32,15 +91,55 @@ struct Stored {
 #[derive(Debug)]
 struct Queue {
     arn: String,
-    fifo: bool,
-    redrive: Option<(String, u32)>,
+    spec: QueueSpec,
     messages: VecDeque<Stored>,
+    /// The earliest time a message of the queue expires: retention is enforced when it passes.
+    next_expiry_ms: u64,
+    /// Messages SQS deleted at their retention, never received to the end.
+    expired: Vec<String>,
+    /// `NumberOfMessagesSent`: sends only, not the redrive policy's moves (CloudWatch metrics for
+    /// Amazon SQS).
+    sent: u64,
 }
 
-#[derive(Debug, Default)]
+impl Queue {
+    fn retention_ms(&self) -> u64 {
+        u64::try_from(self.spec.retention.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Deletes what has outlived the retention period, silently, as SQS does.
+    fn expire(&mut self, now: u64) {
+        if now < self.next_expiry_ms {
+            return;
+        }
+        let retention = self.retention_ms();
+        let mut next = u64::MAX;
+        let expired = &mut self.expired;
+        self.messages.retain(|message| {
+            let expires = message.enqueued_ms.saturating_add(retention);
+            if expires <= now {
+                expired.push(message.id.clone());
+                return false;
+            }
+            next = next.min(expires);
+            true
+        });
+        self.next_expiry_ms = next;
+    }
+
+    fn admit(&mut self, message: Stored) {
+        self.next_expiry_ms = self
+            .next_expiry_ms
+            .min(message.enqueued_ms.saturating_add(self.retention_ms()));
+        self.messages.push_back(message);
+    }
+}
+
+#[derive(Debug)]
 struct State {
     queues: HashMap<String, Queue>,
     next_id: u64,
+    fifo_scan_window: usize,
 }
 
 /// The in-memory SQS. Queue URLs look like `mem://<name>`, ARNs like SQS's.
@@ -52,9 +151,20 @@ pub struct MemorySqs {
 impl MemorySqs {
     pub fn new(clock: Arc<ManualClock>) -> Self {
         Self {
-            state: Mutex::default(),
+            state: Mutex::new(State {
+                queues: HashMap::new(),
+                next_id: 0,
+                fifo_scan_window: FIFO_SCAN_WINDOW,
+            }),
             clock,
         }
+    }
+
+    /// The same SQS with FIFO receives looking at `window` messages instead of 120,000, so that a
+    /// test can pass the window without sending 120,000 messages.
+    pub fn with_fifo_scan_window(self, window: usize) -> Self {
+        self.state().fifo_scan_window = window;
+        self
     }
 
     pub fn clock(&self) -> &Arc<ManualClock> {
@@ -65,54 +175,91 @@ impl MemorySqs {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Creates a queue; `redrive` is the DLQ URL and maxReceiveCount. Returns (URL, ARN). Every
-    /// receive names its visibility timeout, so the queue keeps none.
-    pub fn create(&self, name: &str, redrive: Option<(&str, u32)>) -> (String, String) {
+    /// Creates a queue. Returns (URL, ARN). Every receive names its visibility timeout, so the
+    /// queue keeps none.
+    pub fn create(&self, name: &str, spec: QueueSpec) -> (String, String) {
         let url = format!("mem://{name}");
         let arn = format!("arn:aws:sqs:us-east-1:123456789012:{name}");
         self.state().queues.insert(
             url.clone(),
             Queue {
                 arn: arn.clone(),
-                fifo: name.ends_with(".fifo"),
-                redrive: redrive.map(|(dlq, max)| (dlq.to_owned(), max)),
+                spec,
                 messages: VecDeque::new(),
+                next_expiry_ms: u64::MAX,
+                expired: Vec::new(),
+                sent: 0,
             },
         );
         (url, arn)
     }
 
+    /// The queue at `url`, its expired messages gone.
+    fn with_queue<T>(&self, url: &str, read: impl FnOnce(&Queue) -> T) -> Option<T> {
+        let now = self.clock.now_ms();
+        let mut state = self.state();
+        let queue = state.queues.get_mut(url)?;
+        queue.expire(now);
+        Some(read(queue))
+    }
+
     /// Every message in the queue (visible, in flight or delayed).
     pub fn depth(&self, url: &str) -> usize {
-        self.state()
-            .queues
-            .get(url)
-            .map_or(0, |queue| queue.messages.len())
+        self.with_queue(url, |queue| queue.messages.len())
+            .unwrap_or(0)
+    }
+
+    /// The ids of the messages SQS deleted from `url` at their retention.
+    pub fn expired(&self, url: &str) -> Vec<String> {
+        self.with_queue(url, |queue| queue.expired.clone())
+            .unwrap_or_default()
+    }
+
+    /// `NumberOfMessagesSent` since the queue was made.
+    pub fn sent(&self, url: &str) -> u64 {
+        self.with_queue(url, |queue| queue.sent).unwrap_or(0)
+    }
+
+    /// `ApproximateAgeOfOldestMessage`: the oldest message received fewer than three times, counted
+    /// from when it arrived in this queue (for a DLQ, when it was moved there).
+    pub fn age_of_oldest(&self, url: &str) -> Option<Duration> {
+        let now = self.clock.now_ms();
+        self.with_queue(url, |queue| {
+            queue
+                .messages
+                .iter()
+                .filter(|m| m.receives < AGE_METRIC_RECEIVES)
+                .map(|m| Duration::from_millis(now.saturating_sub(m.arrived_ms)))
+                .max()
+        })
+        .flatten()
     }
 
     /// When the next message of `url` becomes visible, if any is waiting. On a FIFO queue only
     /// each group's earliest message counts: the later ones wait for it, visible or not.
     pub fn next_visible_ms(&self, url: &str) -> Option<u64> {
-        let state = self.state();
-        let queue = state.queues.get(url)?;
-        let mut groups_seen = HashSet::new();
-        queue
-            .messages
-            .iter()
-            .filter(|m| !queue.fifo || groups_seen.insert(m.group.as_deref()))
-            .map(|m| m.visible_at_ms)
-            .min()
+        self.with_queue(url, |queue| {
+            let mut groups_seen = HashSet::new();
+            queue
+                .messages
+                .iter()
+                .filter(|m| !queue.spec.fifo || groups_seen.insert(m.group.as_deref()))
+                .map(|m| m.visible_at_ms)
+                .min()
+        })
+        .flatten()
     }
 
     /// Bodies and attributes of every message in `url`, without receiving them.
     pub fn contents(&self, url: &str) -> Vec<(String, MessageAttributes<'static>)> {
-        self.state().queues.get(url).map_or_else(Vec::new, |queue| {
+        self.with_queue(url, |queue| {
             queue
                 .messages
                 .iter()
                 .map(|m| (m.body.clone(), m.attributes.clone()))
                 .collect()
         })
+        .unwrap_or_default()
     }
 
     fn missing(operation: &'static str, url: &str) -> PortError {
@@ -120,6 +267,27 @@ impl MemorySqs {
             operation,
             format!("AWS.SimpleQueueService.NonExistentQueue: {url}"),
         )
+    }
+
+    fn too_many(operation: &'static str, entries: usize) -> Option<PortError> {
+        (entries > BATCH_ENTRIES).then(|| {
+            PortError::new(
+                operation,
+                format!("AWS.SimpleQueueService.TooManyEntriesInBatchRequest: {entries} entries, at most {BATCH_ENTRIES}"),
+            )
+        })
+    }
+}
+
+fn millis(span: Duration) -> u64 {
+    u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn entry_failure(index: usize, code: &str, message: &str) -> EntryFailure {
+    EntryFailure {
+        index,
+        code: code.into(),
+        message: message.into(),
     }
 }
 
@@ -138,10 +306,17 @@ impl QueuePort for MemorySqs {
         queue_url: &str,
         messages: &[OutgoingMessage<'_>],
     ) -> Result<Vec<EntryFailure>, PortError> {
-        assert!(
-            messages.len() <= 10,
-            "SendMessageBatch takes at most 10 entries"
-        );
+        const OPERATION: &str = "SendMessageBatch";
+        if let Some(error) = Self::too_many(OPERATION, messages.len()) {
+            return Err(error);
+        }
+        let bytes: usize = messages.iter().map(OutgoingMessage::size).sum();
+        if bytes > BATCH_BYTES {
+            return Err(PortError::new(
+                OPERATION,
+                format!("AWS.SimpleQueueService.BatchRequestTooLong: {bytes} bytes, at most {BATCH_BYTES}"),
+            ));
+        }
         let now = self.clock.now_ms();
         let mut state = self.state();
         let first_id = state.next_id;
@@ -149,15 +324,24 @@ impl QueuePort for MemorySqs {
         let queue = state
             .queues
             .get_mut(queue_url)
-            .ok_or_else(|| Self::missing("SendMessageBatch", queue_url))?;
+            .ok_or_else(|| Self::missing(OPERATION, queue_url))?;
+        // SendMessageBatchRequestEntry: "When you set FifoQueue, you can't set DelaySeconds per
+        // message." The page does not say whether the entry or the call fails: the call does here.
+        if queue.spec.fifo && messages.iter().any(|m| m.delay_seconds > 0) {
+            return Err(PortError::new(
+                OPERATION,
+                "InvalidParameterValue: a FIFO queue takes no DelaySeconds per message",
+            ));
+        }
+        if queue.spec.fifo && messages.iter().any(|m| m.group_id.is_none()) {
+            return Err(PortError::new(
+                OPERATION,
+                "MissingParameter: MessageGroupId is required on a FIFO queue",
+            ));
+        }
         for (offset, message) in messages.iter().enumerate() {
-            if queue.fifo && message.group_id.is_none() {
-                return Err(PortError::new(
-                    "SendMessageBatch",
-                    "MessageGroupId is required on a FIFO queue",
-                ));
-            }
-            queue.messages.push_back(Stored {
+            queue.sent += 1;
+            queue.admit(Stored {
                 id: format!("m{}", first_id + offset as u64),
                 receipt: String::new(),
                 body: message.body.to_string(),
@@ -168,7 +352,10 @@ impl QueuePort for MemorySqs {
                     .collect(),
                 group: message.group_id.as_deref().map(str::to_owned),
                 sent_ms: now,
+                enqueued_ms: now,
+                arrived_ms: now,
                 first_received_ms: None,
+                received_ms: now,
                 visible_at_ms: now + u64::from(message.delay_seconds) * 1000,
                 receives: 0,
                 moved_from: None,
@@ -182,28 +369,53 @@ impl QueuePort for MemorySqs {
         queue_url: &str,
         changes: &[VisibilityChange<'_>],
     ) -> Result<Vec<EntryFailure>, PortError> {
+        const OPERATION: &str = "ChangeMessageVisibilityBatch";
+        if let Some(error) = Self::too_many(OPERATION, changes.len()) {
+            return Err(error);
+        }
         let now = self.clock.now_ms();
         let mut state = self.state();
         let queue = state
             .queues
             .get_mut(queue_url)
-            .ok_or_else(|| Self::missing("ChangeMessageVisibilityBatch", queue_url))?;
+            .ok_or_else(|| Self::missing(OPERATION, queue_url))?;
+        queue.expire(now);
         let mut failures = Vec::new();
         for (index, change) in changes.iter().enumerate() {
-            match queue
-                .messages
-                .iter_mut()
-                .find(|m| m.receipt == change.receipt_handle)
-            {
-                Some(message) => {
-                    message.visible_at_ms =
-                        now + u64::try_from(change.timeout.as_millis()).unwrap_or(u64::MAX)
-                }
-                None => failures.push(EntryFailure {
+            let id = message_id_of(change.receipt_handle);
+            let Some(message) = queue.messages.iter_mut().find(|m| m.id == id) else {
+                failures.push(entry_failure(
                     index,
-                    code: "ReceiptHandleIsInvalid".into(),
-                    message: "no such receipt handle".into(),
-                }),
+                    "ReceiptHandleIsInvalid",
+                    "no such message",
+                ));
+                continue;
+            };
+            let deadline = now.saturating_add(millis(change.timeout));
+            if message.receipt != change.receipt_handle {
+                // Undocumented: the harsher reading, a handle of an earlier receive changes nothing.
+                failures.push(entry_failure(
+                    index,
+                    "ReceiptHandleIsInvalid",
+                    "the message was received again since",
+                ));
+            } else if message.visible_at_ms <= now {
+                // ChangeMessageVisibility, API reference: MessageNotInflight.
+                failures.push(entry_failure(
+                    index,
+                    "AWS.SimpleQueueService.MessageNotInflight",
+                    "the message is not in flight",
+                ));
+            } else if change.timeout > VISIBILITY_LIMIT
+                || deadline > message.received_ms + millis(VISIBILITY_LIMIT)
+            {
+                failures.push(entry_failure(
+                    index,
+                    "InvalidParameterValue",
+                    "the visibility timeout would pass 12 hours from the receive",
+                ));
+            } else {
+                message.visible_at_ms = deadline;
             }
         }
         Ok(failures)
@@ -216,23 +428,35 @@ impl QueuePort for MemorySqs {
         hold: Duration,
         _wait: Duration,
     ) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        const OPERATION: &str = "ReceiveMessage";
+        if hold > VISIBILITY_LIMIT {
+            return Err(PortError::new(
+                OPERATION,
+                "InvalidParameterValue: VisibilityTimeout is at most 43200 seconds",
+            ));
+        }
         let now = self.clock.now_ms();
         let mut state = self.state();
-        let (fifo, redrive, arn) = {
-            let queue = state
-                .queues
-                .get(queue_url)
-                .ok_or_else(|| Self::missing("ReceiveMessage", queue_url))?;
-            (queue.fifo, queue.redrive.clone(), queue.arn.clone())
-        };
+        let window = state.fifo_scan_window;
+        let queue = state
+            .queues
+            .get_mut(queue_url)
+            .ok_or_else(|| Self::missing(OPERATION, queue_url))?;
+        queue.expire(now);
+        let (fifo, redrive, arn) = (
+            queue.spec.fifo,
+            queue.spec.redrive.clone(),
+            queue.arn.clone(),
+        );
         let mut received = Vec::new();
         let mut moved = Vec::new();
-        let queue = state.queues.get_mut(queue_url).expect("checked above");
-        let hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);
-        // FIFO: a group whose earliest message is in flight or not visible yields nothing.
+        let hold_ms = millis(hold);
+        // FIFO: a group whose earliest message is in flight or not visible yields nothing, and
+        // only the first `window` messages are looked at.
         let mut closed_groups: HashSet<String> = HashSet::new();
         let mut index = 0;
-        while index < queue.messages.len() && received.len() < max as usize {
+        let scanned = |len: usize| if fifo { len.min(window) } else { len };
+        while index < scanned(queue.messages.len()) && received.len() < max as usize {
             let message = &mut queue.messages[index];
             let visible = message.visible_at_ms <= now;
             if fifo {
@@ -246,6 +470,7 @@ impl QueuePort for MemorySqs {
                 index += 1;
                 continue;
             }
+            // The redrive policy moves a message when a receive finds it past maxReceiveCount.
             if let Some((_, max_receives)) = &redrive {
                 if message.receives >= *max_receives {
                     moved.push(queue.messages.remove(index).expect("index is in range"));
@@ -254,6 +479,7 @@ impl QueuePort for MemorySqs {
             }
             message.receives += 1;
             message.first_received_ms.get_or_insert(now);
+            message.received_ms = now;
             message.visible_at_ms = now + hold_ms;
             message.receipt = format!("{}#{}", message.id, message.receives);
             // A FIFO group's later messages may come in the same receive, in order; after it, the
@@ -261,16 +487,20 @@ impl QueuePort for MemorySqs {
             received.push(record_of(message));
             index += 1;
         }
-        if let Some((dlq, _)) = redrive {
-            if let Some(dlq) = state.queues.get_mut(&dlq) {
+        if let Some((dlq_arn, _)) = redrive {
+            if let Some(dlq) = state.queues.values_mut().find(|q| q.arn == dlq_arn) {
                 for mut message in moved {
                     // SQS keeps the message id, body, attributes and sent time when it moves one,
                     // and says where it came from.
                     message.visible_at_ms = now;
                     message.receives = 0;
                     message.first_received_ms = None;
+                    message.arrived_ms = now;
+                    if dlq.spec.fifo {
+                        message.enqueued_ms = now;
+                    }
                     message.moved_from = Some(arn.clone());
-                    dlq.messages.push_back(message);
+                    dlq.admit(message);
                 }
             }
         }
@@ -282,20 +512,28 @@ impl QueuePort for MemorySqs {
         queue_url: &str,
         receipt_handles: &[&str],
     ) -> Result<Vec<EntryFailure>, PortError> {
+        const OPERATION: &str = "DeleteMessageBatch";
+        if let Some(error) = Self::too_many(OPERATION, receipt_handles.len()) {
+            return Err(error);
+        }
         let mut state = self.state();
         let queue = state
             .queues
             .get_mut(queue_url)
-            .ok_or_else(|| Self::missing("DeleteMessageBatch", queue_url))?;
-        let handles: HashSet<&str> = receipt_handles.iter().copied().collect();
-        // As SQS does, a stale receipt handle of a message received again still deletes it.
-        let ids: HashSet<&str> = handles
-            .iter()
-            .filter_map(|handle| handle.split('#').next())
-            .collect();
-        queue.messages.retain(|m| !ids.contains(m.id.as_str()));
+            .ok_or_else(|| Self::missing(OPERATION, queue_url))?;
+        // DeleteMessage, API reference: with an older receipt handle "the request will still
+        // succeed, but the message might not be deleted". The harsher reading: it is not.
+        let current: HashSet<&str> = receipt_handles.iter().copied().collect();
+        queue
+            .messages
+            .retain(|m| m.receipt.is_empty() || !current.contains(m.receipt.as_str()));
         Ok(Vec::new())
     }
+}
+
+/// The message a receipt handle names (`<id>#<receive>`).
+fn message_id_of(receipt_handle: &str) -> &str {
+    receipt_handle.split('#').next().unwrap_or_default()
 }
 
 fn record_of(message: &Stored) -> SqsRecord<'static> {
@@ -314,4 +552,103 @@ fn record_of(message: &Stored) -> SqsRecord<'static> {
     record.attributes.message_group_id = message.group.clone().map(Text::from);
     record.attributes.dead_letter_queue_source_arn = message.moved_from.clone().map(Text::from);
     record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(body: &str, group: &str) -> OutgoingMessage<'static> {
+        OutgoingMessage {
+            body: Text::from(body.to_owned()),
+            attributes: Vec::new(),
+            delay_seconds: 0,
+            group_id: Some(Text::from(group.to_owned())),
+            deduplication_id: None,
+            trace_header: None,
+        }
+    }
+
+    fn bodies(records: &[SqsRecord<'_>]) -> Vec<String> {
+        records
+            .iter()
+            .map(|r| r.body.as_deref().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Five messages of a group whose head is in flight fill a window of five: the other group's
+    /// message behind them is not found, as SQS's 120,000-message scan does past its window.
+    #[tokio::test]
+    async fn a_fifo_receive_looks_no_further_than_its_window() {
+        for (window, expected) in [(5, Vec::<String>::new()), (6, vec!["b0".to_owned()])] {
+            let sqs = MemorySqs::new(Arc::new(ManualClock::at(0))).with_fifo_scan_window(window);
+            let (url, _) = sqs.create("q.fifo", QueueSpec::named("q.fifo"));
+            let backlog: Vec<_> = (0..5).map(|n| message(&format!("a{n}"), "a")).collect();
+            sqs.send_batch(&url, &backlog).await.unwrap();
+            sqs.send_batch(&url, &[message("b0", "b")]).await.unwrap();
+            let head = sqs
+                .receive(&url, 1, Duration::from_secs(60), Duration::ZERO)
+                .await
+                .unwrap();
+            assert_eq!(bodies(&head), ["a0"]);
+            let next = sqs
+                .receive(&url, 10, Duration::from_secs(60), Duration::ZERO)
+                .await
+                .unwrap();
+            assert_eq!(bodies(&next), expected, "window {window}");
+        }
+    }
+
+    /// The age metric leaves out what was received three times; NumberOfMessagesSent leaves out
+    /// the redrive policy's moves; a message past its retention is gone and counted as expired.
+    #[tokio::test]
+    async fn the_metrics_and_retention_read_as_sqs_documents_them() {
+        let clock = Arc::new(ManualClock::at(0));
+        let sqs = MemorySqs::new(clock.clone());
+        let (dlq, dlq_arn) = sqs.create("dlq", QueueSpec::named("dlq"));
+        let spec = QueueSpec::named("q")
+            .dead_letters_to(&dlq_arn, 3)
+            .retaining(Duration::from_secs(3600));
+        let (url, _) = sqs.create("q", spec);
+        let mut plain = message("old", "g");
+        plain.group_id = None;
+        sqs.send_batch(&url, &[plain.clone()]).await.unwrap();
+        clock.advance(60_000);
+        plain.body = Text::from("young");
+        sqs.send_batch(&url, &[plain]).await.unwrap();
+        assert_eq!(sqs.age_of_oldest(&url), Some(Duration::from_secs(60)));
+        for _ in 0..3 {
+            let got = sqs
+                .receive(&url, 10, Duration::from_secs(1), Duration::ZERO)
+                .await
+                .unwrap();
+            assert_eq!(got.len(), 2);
+            clock.advance(1_000);
+        }
+        assert_eq!(sqs.age_of_oldest(&url), None, "both received three times");
+        sqs.receive(&url, 10, Duration::from_secs(1), Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!((sqs.depth(&url), sqs.depth(&dlq)), (0, 2));
+        assert_eq!((sqs.sent(&url), sqs.sent(&dlq)), (2, 0));
+        // A standard DLQ keeps the enqueue time: "old" expires an hour after its send.
+        let dlq_spec = QueueSpec::named("dlq2").retaining(Duration::from_secs(3600));
+        let (dlq2, dlq2_arn) = sqs.create("dlq2", dlq_spec);
+        let spec = QueueSpec::named("q2").dead_letters_to(&dlq2_arn, 1);
+        let (url2, _) = sqs.create("q2", spec);
+        let mut once = message("moved", "g");
+        once.group_id = None;
+        sqs.send_batch(&url2, &[once]).await.unwrap();
+        sqs.receive(&url2, 10, Duration::from_secs(1), Duration::ZERO)
+            .await
+            .unwrap();
+        clock.advance(1_800_000);
+        sqs.receive(&url2, 10, Duration::from_secs(1), Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(sqs.depth(&dlq2), 1);
+        clock.advance(1_800_000);
+        assert_eq!(sqs.depth(&dlq2), 0);
+        assert_eq!(sqs.expired(&dlq2).len(), 1);
+    }
 }

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use redrive::PortError;
 
+use crate::memory::QueueSpec;
+
 pub use config::{Outage, SoakConfig};
 pub use driver::run;
 pub use faulty::{Faulty, SoakQueues};
@@ -31,17 +33,16 @@ pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError>
     let sqs =
         crate::memory::MemorySqs::new(Arc::new(redrive::clock::ManualClock::at(1_763_790_000_000)));
     let suffix = config.suffix();
-    let (dlq, _) = sqs.create(&format!("soak-dlq{suffix}"), None);
-    let (url, arn) = sqs.create(
-        &format!("soak{suffix}"),
-        Some((&dlq, config.max_receive_count)),
-    );
-    let second = config.second_source.then(|| {
-        sqs.create(
-            &format!("soak-b{suffix}"),
-            Some((&dlq, config.max_receive_count)),
-        )
-    });
+    let dlq_name = format!("soak-dlq{suffix}");
+    let (dlq, dlq_arn) = sqs.create(&dlq_name, QueueSpec::named(&dlq_name));
+    let source = |name: String| {
+        let spec = QueueSpec::named(&name).dead_letters_to(&dlq_arn, config.max_receive_count);
+        sqs.create(&name, spec)
+    };
+    let (url, arn) = source(format!("soak{suffix}"));
+    let second = config
+        .second_source
+        .then(|| source(format!("soak-b{suffix}")));
     let second = second
         .as_ref()
         .map(|(url, arn)| (url.as_str(), arn.as_str()));
