@@ -38,7 +38,7 @@ async fn conformance() -> i32 {
     let moto = std::env::var("AWS_ENDPOINT_URL")
         .ok()
         .map(|endpoint| Arc::new(Server::at(&endpoint)));
-    let localstack = match std::env::var("REDRIVE_LOCALSTACK_ENDPOINT") {
+    let localstack = match std::env::var("LOCALSTACK_ENDPOINT_URL") {
         Ok(endpoint) => Some(Arc::new(Server::at(&endpoint))),
         Err(_) if std::env::var_os("CI").is_some() => {
             println!("conformance: CI runs the LocalStack column, and LocalStack is not installed (make localstack)");
