@@ -62,7 +62,7 @@ pub use redrive_core::{
     Backoff, BatchError, BatchHandler, BatchReport, BreakerSettings, CircuitBreaker, ConfigError,
     ErrorClass, Fate, GiveBackReason, Invocation, KinesisEvent, KinesisEventResponse,
     KinesisRecord, Message, Meta, PortError, Processed, Processor, ProcessorConfig, QueuePort,
-    RecordError, RecordHandler, RetryPolicy, Settings, SqsEvent, SqsRecord,
+    RecordError, RecordHandler, RetryPolicy, Settings, SourceQueue, SqsEvent, SqsRecord,
     DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE,
 };
 

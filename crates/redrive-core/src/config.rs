@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::backoff::{parse_duration, parse_sequence, Backoff, RetryPolicy};
 use crate::breaker::BreakerSettings;
 use crate::error::ConfigError;
+use crate::fate::SourceQueue;
 use crate::fifo::FifoOnDeadLetter;
 use crate::handler::RecordHandler;
 use crate::idempotency::{IdempotencyStore, Idempotent, KeyFrom};
@@ -22,6 +23,14 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "REDRIVE_SOURCE_QUEUE_URL",
         "(optional) URL of the source queue; looked up from the event source ARN otherwise",
+    ),
+    (
+        "REDRIVE_SOURCE_RETENTION",
+        "4d: the source queue's MessageRetentionPeriod (Terraform sets it); a FIFO record is dead-lettered an hour before it would expire instead of waiting in place",
+    ),
+    (
+        "REDRIVE_SOURCE_VISIBILITY_TIMEOUT",
+        "20m: the source queue's visibility timeout (Terraform sets it); a FIFO wait in place ends 12 h less this after the receive",
     ),
     (
         "REDRIVE_MAX_ATTEMPTS",
@@ -439,7 +448,18 @@ impl Settings {
         let ledger_table = get("REDRIVE_LEDGER_TABLE")
             .or_else(|| get("REDRIVE_IDEMPOTENCY_TABLE"))
             .filter(|table| !table.is_empty());
+        let source = source_queue(&env)?;
         let fifo_on_dead_letter = fifo_on_dead_letter(&env, ledger_table.is_some())?;
+        if let FifoOnDeadLetter::Hold { max_age } = fifo_on_dead_letter {
+            if max_age + crate::fate::RETENTION_MARGIN > source.retention {
+                return Err(ConfigError::new(
+                    "REDRIVE_FIFO_HOLD_MAX_AGE",
+                    &format!("{max_age:?}"),
+                    "at least an hour below REDRIVE_SOURCE_RETENTION: a held head must be \
+                     dead-lettered before the queue's retention deletes it",
+                ));
+            }
+        }
         Ok(Self {
             processor: ProcessorConfig {
                 dlq_url,
@@ -448,6 +468,7 @@ impl Settings {
                 deadline_margin,
                 concurrency: NonZeroUsize::new(concurrency as usize).unwrap_or(NonZeroUsize::MIN),
                 fifo_on_dead_letter,
+                source,
             },
             breaker: BreakerSettings {
                 threshold,
@@ -458,6 +479,36 @@ impl Settings {
             idempotency: IdempotencySettings::from_env(&env)?,
         })
     }
+}
+
+/// `REDRIVE_SOURCE_RETENTION` and `REDRIVE_SOURCE_VISIBILITY_TIMEOUT`, within SQS's ranges.
+fn source_queue<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<SourceQueue, ConfigError> {
+    let default = SourceQueue::default();
+    let within =
+        |name: &str, value: Duration, range: std::ops::RangeInclusive<Duration>, says: &str| {
+            if range.contains(&value) {
+                Ok(value)
+            } else {
+                Err(ConfigError::new(name, &format!("{value:?}"), says))
+            }
+        };
+    Ok(SourceQueue {
+        retention: within(
+            "REDRIVE_SOURCE_RETENTION",
+            env.duration("REDRIVE_SOURCE_RETENTION", default.retention)?,
+            Duration::from_secs(60)..=Duration::from_secs(14 * 86400),
+            "between 1m and 14d, as SQS allows",
+        )?,
+        visibility_timeout: within(
+            "REDRIVE_SOURCE_VISIBILITY_TIMEOUT",
+            env.duration(
+                "REDRIVE_SOURCE_VISIBILITY_TIMEOUT",
+                default.visibility_timeout,
+            )?,
+            Duration::ZERO..=crate::fate::VISIBILITY_LIMIT,
+            "between 0s and 12h, as SQS allows",
+        )?,
+    })
 }
 
 /// `REDRIVE_FIFO_ON_DEAD_LETTER` and, with `hold`, `REDRIVE_FIFO_HOLD_MAX_AGE`.
@@ -542,8 +593,17 @@ mod tests {
             ("REDRIVE_LEDGER_TABLE", "payments-ledger"),
             ("REDRIVE_FIFO_ON_DEAD_LETTER", "hold"),
             ("REDRIVE_FIFO_HOLD_MAX_AGE", "13d"),
+            ("REDRIVE_SOURCE_RETENTION", "14d"),
+            ("REDRIVE_SOURCE_VISIBILITY_TIMEOUT", "95m"),
         ])
         .unwrap();
+        assert_eq!(
+            s.processor.source,
+            SourceQueue {
+                retention: Duration::from_secs(14 * 86400),
+                visibility_timeout: Duration::from_secs(95 * 60),
+            }
+        );
         assert_eq!(
             s.processor.fifo_on_dead_letter,
             FifoOnDeadLetter::Hold {
@@ -585,6 +645,23 @@ mod tests {
     #[test]
     fn bad_values_name_the_variable() {
         let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("REDRIVE_SOURCE_RETENTION", "15d")],
+                "REDRIVE_SOURCE_RETENTION",
+            ),
+            (
+                &[("REDRIVE_SOURCE_VISIBILITY_TIMEOUT", "13h")],
+                "REDRIVE_SOURCE_VISIBILITY_TIMEOUT",
+            ),
+            (
+                // A hold that would outlast the queue's retention (4 days unless told).
+                &[
+                    ("REDRIVE_LEDGER_TABLE", "payments-ledger"),
+                    ("REDRIVE_FIFO_ON_DEAD_LETTER", "hold"),
+                    ("REDRIVE_FIFO_HOLD_MAX_AGE", "4d"),
+                ],
+                "REDRIVE_FIFO_HOLD_MAX_AGE",
+            ),
             (
                 &[("REDRIVE_DLQ_URL", "u"), ("REDRIVE_MAX_ATTEMPTS", "0")],
                 "REDRIVE_MAX_ATTEMPTS",

@@ -48,11 +48,63 @@ impl From<Result<(), RecordError>> for Outcome {
     }
 }
 
-/// The longest wait a FIFO record can be given in place. SQS caps a delivery's visibility at 12 hours
-/// from its receipt and refuses a ChangeMessageVisibility past that; by the time the fate is carried
-/// out, up to 20 minutes may have passed since the receipt (a 5-minute batching window and a
-/// 15-minute function). A longer wait is cut to this: the record is retried when it ends.
-pub const MAX_IN_PLACE_WAIT: Duration = Duration::from_secs(12 * 3600 - 20 * 60);
+/// SQS keeps one receive of a message invisible at most 12 hours from that receive, and refuses a
+/// ChangeMessageVisibility past it (SQS API reference, ChangeMessageVisibility).
+pub const VISIBILITY_LIMIT: Duration = Duration::from_secs(12 * 3600);
+
+/// A FIFO record waiting in place is dead-lettered instead once it is this close to its queue's
+/// retention, which would delete it silently: time for it to come back and be dead-lettered.
+pub const RETENTION_MARGIN: Duration = Duration::from_secs(3600);
+
+/// How much older than its queue's retention a record must be to be taken for a replayed one.
+const REPLAYED_AFTER: Duration = Duration::from_secs(86400);
+
+/// Kept off the 12-hour limit for the clocks of SQS and Lambda.
+const CLOCK_MARGIN: Duration = Duration::from_secs(60);
+
+/// The source queue's settings that bound a FIFO record's wait in place. Terraform passes them
+/// (`REDRIVE_SOURCE_RETENTION`, `REDRIVE_SOURCE_VISIBILITY_TIMEOUT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceQueue {
+    /// `MessageRetentionPeriod`: SQS deletes a message this long after its send, received or not
+    /// (SQS API reference, CreateQueue).
+    pub retention: Duration,
+    /// `VisibilityTimeout`: how long a receive keeps a message in flight.
+    pub visibility_timeout: Duration,
+}
+
+impl Default for SourceQueue {
+    /// SQS's default retention (4 days) and a visibility timeout of 20 minutes.
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(4 * 86400),
+            visibility_timeout: Duration::from_secs(20 * 60),
+        }
+    }
+}
+
+impl SourceQueue {
+    /// The longest wait a FIFO record can be given in place. A change of visibility succeeds only
+    /// while the message is in flight, so at most one visibility timeout after its receive (Lambda
+    /// may have held the batch that long, retrying a throttled invocation); the wait must end within
+    /// 12 hours of that receive.
+    pub fn max_in_place_wait(&self) -> Duration {
+        VISIBILITY_LIMIT.saturating_sub(self.visibility_timeout + CLOCK_MARGIN)
+    }
+
+    /// How long a record sent `in_queue_for` ago may still wait in place before it must be
+    /// dead-lettered ([`RETENTION_MARGIN`] before SQS would delete it). A record older than the
+    /// retention by more than a day cannot have come from the queue, which would have deleted it:
+    /// a sample or replayed event, whose waits the retention does not bound.
+    fn left_before_expiry(&self, in_queue_for: Duration) -> Duration {
+        if in_queue_for > self.retention + REPLAYED_AFTER {
+            return Duration::MAX;
+        }
+        self.retention
+            .saturating_sub(in_queue_for)
+            .saturating_sub(RETENTION_MARGIN)
+    }
+}
 
 /// A record's fate. Every record of a batch gets exactly one.
 #[derive(Debug, Clone, PartialEq)]
@@ -196,6 +248,7 @@ pub(crate) struct Judge<'p> {
     report_only: bool,
     /// FIFO heads hold their group instead of being dead-lettered, up to this age.
     hold_for: Option<Duration>,
+    source: SourceQueue,
     blocked_groups: Vec<String>,
 }
 
@@ -207,8 +260,30 @@ impl<'p> Judge<'p> {
             fifo,
             report_only: false,
             hold_for: None,
+            source: SourceQueue::default(),
             blocked_groups: Vec::new(),
         }
+    }
+
+    /// The source queue's retention and visibility timeout, which bound FIFO waits in place.
+    #[must_use]
+    pub fn source(mut self, source: SourceQueue) -> Self {
+        self.source = source;
+        self
+    }
+
+    /// FIFO: whether `outcome` would have the record wait in place when its queue's retention is
+    /// less than [`RETENTION_MARGIN`] away: it is dead-lettered instead, before SQS deletes it.
+    pub fn expiring(&self, outcome: &Outcome, history: History) -> bool {
+        let waits = match outcome {
+            Outcome::NotDue(_) | Outcome::Held => true,
+            Outcome::Failed(error) => error.is_deferral() || error.class() == ErrorClass::Transient,
+            _ => false,
+        };
+        self.fifo
+            && !self.report_only
+            && waits
+            && self.source.left_before_expiry(history.in_queue_for) == Duration::ZERO
     }
 
     /// FIFO heads that would be dead-lettered hold their group in place instead, until they were
@@ -264,13 +339,14 @@ impl<'p> Judge<'p> {
             Fate::DeadLetter { .. }
                 if self.fifo
                     && !matches!(outcome, Outcome::ReleasedToDeadLetter)
+                    && !self.expiring(outcome, history)
                     && self
                         .hold_for
                         .is_some_and(|max_age| history.in_queue_for < max_age) =>
             {
                 Fate::GiveBack {
                     reason: GiveBackReason::Held,
-                    visibility: Some(MAX_IN_PLACE_WAIT),
+                    visibility: Some(self.in_place(history, self.source.max_in_place_wait())),
                 }
             }
             fate => fate,
@@ -301,8 +377,13 @@ impl<'p> Judge<'p> {
 
     fn fate(&self, outcome: &Outcome, history: History, jitter: impl FnOnce() -> f64) -> Fate {
         let give_back = |reason, visibility| Fate::GiveBack { reason, visibility };
-        let in_place =
-            |reason, wait: Duration| give_back(reason, Some(wait.min(MAX_IN_PLACE_WAIT)));
+        let in_place = |reason, wait| give_back(reason, Some(self.in_place(history, wait)));
+        if self.expiring(outcome, history) {
+            let tried = matches!(outcome, Outcome::Failed(error) if !error.is_deferral());
+            return Fate::DeadLetter {
+                attempts: history.attempts_before.saturating_add(u32::from(tried)),
+            };
+        }
         match outcome {
             Outcome::Succeeded => Fate::Done,
             Outcome::NotStarted => give_back(GiveBackReason::Deadline, None),
@@ -347,6 +428,12 @@ impl<'p> Judge<'p> {
                 }
             }
         }
+    }
+
+    /// `wait`, cut to what one delivery's visibility and the queue's retention allow.
+    fn in_place(&self, history: History, wait: Duration) -> Duration {
+        wait.min(self.source.max_in_place_wait())
+            .min(self.source.left_before_expiry(history.in_queue_for))
     }
 
     /// A FIFO deferral's wait in place: as long as the record has waited so far, so that the
@@ -677,12 +764,103 @@ mod tests {
             Outcome::Failed(Box::new(deferred)),
             Outcome::NotDue(Duration::from_secs(12 * 3600)),
         ] {
-            assert_eq!(visibility(&outcome), Some(MAX_IN_PLACE_WAIT));
+            assert_eq!(
+                visibility(&outcome),
+                Some(SourceQueue::default().max_in_place_wait())
+            );
         }
         let short = transient().retry_after(Duration::from_secs(3600));
         assert_eq!(
             visibility(&Outcome::Failed(Box::new(short.clone()))),
             Some(Duration::from_secs(3600))
+        );
+    }
+
+    /// Issue 42, item 4: a FIFO record waiting in place near its queue's retention (4 days by
+    /// default) was deleted by SQS with no DLQ copy; its waits now end an hour before the
+    /// retention, and inside that hour it is dead-lettered, with its attempts.
+    #[test]
+    fn a_fifo_wait_in_place_ends_before_the_queue_retention_deletes_the_record() {
+        let policy = RetryPolicy::default();
+        let retention = Duration::from_secs(4 * 86400);
+        let decide = |outcome: &Outcome, left: Duration| {
+            let history = History {
+                attempts_before: 1,
+                failing_for: Duration::ZERO,
+                in_queue_for: retention - left,
+            };
+            Judge::new(&policy, true)
+                .hold_for(Some(Duration::from_secs(3 * 86400)))
+                .decide(Some("a"), outcome, history, || 0.5)
+        };
+        let hour = Duration::from_secs(3600);
+        let deferred = || {
+            let error = RecordError::defer("circuit_open", 6 * hour);
+            Outcome::Failed(Box::new(error))
+        };
+        assert_eq!(
+            decide(&deferred(), 3 * hour),
+            Fate::GiveBack {
+                reason: GiveBackReason::FifoDefer,
+                visibility: Some(2 * hour),
+            }
+        );
+        let half_an_hour = hour / 2;
+        assert_eq!(
+            decide(&deferred(), half_an_hour),
+            Fate::DeadLetter { attempts: 1 }
+        );
+        let failed = Outcome::Failed(Box::new(transient()));
+        assert_eq!(
+            decide(&failed, half_an_hour),
+            Fate::DeadLetter { attempts: 2 }
+        );
+        assert_eq!(
+            decide(&Outcome::NotDue(hour), half_an_hour),
+            Fate::DeadLetter { attempts: 1 }
+        );
+        let permanent = Outcome::Failed(Box::new(RecordError::permanent("invalid", "no")));
+        assert_eq!(
+            decide(&permanent, half_an_hour),
+            Fate::DeadLetter { attempts: 2 }
+        );
+        // Older than the retention by days: a sample or replayed event, not bounded by it.
+        let replayed = History {
+            in_queue_for: retention + 2 * 24 * hour,
+            ..History::attempts(1)
+        };
+        assert!(matches!(
+            Judge::new(&policy, true).decide(Some("a"), &deferred(), replayed, || 0.5),
+            Fate::GiveBack {
+                reason: GiveBackReason::FifoDefer,
+                ..
+            }
+        ));
+    }
+
+    /// Issue 42, item 5: the wait in place assumed the visibility change within 20 minutes of the
+    /// receive; with a longer visibility timeout (Lambda retries a throttled batch that long) SQS
+    /// refused it. The wait now leaves the queue's visibility timeout off the 12 hours.
+    #[test]
+    fn a_fifo_wait_in_place_leaves_the_visibility_timeout_off_the_twelve_hours() {
+        let policy = RetryPolicy::default();
+        let source = SourceQueue {
+            visibility_timeout: Duration::from_secs(95 * 60),
+            ..SourceQueue::default()
+        };
+        let deferred = RecordError::defer("circuit_open", Duration::from_secs(13 * 3600));
+        let fate = Judge::new(&policy, true).source(source).decide(
+            Some("a"),
+            &Outcome::Failed(Box::new(deferred)),
+            History::default(),
+            || 0.5,
+        );
+        assert_eq!(
+            fate,
+            Fate::GiveBack {
+                reason: GiveBackReason::FifoDefer,
+                visibility: Some(Duration::from_secs(12 * 3600 - 95 * 60 - 60)),
+            }
         );
     }
 

@@ -41,7 +41,7 @@ pub use breaker::{BreakerSettings, CircuitBreaker};
 pub use config::Settings;
 pub use envelope::{Meta, DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE};
 pub use error::{BatchError, ConfigError, ErrorClass, PortError, RecordError};
-pub use fate::{Fate, GiveBackReason};
+pub use fate::{Fate, GiveBackReason, SourceQueue};
 pub use handler::{BatchHandler, Invocation, Message, RecordHandler};
 pub use metrics::BatchReport;
 pub use port::QueuePort;

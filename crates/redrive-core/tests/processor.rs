@@ -1219,7 +1219,10 @@ async fn with_hold_a_head_that_would_be_dead_lettered_holds_its_group_until_an_o
     };
     assert_eq!(
         changes[0],
-        ("rh-a1".to_owned(), redrive_core::fate::MAX_IN_PLACE_WAIT)
+        (
+            "rh-a1".to_owned(),
+            redrive_core::SourceQueue::default().max_in_place_wait()
+        )
     );
     let held = ledger.held().await.unwrap();
     assert_eq!(held.len(), 1);

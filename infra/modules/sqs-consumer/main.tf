@@ -99,6 +99,9 @@ module "function" {
     REDRIVE_CONCURRENCY  = tostring(var.record_concurrency)
     # Where the Deferred and TransientErrors alarms look.
     REDRIVE_METRICS_NAMESPACE = var.metrics_namespace
+    # A FIFO record's wait in place ends within 12 h of its receive and before the retention.
+    REDRIVE_SOURCE_RETENTION          = "${var.message_retention_seconds}s"
+    REDRIVE_SOURCE_VISIBILITY_TIMEOUT = "${var.visibility_timeout_seconds}s"
     }, {
     REDRIVE_FIFO_ON_DEAD_LETTER = var.fifo_on_dead_letter
     }, var.fifo_on_dead_letter != "hold" ? {} : {

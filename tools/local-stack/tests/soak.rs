@@ -1,6 +1,8 @@
 //! The short soak of `make test` (the full one is `make soak`): the invariant holds on every seed,
 //! and the faults really happened; on FIFO, effects also come in each group's order. Every run
 //! handles records concurrently (`SoakConfig::concurrency`).
+use std::time::Duration;
+
 use redrive_local::soak::{run_in_memory, run_on_moto, SoakConfig, SoakReport};
 
 fn check(report: &SoakReport) {
@@ -241,5 +243,34 @@ async fn fifo_attempts_stay_within_the_limit_with_the_ledger_on_dynamodb() {
     assert!(
         report.tries_checked && report.tries_beyond_limit == 0,
         "{report}"
+    );
+}
+
+/// Issue 42, item 4, on the faithful model: a FIFO outage (three hours) longer than the source
+/// queue's retention (two). Told the retention, as Terraform tells the function, the engine
+/// dead-letters each waiting record an hour before SQS would delete it (`retention_running_out`),
+/// and the redrive brings it home once the downstream is back: none expires, none is lost. Told a
+/// longer one (what every release before the fix assumed: no bound at all), the waits outlast the
+/// retention, and SQS deletes the records it holds: lost, and counted as expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_outage_longer_than_the_retention_expires_nothing() {
+    let messages = 500;
+    let config = SoakConfig {
+        retention: Duration::from_secs(2 * 3600),
+        ..SoakConfig::fifo_outage(messages, 23)
+    };
+    let told = run_in_memory(&config).await.unwrap();
+    println!("{told}");
+    assert!(told.holds(), "{told}");
+    assert_eq!((told.processed, told.expired), (messages, 0), "{told}");
+    let misconfigured = SoakConfig {
+        engine_retention: Some(Duration::from_secs(14 * 86400)),
+        ..config
+    };
+    let untold = run_in_memory(&misconfigured).await.unwrap();
+    println!("{untold}");
+    assert!(
+        untold.expired > 0 && untold.lost >= untold.expired,
+        "{untold}"
     );
 }

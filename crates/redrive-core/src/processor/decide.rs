@@ -51,6 +51,7 @@ impl<Q: QueuePort> Processor<Q> {
         Judge::new(&self.config.retry, fifo)
             .report_only(self.config.dlq_url.is_none())
             .hold_for(hold_for)
+            .source(self.config.source)
     }
 
     /// A generator for this batch's jitter, forked from the processor's (seedable) one.
@@ -73,9 +74,13 @@ fn decide(
     item: &Item<'_>,
     outcome: Outcome,
 ) -> Ruling {
+    let expiring = judge.expiring(&outcome, history);
     let fate = judge.decide(item.group(), &outcome, history, || rng.f64());
     // A deferral dead-lettered is one that outlasted the age limit: it says so.
     let error = match outcome {
+        _ if expiring && matches!(fate, Fate::DeadLetter { .. }) => Some(Box::new(
+            retention_running_out(outcome.error(), history.in_queue_for),
+        )),
         Outcome::Failed(error)
             if error.is_deferral() && matches!(fate, Fate::DeadLetter { .. }) =>
         {
@@ -109,6 +114,23 @@ fn attempts_used_up(receive_count: u32) -> RecordError {
             "received {receive_count} times, and the attempt ledger counts REDRIVE_MAX_ATTEMPTS \
              tries among them (a dead letter whose delete was lost, or receives with no try the \
              ledger missed)"
+        ),
+    )
+}
+
+/// The failure a FIFO record is dead-lettered with instead of waiting in place past its queue's
+/// retention: transient, so that the reprocessor may send it home; it says what it was waiting for.
+fn retention_running_out(waiting_for: Option<&RecordError>, in_queue_for: Duration) -> RecordError {
+    let in_queue_for = humantime::format_duration(Duration::from_secs(in_queue_for.as_secs()));
+    let waiting_for = waiting_for.map_or_else(
+        || "its turn".to_owned(),
+        |error| format!("{} ({})", error.kind(), error.message()),
+    );
+    RecordError::transient(
+        "retention_running_out",
+        format_args!(
+            "waiting for {waiting_for} {in_queue_for} after its send, within an hour of the source \
+             queue's retention (REDRIVE_SOURCE_RETENTION): dead-lettered before SQS deletes it"
         ),
     )
 }

@@ -22,7 +22,7 @@ use crate::carry::Courier;
 use crate::clock::{Budget, Clock, SystemClock};
 use crate::envelope::{Meta, Timestamp};
 use crate::error::BatchError;
-use crate::fate::{History, Outcome};
+use crate::fate::{History, Outcome, SourceQueue};
 use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus};
 use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
 use crate::metrics::BatchReport;
@@ -49,6 +49,8 @@ pub struct ProcessorConfig {
     pub concurrency: NonZeroUsize,
     /// What a FIFO record that would be dead-lettered means for its group.
     pub fifo_on_dead_letter: FifoOnDeadLetter,
+    /// The source queue's retention and visibility timeout, which bound FIFO waits in place.
+    pub source: SourceQueue,
 }
 
 /// The default bound on records in flight: a whole batch of Lambda's default size (10) and any
@@ -69,6 +71,7 @@ impl Default for ProcessorConfig {
             deadline_margin: Duration::from_secs(2),
             concurrency: DEFAULT_CONCURRENCY,
             fifo_on_dead_letter: FifoOnDeadLetter::Continue,
+            source: SourceQueue::default(),
         }
     }
 }

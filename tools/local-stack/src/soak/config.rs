@@ -66,6 +66,12 @@ pub struct SoakConfig {
     /// operator releases the held heads from time to time, and the order of every group's
     /// effects is checked to the end, the redrive included.
     pub fifo_on_dead_letter: FifoOnDeadLetter,
+    /// The source queues' `MessageRetentionPeriod` in the model (the DLQ keeps 14 days, as the
+    /// tfvars' do); the engine is told it, as Terraform tells the function.
+    pub retention: Duration,
+    /// A retention the engine is told instead of the queue's (a misconfigured function), to show
+    /// what the model does to waits that outlast the real one.
+    pub engine_retention: Option<Duration>,
 }
 
 /// The long-outage scenario's downstream.
@@ -113,6 +119,8 @@ impl SoakConfig {
             order_checked: true,
             second_source: false,
             fifo_on_dead_letter: FifoOnDeadLetter::Continue,
+            retention: crate::memory::DEFAULT_RETENTION,
+            engine_retention: None,
         }
     }
 
@@ -160,6 +168,7 @@ impl SoakConfig {
             fifo_on_dead_letter: FifoOnDeadLetter::Hold {
                 max_age: Duration::from_secs(13 * 86400),
             },
+            retention: Duration::from_secs(14 * 86400),
             max_receive_count: 120,
             ..self
         }

@@ -77,6 +77,10 @@ pub async fn run<Q: SoakQueues>(
                 deadline_margin: Duration::from_millis(5),
                 concurrency: config.concurrency,
                 fifo_on_dead_letter: config.fifo_on_dead_letter,
+                source: redrive::SourceQueue {
+                    retention: config.engine_retention.unwrap_or(config.retention),
+                    visibility_timeout: config.visibility,
+                },
             },
         )
         .with_clock(clock.clone())
@@ -441,8 +445,10 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report.dead_and_processed = dead.len() - dead_not_processed;
         report.in_dlq = dead.len();
         report.still_queued = queue.inner().depth(self.url).await?;
+        report.expired = queue.inner().expired(self.url) + queue.inner().expired(dlq);
         if let Some(second) = second {
             report.still_queued += queue.inner().depth(second.url).await?;
+            report.expired += queue.inner().expired(second.url);
         }
         report.lost = config
             .messages

@@ -34,6 +34,10 @@ pub trait SoakQueues: QueuePort {
         url: &str,
     ) -> impl std::future::Future<Output = Result<Vec<SqsRecord<'static>>, PortError>> + Send;
     fn clock(&self) -> Arc<dyn Clock>;
+    /// Messages SQS deleted from a queue at their retention. A server does not say: 0.
+    fn expired(&self, _url: &str) -> usize {
+        0
+    }
 }
 
 /// A port decorator that fails sends (whole calls and single entries, and calls that never answer,
@@ -286,5 +290,9 @@ impl SoakQueues for crate::memory::MemorySqs {
 
     fn clock(&self) -> Arc<dyn Clock> {
         crate::memory::MemorySqs::clock(self).clone()
+    }
+
+    fn expired(&self, url: &str) -> usize {
+        crate::memory::MemorySqs::expired(self, url).len()
     }
 }

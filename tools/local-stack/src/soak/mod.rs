@@ -34,9 +34,12 @@ pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError>
         crate::memory::MemorySqs::new(Arc::new(redrive::clock::ManualClock::at(1_763_790_000_000)));
     let suffix = config.suffix();
     let dlq_name = format!("soak-dlq{suffix}");
-    let (dlq, dlq_arn) = sqs.create(&dlq_name, QueueSpec::named(&dlq_name));
+    let dlq_spec = QueueSpec::named(&dlq_name).retaining(Duration::from_secs(14 * 86400));
+    let (dlq, dlq_arn) = sqs.create(&dlq_name, dlq_spec);
     let source = |name: String| {
-        let spec = QueueSpec::named(&name).dead_letters_to(&dlq_arn, config.max_receive_count);
+        let spec = QueueSpec::named(&name)
+            .dead_letters_to(&dlq_arn, config.max_receive_count)
+            .retaining(config.retention);
         sqs.create(&name, spec)
     };
     let (url, arn) = source(format!("soak{suffix}"));

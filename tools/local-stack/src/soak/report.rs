@@ -11,6 +11,9 @@ pub struct SoakReport {
     pub in_dlq_without_metadata: usize,
     pub still_queued: usize,
     pub lost: usize,
+    /// Messages SQS deleted at their retention before their fate (counted in `lost` too; only the
+    /// model can tell).
+    pub expired: usize,
     pub effects_more_than_once: usize,
     pub duplicates_absorbed: u64,
     pub duplicate_dead_letters: usize,
@@ -123,6 +126,11 @@ impl fmt::Display for SoakReport {
         )?;
         writeln!(f, "  still queued                {:>8}", self.still_queued)?;
         writeln!(f, "  lost                        {:>8}", self.lost)?;
+        writeln!(
+            f,
+            "  expired                     {:>8}  (deleted by SQS at the retention, before their fate)",
+            self.expired
+        )?;
         writeln!(
             f,
             "  taken from another source   {:>8}  (two sources sharing the DLQ: redriven to the wrong one)",

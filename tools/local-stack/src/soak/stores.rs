@@ -129,14 +129,34 @@ impl FaultyStore {
     }
 }
 
-/// The ledger's calls meet the store's faults: failed (half of them after the write took effect)
-/// and late.
+/// The ledger's calls meet the store's faults: failed (half of them after the write took effect;
+/// half of the failed reads answered in part instead) and late.
 impl AttemptLedger for FaultyStore {
     fn entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
-        Box::pin(self.call("BatchGetItem", self.inner.ledger().entries(message_ids)))
+        Box::pin(async move {
+            self.latency.wait().await;
+            let Some(partial) = self.fault() else {
+                return self.inner.ledger().entries(message_ids).await;
+            };
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            if !partial {
+                return Err(PortError::new(
+                    "BatchGetItem",
+                    "injected: ProvisionedThroughputExceededException",
+                ));
+            }
+            // A throttled BatchGetItem answers in part: every other key left in UnprocessedKeys.
+            let mut answer = self.inner.ledger().entries(message_ids).await?;
+            answer
+                .iter_mut()
+                .skip(1)
+                .step_by(2)
+                .for_each(|entry| *entry = None);
+            Ok(answer)
+        })
     }
     fn record_untried<'a>(
         &'a self,
