@@ -67,22 +67,9 @@ pub struct Server {
 }
 
 impl Server {
-    /// The server at `endpoint`, with the dummy credentials the local stack takes.
+    /// The server at `endpoint`.
     pub fn at(endpoint: &str) -> Self {
-        let config = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .http_client(redrive::sqs::https_client())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .endpoint_url(endpoint)
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "test",
-                "test",
-                None,
-                None,
-                "conformance",
-            ))
-            .build();
-        let client = aws_sdk_sqs::Client::from_conf(config);
+        let client = crate::sqs_client_at(endpoint);
         Self {
             port: SqsQueue::with_client(client.clone()),
             client,
@@ -147,6 +134,7 @@ enum ScenarioRun {
     DlqRetention { fifo: bool },
     FifoGroupReturnsInOrder,
     FifoGroupWaitsForItsHead,
+    FifoFollowersGivenBackWaitForTheirHead,
     DelayOnStandard,
     DelayPerMessageOnFifo,
     BatchOfEleven,
@@ -190,6 +178,12 @@ pub const SCENARIOS: &[Scenario] = &[
         documented: "no message of a group is received while an earlier one is in flight",
         source: "SQS developer guide, FIFO queue delivery logic",
         run: ScenarioRun::FifoGroupWaitsForItsHead,
+    },
+    Scenario {
+        name: "FIFO followers given back wait for their head",
+        documented: "a group's later messages made visible again stay behind an earlier one still in flight",
+        source: "SQS developer guide, FIFO queue delivery logic",
+        run: ScenarioRun::FifoFollowersGivenBackWaitForTheirHead,
     },
     Scenario {
         name: "DelaySeconds (standard)",
@@ -336,6 +330,33 @@ pub async fn run<L: Lab>(lab: &L, scenario: &Scenario, prefix: &str) -> Result<V
             Verdict::from_check(head == ["m0"] && behind.is_empty(), || {
                 format!("{head:?}, then {behind:?} while it was in flight")
             })
+        }
+        ScenarioRun::FifoFollowersGivenBackWaitForTheirHead => {
+            // What the engine does when a group's head fails: the head waits in place, the
+            // records behind it are given back at once.
+            let (name, spec) = fifo("");
+            let (url, _) = lab.create(&name, &spec).await?;
+            send(lab, &url, &["m0", "m1", "m2"], Some("g"), 0).await?;
+            let got = receive(lab, &url, 30).await?;
+            let handles = handles(&got);
+            let changes: Vec<VisibilityChange<'_>> = handles
+                .iter()
+                .enumerate()
+                .map(|(index, handle)| VisibilityChange {
+                    receipt_handle: handle,
+                    timeout: if index == 0 {
+                        Duration::from_secs(20)
+                    } else {
+                        Duration::ZERO
+                    },
+                })
+                .collect();
+            let refused = lab.change_visibility_batch(&url, &changes).await?;
+            let behind = bodies(&receive(lab, &url, 30).await?);
+            Verdict::from_check(
+                got.len() == 3 && refused.is_empty() && behind.is_empty(),
+                || format!("{behind:?} received while m0 was in flight"),
+            )
         }
         ScenarioRun::DelayOnStandard => {
             let (name, spec) = standard("");

@@ -28,3 +28,18 @@ impl Error {
 pub fn sqs_client() -> Client {
     Client::new(&redrive::sqs::sdk_config_from_env())
 }
+
+/// An SQS client for the local server at `endpoint` (LocalStack beside moto), with the dummy
+/// credentials the local stack takes.
+pub fn sqs_client_at(endpoint: &str) -> Client {
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .http_client(redrive::sqs::https_client())
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "local",
+        ))
+        .build();
+    Client::from_conf(config)
+}

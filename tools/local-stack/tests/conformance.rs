@@ -17,6 +17,7 @@ const KNOWN_DEVIATIONS: &[(&str, &str)] = &[
     (LOCALSTACK, "standard DLQ keeps the enqueue time"),
     (LOCALSTACK, "visibility within 12 hours of the receive"),
     (LOCALSTACK, "change on a message not in flight"),
+    (LOCALSTACK, "FIFO followers given back wait for their head"),
 ];
 
 const MODEL: &str = "model (MemorySqs)";

@@ -11,7 +11,7 @@
 //! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3] (`--help` says more)
 use std::process::ExitCode;
 
-use redrive_local::soak::{run_in_memory, run_on_moto, SoakConfig};
+use redrive_local::soak::{run_in_memory, run_on_localstack, run_on_moto, SoakConfig};
 
 /// The full fault-injection soak (`make soak`).
 #[derive(clap::Parser)]
@@ -23,6 +23,9 @@ struct Args {
     /// Messages per seed on moto (0 skips those runs).
     #[arg(long, default_value_t = 2_000)]
     moto: usize,
+    /// Messages per seed on LocalStack, when `tools/with-local-aws` started it (0 skips those runs).
+    #[arg(long, default_value_t = 2_000)]
+    localstack: usize,
     /// Seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3])]
     seeds: Vec<u64>,
@@ -81,6 +84,30 @@ async fn main() -> ExitCode {
                     None => on(SoakConfig::moto(args.moto, seed)),
                 };
                 match run_on_moto(&prefix, &config).await {
+                    Ok(report) => {
+                        println!("{report}\n");
+                        broken |= !report.holds();
+                    }
+                    Err(error) => {
+                        eprintln!("redrive-soak: {error}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            // LocalStack, the second implementation (its stores in memory; DynamoDB is moto's part).
+            // As on moto, the order is counted, not held: LocalStack hands out a group's records
+            // given back while their head is in flight (docs/reliability.md, the conformance table).
+            if let (true, Ok(endpoint)) = (
+                args.localstack > 0,
+                std::env::var("LOCALSTACK_ENDPOINT_URL"),
+            ) {
+                println!(
+                    "== LocalStack through the SDK, {kind}, {} messages, seed {seed}",
+                    args.localstack
+                );
+                let prefix = format!("soak-ls-{}-{seed}", std::process::id());
+                let config = on(SoakConfig::moto(args.localstack, seed));
+                match run_on_localstack(&endpoint, &prefix, &config).await {
                     Ok(report) => {
                         println!("{report}\n");
                         broken |= !report.holds();

@@ -52,9 +52,35 @@ pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError>
     run(sqs, (&url, &arn), second, &dlq, config).await
 }
 
-/// The moto run's queues (named after `prefix`), through the real SDK.
+/// The moto run's queues (named after `prefix`), through the real SDK; the idempotency keys and the
+/// ledger in a DynamoDB table on moto when the config names one.
 pub async fn run_on_moto(prefix: &str, config: &SoakConfig) -> Result<SoakReport, crate::Error> {
-    let client = crate::sqs_client();
+    if let Some(table) = &config.idempotency_table {
+        let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+        crate::provision::idempotency_table(&dynamodb, table).await?;
+    }
+    run_on_server(crate::sqs_client(), prefix, config).await
+}
+
+/// The same run on LocalStack at `endpoint`, the second implementation; the stores stay in memory.
+pub async fn run_on_localstack(
+    endpoint: &str,
+    prefix: &str,
+    config: &SoakConfig,
+) -> Result<SoakReport, crate::Error> {
+    if config.idempotency_table.is_some() {
+        return Err(crate::Error::Emulator(
+            "the LocalStack runs keep their stores in memory: no idempotency table".into(),
+        ));
+    }
+    run_on_server(crate::sqs_client_at(endpoint), prefix, config).await
+}
+
+async fn run_on_server(
+    client: aws_sdk_sqs::Client,
+    prefix: &str,
+    config: &SoakConfig,
+) -> Result<SoakReport, crate::Error> {
     let create =
         |name: String, attributes: Vec<(aws_sdk_sqs::types::QueueAttributeName, String)>| {
             let client = client.clone();
@@ -83,10 +109,6 @@ pub async fn run_on_moto(prefix: &str, config: &SoakConfig) -> Result<SoakReport
     let mut attributes = fifo;
     attributes.push((QueueAttributeName::RedrivePolicy, policy.to_string()));
     let (url, arn) = create(format!("{prefix}{suffix}"), attributes).await?;
-    if let Some(table) = &config.idempotency_table {
-        let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
-        crate::provision::idempotency_table(&dynamodb, table).await?;
-    }
     run(
         redrive::SqsQueue::with_client(client),
         (&url, &arn),
