@@ -140,6 +140,7 @@ pub async fn run<Q: SoakQueues>(
     report.slow_calls = queue.latency.delayed.load(Ordering::Relaxed)
         + store.latency.delayed.load(Ordering::Relaxed);
     report.throttled_visibility = queue.throttled.load(Ordering::Relaxed);
+    report.stopped_before_effect = planned.stopped_before_effect.load(Ordering::Relaxed);
     report.unconfirmed_completions = containers
         .iter()
         .map(Idempotent::unconfirmed_completions)
@@ -523,10 +524,10 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         let timeout = Duration::from_millis(5) + self.config.budget;
         let deadline = clock.now_ms() + duration_ms(timeout);
         let processing = self.processor.process(container, records, deadline);
-        tokio::time::timeout(timeout, processing)
-            .await
-            .ok()
-            .map(|processed| processed.expect("records carry message ids"))
+        let processed = tokio::time::timeout(timeout, processing).await.ok()?;
+        // An answer polled out only after the deadline (the timer and the answer ready together)
+        // is one Lambda never got: it stopped the invocation.
+        (clock.now_ms() <= deadline).then(|| processed.expect("records carry message ids"))
     }
 
     /// What the event source mapping does with an invocation's answer: deletes what did not fail;

@@ -30,6 +30,11 @@ pub struct PlannedHandler {
     /// Fresh sets of attempts an operator gave each held message (`dlq release`), by SQS message
     /// id (a FIFO message keeps its id while it waits in place).
     pub(super) fresh_sets: Mutex<HashMap<String, u32>>,
+    /// The clock invocations' deadlines are on (the queue's).
+    clock: Arc<dyn Clock>,
+    /// Handlers that reached their effect only after their invocation's deadline: Lambda had
+    /// stopped that invocation, so the effect never happens.
+    pub(super) stopped_before_effect: AtomicU64,
 }
 
 pub(super) struct DownstreamOutage {
@@ -111,6 +116,14 @@ impl RecordHandler for PlannedHandler {
             Plan::Slow if first => tokio::time::sleep(self.slow_for).await,
             _ => {}
         }
+        // Lambda stops an invocation at its deadline, and nothing it does afterwards happens. A
+        // task starved past the deadline (a loaded machine) is polled again with the driver's
+        // timer and the handler both ready, and the handler would go on: it is that invocation,
+        // stopped, and never returns.
+        if self.clock.now_ms() > message.invocation().deadline_ms {
+            self.stopped_before_effect.fetch_add(1, Ordering::Relaxed);
+            std::future::pending::<()>().await;
+        }
         if let (Some(group), Some(order)) = (body.group, self.group_order.lock().unwrap().as_mut())
         {
             let latest = order.entry(group.to_owned()).or_insert(body.seq);
@@ -152,6 +165,8 @@ impl PlannedHandler {
             wrong_source: AtomicU64::new(0),
             tries: Mutex::default(),
             fresh_sets: Mutex::default(),
+            clock: clock.clone(),
+            stopped_before_effect: AtomicU64::new(0),
             outage: config.outage.as_ref().map(|outage| DownstreamOutage {
                 breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
                 heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),

@@ -42,6 +42,9 @@ pub struct SoakReport {
     /// Invocations Lambda stopped at their deadline (the whole batch delivered again): the
     /// processor is to answer before it, whatever the calls do.
     pub timed_out: u64,
+    /// Handlers that came to their effect after their invocation's deadline (a starved task):
+    /// stopped there, as Lambda stops the invocation.
+    pub stopped_before_effect: u64,
     /// FIFO: effects that came before an earlier message of their group's (before the redrive,
     /// which brings dead letters home out of order by nature).
     pub out_of_order: u64,
@@ -199,8 +202,8 @@ impl fmt::Display for SoakReport {
         )?;
         writeln!(
             f,
-            "  timed out by Lambda         {:>8}  (the processor answered after its deadline)",
-            self.timed_out
+            "  timed out by Lambda         {:>8}  (the processor answered after its deadline; {} handlers stopped before their effect)",
+            self.timed_out, self.stopped_before_effect
         )?;
         if self.order_end_to_end {
             writeln!(
