@@ -82,6 +82,9 @@ struct Stored {
     first_received_ms: Option<u64>,
     /// The receive whose receipt handle is current: the 12-hour limit counts from it.
     received_ms: u64,
+    /// FIFO: when the message before it in its group left the queue (deleted or moved), so that it
+    /// could be delivered from then on.
+    head_since_ms: u64,
     visible_at_ms: u64,
     receives: u32,
     /// The queue SQS moved it from (`DeadLetterQueueSourceArn`).
@@ -125,6 +128,19 @@ impl Queue {
             true
         });
         self.next_expiry_ms = next;
+    }
+
+    /// The new first message of each of `groups`, one of whose messages just left, may be
+    /// delivered from `now`.
+    fn mark_heads(&mut self, groups: &[Option<String>], now: u64) {
+        if !self.spec.fifo {
+            return;
+        }
+        for group in groups {
+            if let Some(head) = self.messages.iter_mut().find(|m| &m.group == group) {
+                head.head_since_ms = head.head_since_ms.max(now);
+            }
+        }
     }
 
     fn admit(&mut self, message: Stored) {
@@ -235,14 +251,41 @@ impl MemorySqs {
         .flatten()
     }
 
-    /// When the next message of `url` becomes visible, if any is waiting. On a FIFO queue only
-    /// each group's earliest message counts: the later ones wait for it, visible or not.
-    pub fn next_visible_ms(&self, url: &str) -> Option<u64> {
+    /// The longest a message that a receive could take now has waited for one: a FIFO group's
+    /// first message, visible, or any visible message of a standard queue, counted from when it
+    /// became visible or arrived. Receives taking them keep it short; SQS's FIFO scan window, past
+    /// a large backlog of one group, lets it grow for every group behind.
+    pub fn longest_deliverable_wait(&self, url: &str) -> Duration {
+        let now = self.clock.now_ms();
         self.with_queue(url, |queue| {
             let mut groups_seen = HashSet::new();
             queue
                 .messages
                 .iter()
+                .filter(|m| !queue.spec.fifo || groups_seen.insert(m.group.as_deref()))
+                .filter(|m| m.visible_at_ms <= now)
+                .map(|m| {
+                    let since = m.visible_at_ms.max(m.arrived_ms).max(m.head_since_ms);
+                    Duration::from_millis(now.saturating_sub(since))
+                })
+                .max()
+        })
+        .flatten()
+        .unwrap_or_default()
+    }
+
+    /// When a receive of `url` could next return a message, if any is waiting. On a FIFO queue
+    /// only each group's earliest message counts (the later ones wait for it, visible or not), and
+    /// only within the scan window.
+    pub fn next_visible_ms(&self, url: &str) -> Option<u64> {
+        let window = self.state().fifo_scan_window;
+        self.with_queue(url, |queue| {
+            let mut groups_seen = HashSet::new();
+            let scanned = if queue.spec.fifo { window } else { usize::MAX };
+            queue
+                .messages
+                .iter()
+                .take(scanned)
                 .filter(|m| !queue.spec.fifo || groups_seen.insert(m.group.as_deref()))
                 .map(|m| m.visible_at_ms)
                 .min()
@@ -356,6 +399,7 @@ impl QueuePort for MemorySqs {
                 arrived_ms: now,
                 first_received_ms: None,
                 received_ms: now,
+                head_since_ms: now,
                 visible_at_ms: now + u64::from(message.delay_seconds) * 1000,
                 receives: 0,
                 moved_from: None,
@@ -487,6 +531,8 @@ impl QueuePort for MemorySqs {
             received.push(record_of(message));
             index += 1;
         }
+        let left_groups: Vec<Option<String>> = moved.iter().map(|m| m.group.clone()).collect();
+        queue.mark_heads(&left_groups, now);
         if let Some((dlq_arn, _)) = redrive {
             if let Some(dlq) = state.queues.values_mut().find(|q| q.arn == dlq_arn) {
                 for mut message in moved {
@@ -524,9 +570,15 @@ impl QueuePort for MemorySqs {
         // DeleteMessage, API reference: with an older receipt handle "the request will still
         // succeed, but the message might not be deleted". The harsher reading: it is not.
         let current: HashSet<&str> = receipt_handles.iter().copied().collect();
-        queue
-            .messages
-            .retain(|m| m.receipt.is_empty() || !current.contains(m.receipt.as_str()));
+        let mut left_groups = Vec::new();
+        queue.messages.retain(|m| {
+            let deleted = !m.receipt.is_empty() && current.contains(m.receipt.as_str());
+            if deleted {
+                left_groups.push(m.group.clone());
+            }
+            !deleted
+        });
+        queue.mark_heads(&left_groups, self.clock.now_ms());
         Ok(Vec::new())
     }
 }

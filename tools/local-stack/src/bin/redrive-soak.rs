@@ -144,6 +144,14 @@ async fn main() -> ExitCode {
                     ..SoakConfig::memory(messages, seed)
                 },
             ),
+            (
+                "FIFO, 8 groups, hold, a held group's backlog past a FIFO scan window of 100 \
+                 (issue 42 item 1, open: see the longest deliverable wait)",
+                SoakConfig {
+                    fifo_scan_window: 100,
+                    ..SoakConfig::memory(messages, seed).fifo(8).holding()
+                },
+            ),
         ];
         for (kind, config) in runs {
             println!("== in-memory SQS, {kind}, {messages} messages, seed {seed}");

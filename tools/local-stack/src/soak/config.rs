@@ -72,6 +72,9 @@ pub struct SoakConfig {
     /// A retention the engine is told instead of the queue's (a misconfigured function), to show
     /// what the model does to waits that outlast the real one.
     pub engine_retention: Option<Duration>,
+    /// How many messages the model's FIFO receive looks at (SQS: 120,000), smaller to pass it
+    /// with a soak's volume.
+    pub fifo_scan_window: usize,
 }
 
 /// The long-outage scenario's downstream.
@@ -121,6 +124,7 @@ impl SoakConfig {
             fifo_on_dead_letter: FifoOnDeadLetter::Continue,
             retention: crate::memory::DEFAULT_RETENTION,
             engine_retention: None,
+            fifo_scan_window: crate::memory::FIFO_SCAN_WINDOW,
         }
     }
 

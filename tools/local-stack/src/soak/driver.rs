@@ -100,6 +100,7 @@ pub async fn run<Q: SoakQueues>(
         ..SoakReport::default()
     };
     let sources = if second.is_some() { 2 } else { 1 };
+    let longest_deliverable_wait = AtomicU64::new(0);
     let mut drive = Driver {
         queue: &queue,
         processor: &processor,
@@ -113,6 +114,7 @@ pub async fn run<Q: SoakQueues>(
         // The operator's calls are not the consumers': no faults injected in them.
         ledger: store.inner.ledger(),
         fresh_sets: &planned.fresh_sets,
+        longest_deliverable_wait: &longest_deliverable_wait,
     };
     let mut second = second
         .zip(second_processor.as_ref())
@@ -141,6 +143,8 @@ pub async fn run<Q: SoakQueues>(
         + store.latency.delayed.load(Ordering::Relaxed);
     report.throttled_visibility = queue.throttled.load(Ordering::Relaxed);
     report.stopped_before_effect = planned.stopped_before_effect.load(Ordering::Relaxed);
+    report.longest_deliverable_wait =
+        Duration::from_millis(longest_deliverable_wait.load(Ordering::Relaxed));
     report.unconfirmed_completions = containers
         .iter()
         .map(Idempotent::unconfirmed_completions)
@@ -224,6 +228,8 @@ struct Driver<'a, Q, H> {
     ledger: &'a dyn AttemptLedger,
     /// Where the operator's fresh sets of attempts are counted (the handler's).
     fresh_sets: &'a Mutex<HashMap<String, u32>>,
+    /// The longest a deliverable message waited for a receive, in ms, sampled at each receive.
+    longest_deliverable_wait: &'a AtomicU64,
 }
 
 impl<'a, Q, H> Driver<'a, Q, H> {
@@ -500,6 +506,9 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
     }
 
     async fn receive(&self) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        let waited = self.queue.inner().longest_deliverable_wait(self.url);
+        self.longest_deliverable_wait
+            .fetch_max(duration_ms(waited), Ordering::Relaxed);
         let mut records = self
             .queue
             .receive(self.url, 10, self.config.visibility, Duration::ZERO)

@@ -38,6 +38,11 @@ pub trait SoakQueues: QueuePort {
     fn expired(&self, _url: &str) -> usize {
         0
     }
+    /// The longest a deliverable message has waited for a receive (the model's
+    /// `longest_deliverable_wait`). A server does not say: zero.
+    fn longest_deliverable_wait(&self, _url: &str) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// A port decorator that fails sends (whole calls and single entries, and calls that never answer,
@@ -294,5 +299,9 @@ impl SoakQueues for crate::memory::MemorySqs {
 
     fn expired(&self, url: &str) -> usize {
         crate::memory::MemorySqs::expired(self, url).len()
+    }
+
+    fn longest_deliverable_wait(&self, url: &str) -> Duration {
+        crate::memory::MemorySqs::longest_deliverable_wait(self, url)
     }
 }

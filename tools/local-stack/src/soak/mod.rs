@@ -31,7 +31,8 @@ pub use report::SoakReport;
 /// The in-memory run's queues: a source with a redrive policy to its DLQ.
 pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError> {
     let sqs =
-        crate::memory::MemorySqs::new(Arc::new(redrive::clock::ManualClock::at(1_763_790_000_000)));
+        crate::memory::MemorySqs::new(Arc::new(redrive::clock::ManualClock::at(1_763_790_000_000)))
+            .with_fifo_scan_window(config.fifo_scan_window);
     let suffix = config.suffix();
     let dlq_name = format!("soak-dlq{suffix}");
     let dlq_spec = QueueSpec::named(&dlq_name).retaining(Duration::from_secs(14 * 86400));

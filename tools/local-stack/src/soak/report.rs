@@ -45,6 +45,9 @@ pub struct SoakReport {
     /// Handlers that came to their effect after their invocation's deadline (a starved task):
     /// stopped there, as Lambda stops the invocation.
     pub stopped_before_effect: u64,
+    /// The longest a message a receive could have taken waited for one (the model only): SQS's
+    /// FIFO scan window behind one group's large backlog makes it grow for every other group.
+    pub longest_deliverable_wait: Duration,
     /// FIFO: effects that came before an earlier message of their group's (before the redrive,
     /// which brings dead letters home out of order by nature).
     pub out_of_order: u64,
@@ -204,6 +207,11 @@ impl fmt::Display for SoakReport {
             f,
             "  timed out by Lambda         {:>8}  (the processor answered after its deadline; {} handlers stopped before their effect)",
             self.timed_out, self.stopped_before_effect
+        )?;
+        writeln!(
+            f,
+            "  longest deliverable wait    {:>7}s  (a message a receive could take, waiting for one; in memory)",
+            self.longest_deliverable_wait.as_secs()
         )?;
         if self.order_end_to_end {
             writeln!(
