@@ -63,6 +63,13 @@ variable "managed_instances" {
     condition     = try(var.managed_instances.memory_gib_per_vcpu, null) == null ? true : contains([2, 4, 8], var.managed_instances.memory_gib_per_vcpu)
     error_message = "managed_instances.memory_gib_per_vcpu must be 2, 4 or 8 (GiB of memory per vCPU)."
   }
+
+  # Lambda developer guide, best practices for Managed Instances: "The minimum supported function
+  # size is 2GB and 1 vCPU"; at the memory-per-vCPU ratio, one vCPU takes that many GiB.
+  validation {
+    condition     = var.managed_instances == null || (var.function_memory_mb >= 2048 && var.function_memory_mb >= 1024 * coalesce(try(var.managed_instances.memory_gib_per_vcpu, null), 2))
+    error_message = "on Lambda Managed Instances function_memory_mb must be at least 2048 (2 GB) and at least 1024 x managed_instances.memory_gib_per_vcpu (one vCPU at the ratio; 2 unless set)."
+  }
 }
 
 variable "environment" {

@@ -258,18 +258,23 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
             .contains("names end in .fifo exactly when fifo is true"),
         "{fifo_mismatch}"
     );
-    // On Lambda Managed Instances.
+    // On Lambda Managed Instances: at least 2 GB and 1 vCPU at the ratio (Lambda developer
+    // guide, best practices for Managed Instances).
     const MEMORY: &str = "function_memory_mb         = 256";
-    let managed = |fields: &str| format!("{MEMORY}\n  managed_instances = {{ {fields} }}");
+    let sized = |memory_mb: u32, fields: &str| {
+        format!("function_memory_mb = {memory_mb}\n  managed_instances = {{ {fields} }}")
+    };
+    let managed = |fields: &str| sized(2048, fields);
     let provider = "capacity_provider_arn = \"arn:aws:lambda:eu-west-1:123456789012:capacity-provider:orders\"";
     assert_eq!(
         evaluate_example(
             "own-consumer",
             &main_tf("own-consumer").replacen(
                 MEMORY,
-                &managed(&format!(
-                    "{provider}, max_concurrency = 8, memory_gib_per_vcpu = 4"
-                )),
+                &sized(
+                    4096,
+                    &format!("{provider}, max_concurrency = 8, memory_gib_per_vcpu = 4")
+                ),
                 1
             )
         ),
@@ -295,6 +300,14 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
         (
             managed("capacity_provider_arn = \"arn:aws:ecs:eu-west-1:123456789012:capacity-provider/orders\""),
             "must be a Lambda capacity provider ARN",
+        ),
+        (
+            sized(256, provider),
+            "on Lambda Managed Instances function_memory_mb must be at least 2048",
+        ),
+        (
+            sized(2048, &format!("{provider}, memory_gib_per_vcpu = 4")),
+            "on Lambda Managed Instances function_memory_mb must be at least 2048",
         ),
     ];
     for (to, message) in &managed_broken {
