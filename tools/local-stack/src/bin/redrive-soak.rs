@@ -11,7 +11,7 @@
 //! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3] (`--help` says more)
 use std::process::ExitCode;
 
-use redrive_local::soak::{run_in_memory, run_on_localstack, run_on_moto, SoakConfig};
+use redrive_local::soak::{run_in_memory, run_on_localstack, run_on_moto, SoakConfig, SoakReport};
 
 /// The full fault-injection soak (`make soak`).
 #[derive(clap::Parser)]
@@ -60,16 +60,12 @@ async fn main() -> ExitCode {
                     "== in-memory SQS, {kind}, {} messages, seed {seed}",
                     args.memory
                 );
-                match run_in_memory(&on(SoakConfig::memory(args.memory, seed))).await {
-                    Ok(report) => {
-                        println!("{report}\n");
-                        broken |= !report.holds();
-                    }
-                    Err(error) => {
-                        eprintln!("redrive-soak: {error}");
-                        return ExitCode::FAILURE;
-                    }
-                }
+                let Some(holds) =
+                    held(run_in_memory(&on(SoakConfig::memory(args.memory, seed))).await)
+                else {
+                    return ExitCode::FAILURE;
+                };
+                broken |= !holds;
             }
             if args.moto > 0 {
                 println!(
@@ -83,16 +79,10 @@ async fn main() -> ExitCode {
                         .dynamodb(format!("{prefix}-idempotency")),
                     None => on(SoakConfig::moto(args.moto, seed)),
                 };
-                match run_on_moto(&prefix, &config).await {
-                    Ok(report) => {
-                        println!("{report}\n");
-                        broken |= !report.holds();
-                    }
-                    Err(error) => {
-                        eprintln!("redrive-soak: {error}");
-                        return ExitCode::FAILURE;
-                    }
-                }
+                let Some(holds) = held(run_on_moto(&prefix, &config).await) else {
+                    return ExitCode::FAILURE;
+                };
+                broken |= !holds;
             }
             // LocalStack, the second implementation (its stores in memory; DynamoDB is moto's part).
             // As on moto, the order is counted, not held: LocalStack hands out a group's records
@@ -107,16 +97,10 @@ async fn main() -> ExitCode {
                 );
                 let prefix = format!("soak-ls-{}-{seed}", std::process::id());
                 let config = on(SoakConfig::moto(args.localstack, seed));
-                match run_on_localstack(&endpoint, &prefix, &config).await {
-                    Ok(report) => {
-                        println!("{report}\n");
-                        broken |= !report.holds();
-                    }
-                    Err(error) => {
-                        eprintln!("redrive-soak: {error}");
-                        return ExitCode::FAILURE;
-                    }
-                }
+                let Some(holds) = held(run_on_localstack(&endpoint, &prefix, &config).await) else {
+                    return ExitCode::FAILURE;
+                };
+                broken |= !holds;
             }
         }
     }
@@ -179,5 +163,20 @@ async fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Prints a run's report and says whether its invariant holds; `None` when the run could not go on
+/// (said on stderr).
+fn held(run: Result<SoakReport, impl std::fmt::Display>) -> Option<bool> {
+    match run {
+        Ok(report) => {
+            println!("{report}\n");
+            Some(report.holds())
+        }
+        Err(error) => {
+            eprintln!("redrive-soak: {error}");
+            None
+        }
     }
 }
