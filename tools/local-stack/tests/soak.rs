@@ -309,10 +309,11 @@ async fn a_fifo_outage_longer_than_the_retention_expires_nothing() {
 
 /// Issue 42, item 1 (open), on the faithful model: SQS's FIFO receive looks at the first 120,000
 /// messages (here at 100, below the soak's 200 queued). While a group is held, its producer's later
-/// messages stay in the source queue; past the window, the other groups' messages wait as long as
-/// the held head's wait in place (about 12 hours) where, with the window far off, a message a
-/// receive could take never waits. This pins the defect: when a held group's backlog leaves the
-/// source queue, the second assertion becomes the bound the first one holds.
+/// messages stay in the source queue; past the window, the other groups' messages wait for a
+/// receive that could take them (until the operator's release, or the held head's wait in place of
+/// about 12 hours, whichever the run's timing brings first) where, with the window far off, such a
+/// message never waits. This pins the defect: when a held group's backlog leaves the source queue,
+/// the second assertion becomes the bound the first one holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_groups_backlog_past_the_scan_window_stalls_the_other_groups() {
     let config = SoakConfig::memory(3_000, 21).fifo(8).holding();
@@ -326,8 +327,5 @@ async fn a_held_groups_backlog_past_the_scan_window_stalls_the_other_groups() {
     };
     let stalled = run_in_memory(&narrow).await.unwrap();
     println!("{stalled}");
-    assert!(
-        stalled.longest_deliverable_wait > narrow.visibility * 10,
-        "{stalled}"
-    );
+    assert!(stalled.longest_deliverable_wait > Duration::ZERO, "{stalled}");
 }
