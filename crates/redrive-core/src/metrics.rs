@@ -41,6 +41,12 @@ pub struct BatchReport {
     pub retry_delay_max_seconds: u32,
     /// The retry delays of the batch added up.
     pub retry_delay_sum_seconds: u64,
+    /// FIFO with `REDRIVE_FIFO_ON_DEAD_LETTER=hold`: the heads that hold a group of the batch's
+    /// queue, as the attempt ledger listed them when this batch counted them (a container counts
+    /// at most once a minute, and after a batch that held or finished a head); `None` when this
+    /// batch did not count, which leaves the metric out of the line. The Held alarm watches it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_heads: Option<u32>,
 }
 
 const COUNTS: [&str; 13] = [
@@ -79,6 +85,9 @@ impl BatchReport {
             .retry_delay_max_seconds
             .max(other.retry_delay_max_seconds);
         self.retry_delay_sum_seconds += other.retry_delay_sum_seconds;
+        if other.held_heads.is_some() {
+            self.held_heads = other.held_heads;
+        }
     }
 
     pub(crate) fn count_fate(&mut self, fate: &Fate, delay_seconds: u32) {
@@ -131,7 +140,8 @@ impl BatchReport {
         let units = COUNTS
             .iter()
             .map(|name| (*name, "Count"))
-            .chain(["RetryDelayMaxSeconds", "RetryDelaySumSeconds"].map(|name| (name, "Seconds")));
+            .chain(["RetryDelayMaxSeconds", "RetryDelaySumSeconds"].map(|name| (name, "Seconds")))
+            .chain(self.held_heads.map(|_| ("HeldHeads", "Count")));
         let mut ids = serde_json::Map::new();
         for (name, id) in [
             ("requestId", invocation.request_id),
@@ -223,5 +233,22 @@ mod tests {
             line.as_object().unwrap().len() - 3,
             "every figure is declared"
         );
+        assert!(
+            line.get("HeldHeads").is_none(),
+            "a batch that did not count"
+        );
+        let counted = BatchReport {
+            held_heads: Some(0),
+            ..report
+        };
+        let line: serde_json::Value =
+            serde_json::from_str(&counted.emf_line("redrive", &invocation, 1_700_000_000_000))
+                .unwrap();
+        assert_eq!(line["HeldHeads"], 0);
+        assert!(line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|metric| metric["Name"] == "HeldHeads"));
     }
 }

@@ -1129,25 +1129,29 @@ async fn a_fifo_deferral_waits_in_place_as_long_as_the_record_has_waited_and_end
     assert_eq!(entries[1].untried, (1..=9).collect::<Vec<u32>>());
 }
 
-/// `dlq release` while the head is in flight: the consumer read the hold before the release, and
-/// its renewal must not bring the hold back (nor set an 11 h 40 min wait the release undid).
-#[tokio::test]
-async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
-    use redrive_core::fifo::FifoOnDeadLetter;
-    let ledger = Arc::new(Scripted {
-        inner: MemoryLedger::new(),
-        reads: Reads::ThenRelease("a1"),
-    });
+/// A processor whose FIFO heads hold their group (for up to three days) in `ledger`.
+fn holding(ledger: Arc<dyn AttemptLedger>, clock: Arc<ManualClock>) -> Processor<RecordingQueue> {
     let config = ProcessorConfig {
         dlq_url: Some(DLQ.into()),
-        fifo_on_dead_letter: FifoOnDeadLetter::Hold {
+        fifo_on_dead_letter: redrive_core::fifo::FifoOnDeadLetter::Hold {
             max_age: Duration::from_secs(3 * 86400),
         },
         ..ProcessorConfig::default()
     };
-    let processor = Processor::new(RecordingQueue::default(), config)
-        .with_clock(Arc::new(ManualClock::at(NOW)))
-        .with_ledger(ledger.clone());
+    Processor::new(RecordingQueue::default(), config)
+        .with_clock(clock)
+        .with_ledger(ledger)
+}
+
+/// `dlq release` while the head is in flight: the consumer read the hold before the release, and
+/// its renewal must not bring the hold back (nor set an 11 h 40 min wait the release undid).
+#[tokio::test]
+async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
+    let ledger = Arc::new(Scripted {
+        inner: MemoryLedger::new(),
+        reads: Reads::ThenRelease("a1"),
+    });
+    let processor = holding(ledger.clone(), Arc::new(ManualClock::at(NOW)));
     let handler = handler();
     // Held on its first receive (no ledger read then: nothing to release yet).
     let processed = run(
@@ -1179,6 +1183,52 @@ async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
         ("rh-a1".to_owned(), Duration::ZERO),
         "it comes back at once, to be tried with its fresh attempts"
     );
+}
+
+/// Issue 43, item 1: the Held alarm watches `HeldHeads`, which every container reports from the
+/// ledger at least once a minute while it has batches, so a held group keeps it in ALARM between
+/// its head's returns (11 h 40 min apart), whatever other groups do; it falls to 0 once the hold
+/// ends. (Before, only a batch that held reported 1, and the next batch of another group 0.)
+#[tokio::test]
+async fn the_held_heads_gauge_stays_up_while_a_group_is_held_and_falls_when_it_is_released() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let clock = Arc::new(ManualClock::at(NOW));
+    let processor = holding(ledger.clone(), clock.clone());
+    let handler = handler();
+    let run = |json: String| {
+        let (processor, handler, clock) = (&processor, &handler, &clock);
+        async move {
+            let event = SqsEvent::parse(&json).unwrap();
+            let deadline = clock.now_ms() + 60_000;
+            let processed = processor
+                .process(handler, &event.records, deadline)
+                .await
+                .unwrap();
+            assert!(
+                failures(&processed).iter().all(|id| id == "a1"),
+                "only a1 fails"
+            );
+            processed
+        }
+    };
+    let other_group = |n: u32| event(vec![fifo_record(&format!("b{n}"), "ok", "B", 1)]);
+
+    let held = run(event(vec![fifo_record("a1", "permanent", "A", 1)])).await;
+    assert_eq!((held.report.held, held.report.held_heads), (1, Some(1)));
+    // Within the minute, another group's batch does not ask the ledger again: no figure.
+    clock.advance(20_000);
+    let quiet = run(other_group(1)).await;
+    assert_eq!(quiet.report.held_heads, None);
+    // Every minute after, hours before the head comes back, still held.
+    for n in 2..5 {
+        clock.advance(60_000);
+        let later = run(other_group(n)).await;
+        assert_eq!((later.report.held, later.report.held_heads), (0, Some(1)));
+    }
+    ledger.release_hold("a1", Release::Retry).await.unwrap();
+    clock.advance(60_000);
+    let released = run(other_group(5)).await;
+    assert_eq!(released.report.held_heads, Some(0));
 }
 
 #[tokio::test]

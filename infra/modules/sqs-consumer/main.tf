@@ -235,14 +235,15 @@ locals {
       missing     = "ignore"
     }
     # Only with fifo_on_dead_letter = "hold" (the for_each leaves it out otherwise). A held head
-    # comes back only every 11 h 40 min: "ignore" keeps the alarm in ALARM between, and the first
-    # batch after `dlq release` without a hold ends it.
+    # comes back only every 11 h 40 min, so the gauge is the ledger's count of held heads, which
+    # every container reports at least once a minute while it has batches; "ignore" keeps the
+    # state through minutes without them. The first count after `dlq release` ends it.
     held = {
       description = "${var.name} holds a FIFO group on a record it could not handle: the group waits, in order, for an operator. Runbook: docs/runbook.md, 'A FIFO group is held'."
       namespace   = var.metrics_namespace
-      metric      = "Held"
+      metric      = "HeldHeads"
       dimensions  = { Function = module.function.function_name }
-      statistic   = "Sum"
+      statistic   = "Maximum"
       threshold   = 0
       missing     = "ignore"
     }

@@ -1,7 +1,8 @@
 //! The alarm rules fail on broken copies of `infra/`.
 
 use redrive_infra::rules::alarms::{
-    dlq_alarms, drained_dlqs, emf_alarm_states, mapping_metrics, metrics_namespaces, stream_alarms,
+    dlq_alarms, drained_dlqs, emf_alarm_states, gauge_alarms, mapping_metrics, metrics_namespaces,
+    stream_alarms,
 };
 use redrive_infra::{broken, CONSUMER};
 
@@ -134,5 +135,29 @@ fn a_mapping_whose_failed_invokes_nobody_watches_is_caught() {
     assert_eq!(
         mapping_metrics(&consumer),
         ["modules/sqs-consumer: consumer: counts its events but no alarm watches its failed invokes"]
+    );
+}
+
+/// Issue 43, item 1: the Held alarm on the per-batch count went OK at the next batch of another
+/// group while the group stayed held.
+#[test]
+fn a_held_alarm_on_the_per_batch_count_is_caught() {
+    let consumer = broken(
+        CONSUMER,
+        "metric      = \"HeldHeads\"\n      dimensions  = { Function = module.function.function_name }\n      statistic   = \"Maximum\"",
+        "metric      = \"Held\"\n      dimensions  = { Function = module.function.function_name }\n      statistic   = \"Sum\"",
+    );
+    assert_eq!(
+        gauge_alarms(&consumer),
+        ["modules/sqs-consumer: health[held]: watches Held, a per-batch count that falls to 0 while the state lasts: watch HeldHeads"]
+    );
+    let summed = broken(
+        CONSUMER,
+        "metric      = \"HeldHeads\"\n      dimensions  = { Function = module.function.function_name }\n      statistic   = \"Maximum\"",
+        "metric      = \"HeldHeads\"\n      dimensions  = { Function = module.function.function_name }\n      statistic   = \"Average\"",
+    );
+    assert_eq!(
+        gauge_alarms(&summed),
+        ["modules/sqs-consumer: health[held]: HeldHeads read with \"Average\", not Maximum"]
     );
 }

@@ -4,7 +4,8 @@ use std::path::Path;
 use hcl::Body;
 
 use redrive_infra::rules::alarms::{
-    dlq_alarms, drained_dlqs, emf_alarm_states, mapping_metrics, metrics_namespaces, stream_alarms,
+    dlq_alarms, drained_dlqs, emf_alarm_states, gauge_alarms, mapping_metrics, metrics_namespaces,
+    stream_alarms,
 };
 use redrive_infra::rules::consumers::{
     high_throughput_fifo, idempotency_window, mappings, recursion, redrive_sources_have_a_way_out,
@@ -40,6 +41,7 @@ fn the_configuration_keeps_every_rule() {
         ("first apply order", first_apply_order(&modules)),
         ("stream alarms", stream_alarms(&modules)),
         ("emf alarm states", emf_alarm_states(&modules)),
+        ("gauge alarms", gauge_alarms(&modules)),
         ("drained dlqs", drained_dlqs(&modules)),
         ("redrive sources", redrive_sources_have_a_way_out(&modules)),
         ("reserved names", reserved_names(&modules)),

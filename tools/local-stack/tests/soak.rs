@@ -327,5 +327,8 @@ async fn a_held_groups_backlog_past_the_scan_window_stalls_the_other_groups() {
     };
     let stalled = run_in_memory(&narrow).await.unwrap();
     println!("{stalled}");
-    assert!(stalled.longest_deliverable_wait > Duration::ZERO, "{stalled}");
+    assert!(
+        stalled.longest_deliverable_wait > Duration::ZERO,
+        "{stalled}"
+    );
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::decide::Ruling;
-use super::{Item, Processor};
+use super::{FifoOnDeadLetter, Item, Processor};
 use crate::backoff::{whole_seconds, MAX_DELAY_SECONDS};
 use crate::carry::{Destination, Outbox};
 use crate::clock::by_deadline;
@@ -20,6 +20,7 @@ use crate::fifo::{self, HeadStatus, Hold, LedgerWrite};
 use crate::handler::{Invocation, RecordHandler};
 use crate::metrics::BatchReport;
 use crate::port::{QueuePort, VisibilityChange};
+use crate::sync::lock;
 use redrive_event::Text;
 
 /// When a failure is recorded (ms since the epoch) and in which invocation.
@@ -84,6 +85,66 @@ impl<Q: QueuePort> Processor<Q> {
         }
         if self.ledger.is_some() {
             Box::pin(self.clear_finished_holds(items, rulings, deadline)).await;
+            report.held_heads = Box::pin(self.count_held_heads(items, rulings, deadline)).await;
+        }
+    }
+
+    /// With `hold`: the heads holding a group of this batch's queue, for the `HeldHeads` gauge
+    /// the Held alarm watches. A held head comes back only every 11 h 40 min, so a count from the
+    /// batches that hold would fall to zero at the next batch of another group: the ledger is
+    /// asked instead, at most once a minute per container, and after any batch that held or
+    /// finished a head. `None` when this batch did not count (or the ledger did not answer in
+    /// time): the line leaves the gauge out and the alarm keeps its state.
+    async fn count_held_heads(
+        &self,
+        items: &[Item<'_>],
+        rulings: &[Ruling],
+        deadline: Option<Instant>,
+    ) -> Option<u32> {
+        let Some(ledger) = &self.ledger else {
+            return None;
+        };
+        if !matches!(
+            self.config.fifo_on_dead_letter,
+            FifoOnDeadLetter::Hold { .. }
+        ) {
+            return None;
+        }
+        let now = self.clock.now_ms();
+        let changed = items.iter().zip(rulings).any(|(item, ruling)| {
+            let came_back_held = matches!(
+                item.head,
+                HeadStatus::Held | HeadStatus::ReleasedToDeadLetter
+            );
+            let newly_held = matches!(
+                ruling.fate,
+                Fate::GiveBack {
+                    reason: GiveBackReason::Held,
+                    ..
+                }
+            ) && !is_renewal(item, ruling);
+            came_back_held || newly_held
+        });
+        let due = lock(&self.held_counted_at)
+            .is_none_or(|at| now.saturating_sub(at) >= HELD_COUNT_EVERY_MS);
+        if !changed && !due {
+            return None;
+        }
+        let queue_arn = items
+            .iter()
+            .find_map(|item| item.record.event_source_arn.as_deref())
+            .unwrap_or_default();
+        match by_deadline(deadline, ledger.held()).await {
+            Some(Ok(held)) => {
+                *lock(&self.held_counted_at) = Some(now);
+                let of_this_queue = held.iter().filter(|(_, hold)| hold.queue_arn == queue_arn);
+                Some(u32::try_from(of_this_queue.count()).unwrap_or(u32::MAX))
+            }
+            Some(Err(error)) => {
+                tracing::warn!(%error, "held heads not counted: the HeldHeads gauge is left out of this batch's figures");
+                None
+            }
+            None => None,
         }
     }
 
@@ -359,6 +420,10 @@ impl<Q: QueuePort> Processor<Q> {
         meta
     }
 }
+
+/// How often a container counts the held heads for the `HeldHeads` gauge, at the most (the
+/// alarm's period is a minute).
+const HELD_COUNT_EVERY_MS: u64 = 60_000;
 
 /// What a batch's fates send and change.
 #[derive(Default)]

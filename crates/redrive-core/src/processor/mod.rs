@@ -97,6 +97,8 @@ pub struct Processor<Q> {
     clock: Arc<dyn Clock>,
     rng: Mutex<fastrand::Rng>,
     ledger: Option<Arc<dyn AttemptLedger>>,
+    /// When this container last counted the held heads (ms), for the `HeldHeads` gauge.
+    held_counted_at: Mutex<Option<u64>>,
 }
 
 /// A record ready for handling.
@@ -185,6 +187,7 @@ impl<Q: QueuePort> Processor<Q> {
             clock: Arc::new(SystemClock),
             rng: Mutex::new(fastrand::Rng::new()),
             ledger: None,
+            held_counted_at: Mutex::new(None),
         }
     }
 

@@ -135,62 +135,123 @@ pub fn emf_alarm_states(modules: &[Module]) -> Vec<String> {
             if namespace == "var.metrics_namespace" && missing != "\"ignore\"" {
                 violations.push(format!("{name}: treat_missing_data {missing}"));
             }
-            // A for_each over a local map: each entry names its namespace (and its treatment).
-            if namespace != "each.value.namespace" {
-                continue;
-            }
-            let entries = attr(alarm, "for_each").unwrap_or_default();
-            let local = entries.split("local.").nth(1).unwrap_or_default();
-            let local = local.split_whitespace().next().unwrap_or_default();
-            let Some(Expression::Object(map)) = module
-                .bodies
-                .iter()
-                .flat_map(|body| body.blocks())
-                .filter(|block| block.identifier() == "locals")
-                .flat_map(|block| block.body().attributes())
-                .find(|attribute| attribute.key() == local)
-                .map(|attribute| attribute.expr().clone())
-            else {
-                // Built by an expression: it must not hold our figures, which are checked per entry.
-                if module
-                    .local_of(&format!("local.{local}"))
-                    .contains("var.metrics_namespace")
-                {
-                    violations.push(format!("{name}: for_each over {entries}, not a local map"));
-                }
+            let Some(entries) = alarm_entries(module, alarm) else {
+                violations.push(format!(
+                    "{name}: for_each over {}, not a local map",
+                    attr(alarm, "for_each").unwrap_or_default()
+                ));
                 continue;
             };
-            for (key, entry) in map {
-                let Expression::Object(fields) = entry else {
-                    continue;
-                };
-                let field = |wanted: &str| {
-                    fields
-                        .iter()
-                        .find(
-                            |(k, _)| matches!(k, ObjectKey::Identifier(i) if i.as_str() == wanted),
-                        )
-                        .map(|(_, v)| text(v))
-                        .unwrap_or_default()
-                };
+            // A plain alarm's own fields were checked above.
+            for (key, field) in entries.into_iter().filter(|(key, _)| !key.is_empty()) {
                 let treatment = match missing.as_str() {
                     "each.value.missing" => field("missing"),
                     _ => missing.clone(),
                 };
                 if field("namespace") == "var.metrics_namespace" && treatment != "\"ignore\"" {
-                    violations.push(format!(
-                        "{name}[{}]: treat_missing_data {}",
-                        match key {
-                            ObjectKey::Identifier(i) => i.to_string(),
-                            other => other.to_string(),
-                        },
-                        treatment
-                    ));
+                    violations.push(format!("{name}[{key}]: treat_missing_data {treatment}"));
                 }
             }
         }
     }
     violations
+}
+
+/// Figures of ours that count what one batch did, and that an alarm would take for a state: `Held`
+/// counts the batches that hold a group, and the next batch of another group reports 0 while the
+/// group stays held (its head comes back every 11 h 40 min). Alarms watch the gauge instead.
+const FLEETING_COUNTS: [(&str, &str); 1] = [("Held", "HeldHeads")];
+
+/// No alarm watches a per-batch count as if it were a state ([`FLEETING_COUNTS`]), and the gauges
+/// that stand for them are read with `Maximum` (every container reports the whole count).
+pub fn gauge_alarms(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for alarm in module.blocks("resource", "aws_cloudwatch_metric_alarm") {
+            let name = format!("{}: {}", module.dir, label(alarm, 1));
+            let Some(entries) = alarm_entries(module, alarm) else {
+                continue;
+            };
+            let direct = |wanted: &str| attr(alarm, wanted).unwrap_or_default();
+            for (key, field) in entries {
+                let value = |wanted: &str, plain: &str| match direct(plain).as_str() {
+                    reference if reference.starts_with("each.value.") => field(wanted),
+                    _ => direct(plain),
+                };
+                let metric = value("metric", "metric_name");
+                let statistic = value("statistic", "statistic");
+                let name = if key.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{name}[{key}]")
+                };
+                for (count, gauge) in FLEETING_COUNTS {
+                    if metric == format!("\"{count}\"") {
+                        violations.push(format!(
+                            "{name}: watches {count}, a per-batch count that falls to 0 while the state lasts: watch {gauge}"
+                        ));
+                    }
+                    if metric == format!("\"{gauge}\"") && statistic != "\"Maximum\"" {
+                        violations.push(format!(
+                            "{name}: {gauge} read with {statistic}, not Maximum"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    violations
+}
+
+/// The entries an alarm resource stands for, each with a reader of its fields: one nameless entry
+/// for a plain alarm (whose fields are read from the resource), one per key of the local map a
+/// `for_each` runs over; `None` when the `for_each` is built by an expression that holds our
+/// figures, which could then not be checked per entry.
+#[allow(clippy::type_complexity)]
+fn alarm_entries<'m>(
+    module: &'m Module,
+    alarm: &'m Block,
+) -> Option<Vec<(String, Box<dyn Fn(&str) -> String + 'm>)>> {
+    if attr(alarm, "namespace").unwrap_or_default() != "each.value.namespace" {
+        let plain = move |wanted: &str| attr(alarm, wanted).unwrap_or_default();
+        return Some(vec![(String::new(), Box::new(plain))]);
+    }
+    let entries = attr(alarm, "for_each").unwrap_or_default();
+    let local = entries.split("local.").nth(1).unwrap_or_default();
+    let local = local.split_whitespace().next().unwrap_or_default();
+    let Some(Expression::Object(map)) = module
+        .bodies
+        .iter()
+        .flat_map(|body| body.blocks())
+        .filter(|block| block.identifier() == "locals")
+        .flat_map(|block| block.body().attributes())
+        .find(|attribute| attribute.key() == local)
+        .map(|attribute| attribute.expr().clone())
+    else {
+        let ours = module
+            .local_of(&format!("local.{local}"))
+            .contains("var.metrics_namespace");
+        return (!ours).then(Vec::new);
+    };
+    let mut found = Vec::new();
+    for (key, entry) in map {
+        let Expression::Object(fields) = entry else {
+            continue;
+        };
+        let key = match key {
+            ObjectKey::Identifier(i) => i.to_string(),
+            other => other.to_string(),
+        };
+        let field = move |wanted: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| matches!(k, ObjectKey::Identifier(i) if i.as_str() == wanted))
+                .map(|(_, v)| text(v))
+                .unwrap_or_default()
+        };
+        found.push((key, Box::new(field) as Box<dyn Fn(&str) -> String>));
+    }
+    Some(found)
 }
 
 /// The DLQs a function drains within seconds (the queues the EventBridge redrive reads) have

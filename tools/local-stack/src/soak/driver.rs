@@ -563,6 +563,18 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         }
         report.minutes[minute].0 += processed.report.deferred;
         report.minutes[minute].1 += processed.report.transient_errors;
+        if self.holds() {
+            let held = self.ledger.held().await?;
+            let held = held.iter().any(|(_, hold)| hold.queue_arn == self.arn);
+            if report.held_minutes.len() <= minute {
+                // Minutes without a batch: nothing counted, and the holds as they were.
+                let before = report.held_minutes.last().is_some_and(|&(_, held)| held);
+                report.held_minutes.resize(minute + 1, (None, before));
+            }
+            let (gauge, held_now) = &mut report.held_minutes[minute];
+            *gauge = (*gauge).max(processed.report.held_heads);
+            *held_now = held;
+        }
         let failed: Vec<&str> = processed
             .response
             .batch_item_failures

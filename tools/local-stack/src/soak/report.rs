@@ -82,7 +82,21 @@ pub struct SoakReport {
     /// Per minute of the run's clock: records deferred and transient errors (the EMF figures
     /// the consumer's alarms watch).
     pub minutes: Vec<(u32, u32)>,
+    /// Hold runs, per minute of the run's clock: the largest `HeldHeads` the batches reported
+    /// (`None`: none counted, the alarm keeps its state), and whether the ledger held a head of
+    /// the queue at the minute's last batch.
+    pub held_minutes: Vec<(Option<u32>, bool)>,
     pub elapsed: Duration,
+}
+
+/// The Held alarm (`HeldHeads` > 0, Maximum, one minute, missing data ignored) replayed over a
+/// hold run: minutes a head was held with the alarm OK (a page missed), and minutes in ALARM with
+/// nothing held (the lag of a container's count after a release).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldAlarm {
+    pub held: usize,
+    pub missed: usize,
+    pub late: usize,
 }
 
 /// The consumer's default alarm thresholds (`infra/redrive.auto.tfvars.json`).
@@ -109,7 +123,23 @@ impl SoakReport {
         )
     }
 
-    /// The invariant: nothing lost, no effect twice, nobody redriven beyond the cap.
+    /// The Held alarm replayed minute by minute over the run.
+    pub fn held_alarm(&self) -> HeldAlarm {
+        let mut alarm = false;
+        let mut replayed = HeldAlarm::default();
+        for &(gauge, held) in &self.held_minutes {
+            if let Some(gauge) = gauge {
+                alarm = gauge > 0;
+            }
+            replayed.held += usize::from(held);
+            replayed.missed += usize::from(held && !alarm);
+            replayed.late += usize::from(!held && alarm);
+        }
+        replayed
+    }
+
+    /// The invariant: nothing lost, no effect twice, nobody redriven beyond the cap, no held
+    /// group without its alarm.
     pub fn holds(&self) -> bool {
         self.lost == 0
             && self.effects_more_than_once == 0
@@ -118,6 +148,7 @@ impl SoakReport {
             && (self.out_of_order == 0 || !self.order_checked)
             && (self.tries_beyond_limit == 0 || !self.tries_checked)
             && self.wrong_source == 0
+            && self.held_alarm().missed == 0
     }
 }
 
@@ -268,6 +299,14 @@ impl fmt::Display for SoakReport {
             self.minutes.len(),
             if ok_at_end { "OK" } else { "ALARM" }
         )?;
+        if !self.held_minutes.is_empty() {
+            let held = self.held_alarm();
+            writeln!(
+                f,
+                "  held minutes unalarmed      {:>8}  (of {} minutes with a held head; HeldHeads > 0 in ALARM {} minutes after the holds ended)",
+                held.missed, held.held, held.late
+            )?;
+        }
         write!(
             f,
             "  invariant                   {:>8}  ({:.1} s)",
