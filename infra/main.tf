@@ -139,9 +139,10 @@ module "recovery" {
   # The stream's DLQ is not drained here: its on-failure records point into the stream, and its
   # dead letters name the stream as origin (README, "Kinesis").
   dlqs = { for key, consumer in module.consumer : key => {
-    url        = consumer.dlq_url
-    arn        = consumer.dlq_arn
-    origin_arn = consumer.queue_arn
+    url               = consumer.dlq_url
+    arn               = consumer.dlq_arn
+    origin_arn        = consumer.queue_arn
+    retention_seconds = consumer.dlq_message_retention_seconds
   } }
   event_sources = {
     target-dlq        = module.events.target_dlq_arn

@@ -303,6 +303,14 @@ impl SqsRecord<'_> {
             .and_then(|ms| ms.parse().ok())
     }
 
+    /// When this copy was sent to its queue (ms since the epoch), if SQS said.
+    pub fn sent_ms(&self) -> Option<u64> {
+        self.attributes
+            .sent_timestamp
+            .as_deref()
+            .and_then(|ms| ms.parse().ok())
+    }
+
     /// SQS's own count of deliveries of this copy (1 on the first delivery).
     pub fn receive_count(&self) -> u32 {
         self.attributes

@@ -281,6 +281,30 @@ resource "aws_cloudwatch_metric_alarm" "alerted" {
   ok_actions         = [var.alarm_topic_arn]
 }
 
+# What a run leaves in its DLQ (manual review, not yet due, the cap reached) is received by every
+# run, and SQS leaves a message received three times or more out of ApproximateAgeOfOldestMessage
+# (SQS developer guide, "Available CloudWatch metrics for Amazon SQS"): the DLQ's own age alarm
+# goes quiet. The reprocessor writes the age of the oldest message it left; a day before the DLQ's
+# retention deletes it (half the retention, for one of two days or less), a person is told.
+resource "aws_cloudwatch_metric_alarm" "left_expiring" {
+  for_each = var.dlqs
+
+  alarm_name          = "${var.name}-${each.key}-left-expiring"
+  alarm_description   = "A message the DLQ reprocessor leaves in ${each.value.url} is near the DLQ's retention (${each.value.retention_seconds} s), after which SQS deletes it unseen. Runbook: docs/runbook.md, 'DLQ message ageing'."
+  namespace           = var.metrics_namespace
+  metric_name         = "OldestLeftSeconds"
+  dimensions          = { Source = element(split(":", each.value.arn), 5) }
+  statistic           = "Maximum"
+  period              = 300
+  evaluation_periods  = 1
+  threshold           = max(each.value.retention_seconds - 86400, floor(each.value.retention_seconds / 2))
+  comparison_operator = "GreaterThanThreshold"
+  # Written once a run, as Alerted.
+  treat_missing_data = "ignore"
+  alarm_actions      = [var.alarm_topic_arn]
+  ok_actions         = [var.alarm_topic_arn]
+}
+
 module "reprocessor_failures_dlq_alarm" {
   source          = "../dlq-alarm"
   name            = "${var.name}-reprocessor-failures-dlq"

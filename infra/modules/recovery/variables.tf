@@ -64,19 +64,25 @@ variable "function_target_timeout_seconds" {
 }
 
 variable "dlqs" {
-  description = "DLQs to drain on the schedule, by a short key: URL, ARN, the origin queue ARN their messages go back to, and for a DLQ several queues share the other origins. Each gets a reprocessor of its own (<name>-<key>-dlq-redrive) that may send to those origins only."
+  description = "DLQs to drain on the schedule, by a short key: URL, ARN, the origin queue ARN their messages go back to, for a DLQ several queues share the other origins, and its retention (default 14 days). Each gets a reprocessor of its own (<name>-<key>-dlq-redrive) that may send to those origins only."
   type = map(object({
     url        = string
     arn        = string
     origin_arn = string
     # A DLQ several queues share: the other queues its messages may go home to.
     other_origin_arns = optional(list(string), [])
+    # Its MessageRetentionPeriod: the alarm on what the runs leave fires a day before it ends.
+    retention_seconds = optional(number, 1209600)
   }))
   nullable = false
 
   validation {
     condition     = alltrue([for dlq in values(var.dlqs) : startswith(dlq.arn, "arn:") && startswith(dlq.origin_arn, "arn:")])
     error_message = "Every DLQ needs its queue ARN and its origin queue ARN."
+  }
+  validation {
+    condition     = alltrue([for dlq in values(var.dlqs) : dlq.retention_seconds >= 60 && dlq.retention_seconds <= 1209600])
+    error_message = "Every DLQ's retention_seconds is its MessageRetentionPeriod: 60 to 1209600 (14 days)."
   }
   # Each DLQ's reprocessor is the function <name>-<key>-dlq-redrive, within modules/function's 55.
   validation {

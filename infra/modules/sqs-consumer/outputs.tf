@@ -23,6 +23,11 @@ output "queue_name" {
   value       = local.queue.name
 }
 
+output "dlq_message_retention_seconds" {
+  description = "The DLQ's retention, for the reprocessor's alarm on what it leaves there."
+  value       = var.dlq_message_retention_seconds
+}
+
 output "dlq_name" {
   description = "Name of the DLQ."
   value       = local.dlq.name

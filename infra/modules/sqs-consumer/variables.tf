@@ -123,13 +123,13 @@ variable "message_retention_seconds" {
 }
 
 variable "dlq_message_retention_seconds" {
-  description = "DLQ retention: longer than the source's (a standard DLQ keeps the original enqueue time)."
+  description = "DLQ retention. On a standard queue longer than the source's: a message SQS moves keeps its original enqueue time, which the DLQ's retention counts from; a FIFO DLQ counts from the move (SQS developer guide, \"Setting-up dead-letter queue retention\")."
   type        = number
   default     = 1209600
 
   validation {
-    condition     = var.dlq_message_retention_seconds > var.message_retention_seconds && var.dlq_message_retention_seconds <= 1209600
-    error_message = "dlq_message_retention_seconds must be longer than message_retention_seconds and at most 1209600."
+    condition     = (var.fifo || var.dlq_message_retention_seconds > var.message_retention_seconds) && var.dlq_message_retention_seconds >= 60 && var.dlq_message_retention_seconds <= 1209600
+    error_message = "dlq_message_retention_seconds must be 60 to 1209600 and, on a standard queue, longer than message_retention_seconds: SQS keeps a moved message's original enqueue time, so a shorter DLQ retention deletes it sooner than it seems."
   }
 }
 

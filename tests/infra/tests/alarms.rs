@@ -1,8 +1,8 @@
 //! The alarm rules fail on broken copies of `infra/`.
 
 use redrive_infra::rules::alarms::{
-    dlq_alarms, drained_dlqs, emf_alarm_states, gauge_alarms, mapping_metrics, metrics_namespaces,
-    stream_alarms,
+    dlq_alarms, drained_dlqs, emf_alarm_states, gauge_alarms, left_message_alarms, mapping_metrics,
+    metrics_namespaces, stream_alarms,
 };
 use redrive_infra::{broken, CONSUMER};
 
@@ -159,5 +159,19 @@ fn a_held_alarm_on_the_per_batch_count_is_caught() {
     assert_eq!(
         gauge_alarms(&summed),
         ["modules/sqs-consumer: health[held]: HeldHeads read with \"Average\", not Maximum"]
+    );
+}
+
+/// Issue 43, item 2: the DLQ's own age alarm cannot see what every reprocessor run receives again.
+#[test]
+fn a_reprocessed_dlq_whose_left_messages_age_unwatched_is_caught() {
+    let recovery = broken(
+        "modules/recovery/main.tf",
+        "metric_name         = \"OldestLeftSeconds\"",
+        "metric_name         = \"NotYet\"",
+    );
+    assert_eq!(
+        left_message_alarms(&recovery),
+        ["modules/recovery: no alarm on each DLQ's OldestLeftSeconds (Maximum): what the reprocessor leaves expires unseen"]
     );
 }

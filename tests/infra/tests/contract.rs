@@ -4,8 +4,8 @@ use std::path::Path;
 use hcl::Body;
 
 use redrive_infra::rules::alarms::{
-    dlq_alarms, drained_dlqs, emf_alarm_states, gauge_alarms, mapping_metrics, metrics_namespaces,
-    stream_alarms,
+    dlq_alarms, drained_dlqs, emf_alarm_states, gauge_alarms, left_message_alarms, mapping_metrics,
+    metrics_namespaces, stream_alarms,
 };
 use redrive_infra::rules::consumers::{
     high_throughput_fifo, idempotency_window, mappings, recursion, redrive_sources_have_a_way_out,
@@ -42,6 +42,7 @@ fn the_configuration_keeps_every_rule() {
         ("stream alarms", stream_alarms(&modules)),
         ("emf alarm states", emf_alarm_states(&modules)),
         ("gauge alarms", gauge_alarms(&modules)),
+        ("left message alarms", left_message_alarms(&modules)),
         ("drained dlqs", drained_dlqs(&modules)),
         ("redrive sources", redrive_sources_have_a_way_out(&modules)),
         ("reserved names", reserved_names(&modules)),
@@ -116,7 +117,7 @@ fn weakened_variable_rules_are_caught() {
     assert_eq!(variable_rules(&visibility).len(), 1);
     let retention = broken(
         CONSUMER_VARIABLES,
-        "var.dlq_message_retention_seconds > var.message_retention_seconds",
+        "var.fifo || var.dlq_message_retention_seconds > var.message_retention_seconds",
         "var.dlq_message_retention_seconds >= 60",
     );
     assert_eq!(

@@ -149,12 +149,7 @@ impl<'r> Item<'r> {
             let since = |ms: Option<u64>| {
                 Duration::from_millis(now_ms.saturating_sub(ms.unwrap_or(now_ms)))
             };
-            let sent_ms = self
-                .record
-                .attributes
-                .sent_timestamp
-                .as_deref()
-                .and_then(|ms| ms.parse().ok());
+            let sent_ms = self.record.sent_ms();
             let waiting_since = if ledger {
                 (self.head_since_s > 0).then_some(u64::from(self.head_since_s) * 1000)
             } else {

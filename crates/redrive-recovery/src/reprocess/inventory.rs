@@ -95,13 +95,10 @@ impl Inventory {
         let mut inventory = Self::default();
         for record in records {
             let meta = Meta::of(record).and_then(Result::ok);
-            let failed_at = meta.as_ref().map(|m| m.last_failure_at.0).or_else(|| {
-                record
-                    .attributes
-                    .sent_timestamp
-                    .as_deref()
-                    .and_then(|t| t.parse().ok())
-            });
+            let failed_at = meta
+                .as_ref()
+                .map(|m| m.last_failure_at.0)
+                .or_else(|| record.sent_ms());
             let count = |map: &mut BTreeMap<String, u32>, key: &str| {
                 *map.entry(key.to_owned()).or_default() += 1;
             };

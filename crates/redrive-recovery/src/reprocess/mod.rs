@@ -55,6 +55,11 @@ pub struct ReprocessSummary {
     pub by_class: BTreeMap<String, u32>,
     /// Whether the run stopped before the DLQ was empty (limit or deadline).
     pub stopped_early: bool,
+    /// The age, from its `SentTimestamp`, of the oldest message the run left in the DLQ (0 when
+    /// it left none). SQS leaves a message received three times or more out of
+    /// `ApproximateAgeOfOldestMessage`, and every run receives what it leaves: after three runs
+    /// only this figure sees it age towards the DLQ's retention.
+    pub oldest_left_seconds: u64,
 }
 
 impl ReprocessSummary {
@@ -72,11 +77,19 @@ impl ReprocessSummary {
             ("DeleteFailures", self.delete_failures),
         ];
         let queue = self.source.rsplit('/').next().unwrap_or_default();
+        let figures = figures
+            .map(|(name, value)| (name, value.into(), "Count"))
+            .into_iter()
+            .chain([(
+                "OldestLeftSeconds",
+                self.oldest_left_seconds.into(),
+                "Seconds",
+            )]);
         redrive_core::metrics::emf_line(
             namespace,
             ("Source", queue),
             timestamp_ms,
-            figures.map(|(name, value)| (name, value.into(), "Count")),
+            figures,
             serde_json::json!({ "DryRun": self.dry_run, "ByClass": self.by_class }),
         )
     }
@@ -196,12 +209,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
     ) -> Examined {
         summary.examined += 1;
         let now = self.clock.now_ms();
-        let sent_ms = record
-            .attributes
-            .sent_timestamp
-            .as_deref()
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(now);
+        let sent_ms = record.sent_ms().unwrap_or(now);
         let (decision, destination_arn) = match Meta::of(&record) {
             Some(Err(error)) => {
                 *summary.by_class.entry("unreadable".into()).or_default() += 1;
@@ -359,6 +367,11 @@ impl<Q: QueuePort> Reprocessor<Q> {
         let (mut done, mut stay) = (Vec::new(), Vec::new());
         for (examined, delete) in batch.iter().zip(delete) {
             let delete = delete && !plan.copy;
+            if !delete {
+                let sent_ms = examined.record.sent_ms().unwrap_or(now);
+                let age = Duration::from_millis(now.saturating_sub(sent_ms)).as_secs();
+                summary.oldest_left_seconds = summary.oldest_left_seconds.max(age);
+            }
             if let Some(handle) = examined.record.receipt_handle.as_deref() {
                 if delete {
                     done.push(handle)
@@ -403,12 +416,7 @@ fn redriven<'r>(
     let mut meta = match Meta::of(record) {
         Some(Ok(meta)) => meta,
         _ => {
-            let sent = record
-                .attributes
-                .sent_timestamp
-                .as_deref()
-                .and_then(|t| t.parse().ok())
-                .unwrap_or(now);
+            let sent = record.sent_ms().unwrap_or(now);
             Meta {
                 v: META_VERSION,
                 attempts: 0,
@@ -629,6 +637,37 @@ mod tests {
             .position(|c| matches!(c, Call::Delete { .. }));
         assert!(send_at < delete_at, "send first, delete after");
         assert_eq!(released(queue), ["rh-invalid", "rh-capped", "rh-recent"]);
+    }
+
+    /// Issue 43, item 2: what a run leaves is received again by every run, so SQS soon leaves it
+    /// out of `ApproximateAgeOfOldestMessage`; the run reports its age for the expiry alarm, and
+    /// only what it left (a message sent home older still does not count).
+    #[tokio::test]
+    async fn a_run_reports_the_age_of_the_oldest_message_it_left() {
+        let reprocessor = reprocessor(&settings());
+        let queue = reprocessor.queue();
+        let mut old_but_sent_home = dead_letter("due", Some(ErrorClass::Transient), 0);
+        old_but_sent_home.attributes.sent_timestamp =
+            Some(Text::from((NOW - 72 * HOUR).to_string()));
+        let mut left_longest = dead_letter("invalid", Some(ErrorClass::Permanent), 0);
+        left_longest.attributes.sent_timestamp = Some(Text::from((NOW - 9 * HOUR).to_string()));
+        queue.stock(
+            DLQ,
+            [
+                old_but_sent_home,
+                left_longest,
+                failed_ago("recent", Some(ErrorClass::Transient), 2, 10 * 60_000),
+            ],
+        );
+        let summary = reprocessor
+            .run(&plan(ReprocessCommand::default()), None, |_| {})
+            .await
+            .unwrap();
+        assert_eq!((summary.reprocessed, summary.examined), (1, 3));
+        assert_eq!(summary.oldest_left_seconds, 9 * 3600);
+        let line: serde_json::Value =
+            serde_json::from_str(&summary.emf_line("redrive", NOW)).unwrap();
+        assert_eq!(line["OldestLeftSeconds"], 9 * 3600);
     }
 
     #[tokio::test]
@@ -1052,7 +1091,7 @@ mod tests {
                 .as_array()
                 .unwrap()
                 .len(),
-            9
+            10
         );
     }
 }

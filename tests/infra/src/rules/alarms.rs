@@ -254,6 +254,34 @@ fn alarm_entries<'m>(
     Some(found)
 }
 
+/// Every DLQ the scheduled reprocessor drains (`var.dlqs`) has an alarm on the age of what the runs
+/// leave there (`OldestLeftSeconds`, Maximum): every run receives those messages again, and SQS
+/// leaves a message received three times out of the DLQ's `ApproximateAgeOfOldestMessage`, so
+/// nothing else sees them age towards the retention.
+pub fn left_message_alarms(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        let drains = module.blocks("variable", "dlqs").next().is_some();
+        if !drains {
+            continue;
+        }
+        let watched = module
+            .blocks("resource", "aws_cloudwatch_metric_alarm")
+            .any(|alarm| {
+                attr(alarm, "for_each").as_deref() == Some("var.dlqs")
+                    && attr(alarm, "metric_name").as_deref() == Some("\"OldestLeftSeconds\"")
+                    && attr(alarm, "statistic").as_deref() == Some("\"Maximum\"")
+            });
+        if !watched {
+            violations.push(format!(
+                "{}: no alarm on each DLQ's OldestLeftSeconds (Maximum): what the reprocessor leaves expires unseen",
+                module.dir
+            ));
+        }
+    }
+    violations
+}
+
 /// The DLQs a function drains within seconds (the queues the EventBridge redrive reads) have
 /// their arrivals alarmed (`drained = true`): their depth, sampled each minute, would rarely show
 /// a message.

@@ -18,13 +18,13 @@ pub fn validations(module: &Module, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// Visibility timeout >= 6 x function timeout + window; DLQ retention > source retention;
+/// Visibility timeout >= 6 x function timeout + window; DLQ retention > source retention (standard);
 /// maxReceiveCount >= 5 and above the code's attempt limit; stream records age out before the
 /// stream forgets them and retries are bounded.
 pub fn variable_rules(modules: &[Module]) -> Vec<String> {
     let required = [
         ("modules/sqs-consumer", "visibility_timeout_seconds", "var.visibility_timeout_seconds >= 6 * var.function_timeout_seconds + var.batching_window_seconds"),
-        ("modules/sqs-consumer", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
+        ("modules/sqs-consumer", "dlq_message_retention_seconds", "var.fifo || var.dlq_message_retention_seconds > var.message_retention_seconds"),
         ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count >= 5"),
         ("modules/sqs-consumer", "max_receive_count", "var.max_receive_count > var.max_attempts"),
         ("modules/sqs-consumer", "max_receive_count", "!var.fifo || var.batch_size == 1 || var.max_receive_count >= var.batch_size * (var.max_attempts + 1) + 21"),
