@@ -153,24 +153,52 @@ resource "aws_lambda_event_source_mapping" "consumer" {
   }
 }
 
-# Batches the mapping could not hand to the function (throttled, timed out, failed whole): with
-# partial batch responses a record-level failure is not one, so any is an incident.
+# Events the mapping could not hand to the function at all: the invoke itself failed (the role, a
+# deleted function or alias, the network, every invoke throttled). FailedInvokeEventCount also
+# counts every event of a partial batch response (Lambda developer guide, "Event source mapping
+# metrics"), and redrive answers with one whenever a record is given back, which a FIFO consumer
+# does on every in-place retry: alone, it would page on work going as designed. So it counts only in
+# a period in which the function ran no invocation (metric math IF and FILL; CloudWatch user guide,
+# "Using math expressions with CloudWatch metrics"). A function that runs and fails is Errors.
 resource "aws_cloudwatch_metric_alarm" "mapping_failed_invokes" {
   count = var.mapping_metrics && var.health_alarms ? 1 : 0
 
   alarm_name          = "${var.name}-mapping-failed-invokes"
-  alarm_description   = "The event source mapping of ${local.queue.name} failed to invoke ${var.name} with some events (throttled, timed out, a whole batch failed). Runbook: docs/runbook.md, 'Mapping failed invokes'."
-  namespace           = "AWS/Lambda"
-  metric_name         = "FailedInvokeEventCount"
-  dimensions          = { EventSourceMappingUUID = aws_lambda_event_source_mapping.consumer.uuid }
-  statistic           = "Sum"
-  period              = var.alarm_period_seconds
+  alarm_description   = "The event source mapping of ${local.queue.name} failed to invoke ${var.name} while the function ran no invocation (its role, a deleted function or alias, the network, every invoke throttled). Runbook: docs/runbook.md, 'Mapping failed invokes'."
   evaluation_periods  = 1
   threshold           = 0
   comparison_operator = "GreaterThanThreshold"
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
+
+  metric_query {
+    id          = "unhanded"
+    expression  = "IF(FILL(invocations, 0) == 0, FILL(failed, 0), 0)"
+    label       = "Events the mapping failed to invoke the function with, while it ran none"
+    return_data = true
+  }
+  metric_query {
+    id = "failed"
+    metric {
+      namespace   = "AWS/Lambda"
+      metric_name = "FailedInvokeEventCount"
+      dimensions  = { EventSourceMappingUUID = aws_lambda_event_source_mapping.consumer.uuid }
+      stat        = "Sum"
+      period      = var.alarm_period_seconds
+    }
+  }
+  metric_query {
+    id = "invocations"
+    metric {
+      namespace   = "AWS/Lambda"
+      metric_name = "Invocations"
+      dimensions  = { FunctionName = module.function.function_name }
+      stat        = "Sum"
+      period      = var.alarm_period_seconds
+    }
+  }
 }
 
 module "dlq_alarm" {

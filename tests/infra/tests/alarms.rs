@@ -129,8 +129,8 @@ fn a_drained_dlq_watched_only_by_its_depth_is_caught() {
 fn a_mapping_whose_failed_invokes_nobody_watches_is_caught() {
     let consumer = broken(
         CONSUMER,
-        "metric_name         = \"FailedInvokeEventCount\"",
-        "metric_name         = \"PolledEventCount\"",
+        "metric_name = \"FailedInvokeEventCount\"",
+        "metric_name = \"PolledEventCount\"",
     );
     assert_eq!(
         mapping_metrics(&consumer),
@@ -173,5 +173,20 @@ fn a_reprocessed_dlq_whose_left_messages_age_unwatched_is_caught() {
     assert_eq!(
         left_message_alarms(&recovery),
         ["modules/recovery: no alarm on each DLQ's OldestLeftSeconds (Maximum): what the reprocessor leaves expires unseen"]
+    );
+}
+
+/// Issue 43, item 3: FailedInvokeEventCount counts every event of a partial batch response, so the
+/// old alarm on it alone paged on every retry in place of a FIFO consumer.
+#[test]
+fn a_failed_invokes_alarm_that_counts_partial_batch_responses_is_caught() {
+    let ungated = broken(
+        CONSUMER,
+        "expression  = \"IF(FILL(invocations, 0) == 0, FILL(failed, 0), 0)\"",
+        "expression  = \"FILL(failed, 0)\"",
+    );
+    assert_eq!(
+        mapping_metrics(&ungated),
+        ["modules/sqs-consumer: mapping_failed_invokes: alarms on FailedInvokeEventCount alone, which counts every event of a partial batch response"]
     );
 }

@@ -3,7 +3,7 @@
 use hcl::{Block, Expression, ObjectKey};
 
 use crate::rules::consumers::{event_source_queues, present};
-use crate::{attr, label, text, Module};
+use crate::{attr, child, label, text, Module};
 
 /// Each DLQ (a queue whose resource name contains `dlq`) has exactly one `dlq-alarm`, and that
 /// module's alarm is ApproximateNumberOfMessagesVisible, Maximum, 60 s, > 0, notBreaching, with
@@ -335,8 +335,11 @@ pub fn metrics_namespaces(modules: &[Module]) -> Vec<String> {
     violations
 }
 
-/// A mapping that writes its own counts (`metrics_config`) is alarmed on the events it failed to
-/// hand to the function (`FailedInvokeEventCount`, by its UUID).
+/// A mapping whose events are counted (`metrics_config`) has an alarm on its
+/// `FailedInvokeEventCount`. With partial batch responses that figure counts every event a batch
+/// gives back (Lambda developer guide, "Event source mapping metrics"), which redrive does on every
+/// retry in place: such an alarm reads it only where the function ran no invocation (an `IF` over
+/// the function's `Invocations`), or it pages on work going as designed.
 pub fn mapping_metrics(modules: &[Module]) -> Vec<String> {
     let mut violations = Vec::new();
     for module in modules {
@@ -345,13 +348,43 @@ pub fn mapping_metrics(modules: &[Module]) -> Vec<String> {
                 b.identifier() == "metrics_config"
                     || (b.identifier() == "dynamic" && label(b, 0) == "metrics_config")
             });
+            let partial = attr(mapping, "function_response_types")
+                .is_some_and(|types| types.contains("ReportBatchItemFailures"));
             let uuid = format!("aws_lambda_event_source_mapping.{}.uuid", label(mapping, 1));
-            let alarmed = module
-                .blocks("resource", "aws_cloudwatch_metric_alarm")
-                .any(|alarm| {
-                    attr(alarm, "metric_name").as_deref() == Some("\"FailedInvokeEventCount\"")
-                        && attr(alarm, "dimensions").is_some_and(|d| d.contains(&uuid))
-                });
+            let failed_invokes = |metric: &Block| {
+                attr(metric, "metric_name").as_deref() == Some("\"FailedInvokeEventCount\"")
+                    && attr(metric, "dimensions").is_some_and(|d| d.contains(&uuid))
+            };
+            let mut alarmed = false;
+            for alarm in module.blocks("resource", "aws_cloudwatch_metric_alarm") {
+                let queries: Vec<&Block> = alarm
+                    .body()
+                    .blocks()
+                    .filter(|b| b.identifier() == "metric_query")
+                    .collect();
+                let queried = queries
+                    .iter()
+                    .filter_map(|query| child(query, "metric"))
+                    .any(failed_invokes);
+                if !failed_invokes(alarm) && !queried {
+                    continue;
+                }
+                alarmed = true;
+                let gated = queries.iter().any(|query| {
+                    child(query, "metric").is_some_and(|metric| {
+                        attr(metric, "metric_name").as_deref() == Some("\"Invocations\"")
+                    })
+                }) && queries
+                    .iter()
+                    .any(|query| attr(query, "expression").is_some_and(|e| e.contains("IF(")));
+                if partial && !gated {
+                    violations.push(format!(
+                        "{}: {}: alarms on FailedInvokeEventCount alone, which counts every event of a partial batch response",
+                        module.dir,
+                        label(alarm, 1)
+                    ));
+                }
+            }
             if counted && !alarmed {
                 violations.push(format!(
                     "{}: {}: counts its events but no alarm watches its failed invokes",
