@@ -5,8 +5,10 @@
 locals {
   # The rule: FailedInvocations, a target could not be reached (then the DLQ has the event);
   # InvocationsFailedToBeSentToDlq, not even the DLQ could be reached - events are being lost.
-  # The asynchronously invoked consumer: its on-failure destination could not be written to, or
-  # Lambda dropped events (too old, or retries used up with no destination): both lose events.
+  # The asynchronously invoked consumer: its on-failure destination could not be written to, and
+  # the event is lost. Not AsyncEventsDropped: Lambda sends a dropped event to the on-failure
+  # destination before it counts it (Lambda developer guide, "Asynchronous invocation metrics"),
+  # so with one it counts events kept in the failures queue, whose arrivals are alarmed already.
   alarms = merge(
     { for key, metric in {
       failed-invocations        = "FailedInvocations"
@@ -20,7 +22,6 @@ locals {
     } },
     { for key, metric in {
       destination-delivery-failures = "DestinationDeliveryFailures"
-      async-events-dropped          = "AsyncEventsDropped"
       } : "consumer-${key}" => {
       namespace   = "AWS/Lambda"
       metric      = metric

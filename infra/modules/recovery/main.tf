@@ -65,6 +65,25 @@ module "reprocessor" {
   ]
 }
 
+# A failed run's record could not be written to its on-failure destination: the failure is lost.
+resource "aws_cloudwatch_metric_alarm" "reprocessor_destination_delivery_failures" {
+  for_each = var.dlqs
+
+  alarm_name          = "${var.name}-${each.key}-dlq-redrive-destination-delivery-failures"
+  alarm_description   = "A failed run of ${module.reprocessor[each.key].function_name} could not be recorded in ${aws_sqs_queue.reprocessor_failures_dlq.name}. Runbook: docs/runbook.md, 'Asynchronous invocations lost'."
+  namespace           = "AWS/Lambda"
+  metric_name         = "DestinationDeliveryFailures"
+  dimensions          = { FunctionName = module.reprocessor[each.key].function_name }
+  statistic           = "Sum"
+  period              = 60
+  evaluation_periods  = 1
+  threshold           = 0
+  comparison_operator = "GreaterThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
+}
+
 resource "aws_lambda_function_event_invoke_config" "reprocessor" {
   for_each = var.dlqs
 

@@ -12,7 +12,7 @@ use redrive_infra::rules::consumers::{
     reservations,
 };
 use redrive_infra::rules::eventbridge::{
-    async_failures, bus_logging, event_targets, first_apply_order, schedules,
+    async_alarms, async_failures, bus_logging, event_targets, first_apply_order, schedules,
 };
 use redrive_infra::rules::iam::{
     iam, iam_names, qualified_invokes, sdk_actions, service_policies, statements,
@@ -32,6 +32,7 @@ fn the_configuration_keeps_every_rule() {
         ("iam", iam(&modules)),
         ("event targets", event_targets(&modules)),
         ("async failures", async_failures(&modules)),
+        ("async alarms", async_alarms(&modules)),
         ("recursion", recursion(&modules)),
         ("schedules", schedules(&modules)),
         ("idempotency window", idempotency_window(&modules)),

@@ -2,7 +2,7 @@
 
 use redrive_infra::broken;
 use redrive_infra::rules::eventbridge::{
-    async_failures, bus_logging, event_targets, first_apply_order, schedules,
+    async_alarms, async_failures, bus_logging, event_targets, first_apply_order, schedules,
 };
 
 #[test]
@@ -114,5 +114,29 @@ fn a_bus_whose_logs_go_nowhere_is_caught() {
     assert_eq!(
         bus_logging(&route),
         ["modules/eventbridge-route: bus: its logs go nowhere"]
+    );
+}
+
+/// Issue 43, item 4: with an on-failure destination, AsyncEventsDropped counts the events kept
+/// there, and the alarm said they were lost; what loses an event is DestinationDeliveryFailures.
+#[test]
+fn an_async_alarm_that_calls_kept_events_lost_or_misses_lost_ones_is_caught() {
+    let dropped = broken(
+        "modules/eventbridge-route/main.tf",
+        "destination-delivery-failures = \"DestinationDeliveryFailures\"\n",
+        "destination-delivery-failures = \"DestinationDeliveryFailures\"\n      async-events-dropped          = \"AsyncEventsDropped\"\n",
+    );
+    assert_eq!(
+        async_alarms(&dropped),
+        ["modules/eventbridge-route: alarms on AsyncEventsDropped, which counts the events its on-failure destination keeps"]
+    );
+    let unwatched = broken(
+        "modules/recovery/main.tf",
+        "metric_name         = \"DestinationDeliveryFailures\"",
+        "metric_name         = \"Invocations\"",
+    );
+    assert_eq!(
+        async_alarms(&unwatched),
+        ["modules/recovery: invokes asynchronously but no alarm watches DestinationDeliveryFailures"]
     );
 }

@@ -99,6 +99,41 @@ pub fn async_failures(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// A module that invokes a function asynchronously with an on-failure destination alarms on
+/// `DestinationDeliveryFailures` (the failure record lost) and not on `AsyncEventsDropped`, which
+/// with a destination counts the events kept there (Lambda developer guide, "Asynchronous
+/// invocation metrics") and called them lost.
+pub fn async_alarms(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        let asynchronous = module
+            .blocks("resource", "aws_lambda_function_event_invoke_config")
+            .next()
+            .is_some();
+        if !asynchronous {
+            continue;
+        }
+        let text: String = module
+            .bodies
+            .iter()
+            .map(|body| hcl::format::to_string(body).unwrap_or_default())
+            .collect();
+        if !text.contains("\"DestinationDeliveryFailures\"") {
+            violations.push(format!(
+                "{}: invokes asynchronously but no alarm watches DestinationDeliveryFailures",
+                module.dir
+            ));
+        }
+        if text.contains("\"AsyncEventsDropped\"") {
+            violations.push(format!(
+                "{}: alarms on AsyncEventsDropped, which counts the events its on-failure destination keeps",
+                module.dir
+            ));
+        }
+    }
+    violations
+}
+
 /// A scheduled reprocessor command names no `destination`: that would send every message of a DLQ
 /// to one queue, and one DLQ may serve several sources. The queue the schedule was made for is
 /// its `fallbackDestination`, for messages that name no origin.
