@@ -40,6 +40,12 @@ resource "aws_iam_role" "function" {
   name               = "${var.name}-${local.region_code}"
   assume_role_policy = data.aws_iam_policy_document.assume.json
   tags               = var.tags
+
+  # A renamed role (the region code, a new name_prefix) is made before the old one goes, so the
+  # function is never left without one mid-apply (docs/deployment.md, "Upgrading").
+  lifecycle {
+    create_before_destroy = true
+  }
 }
 
 # Least privilege: the caller names every queue, stream and function (no AWS managed policy).
@@ -69,6 +75,11 @@ resource "aws_iam_role_policy" "function" {
   name   = "${var.name}-function"
   role   = aws_iam_role.function.id
   policy = data.aws_iam_policy_document.function.json
+
+  # Made on the new role before the old role goes (see the role).
+  lifecycle {
+    create_before_destroy = true
+  }
 }
 
 resource "aws_lambda_function" "function" {

@@ -140,6 +140,12 @@ locals {
 resource "aws_iam_role" "scheduler" {
   name               = "${var.name}-scheduler-${local.region_code}"
   assume_role_policy = data.aws_iam_policy_document.scheduler_assume.json
+
+  # A renamed role (the region code, a new name_prefix) is made before the old one goes, so the
+  # schedules are never left without one mid-apply (docs/deployment.md, "Upgrading").
+  lifecycle {
+    create_before_destroy = true
+  }
 }
 
 data "aws_iam_policy_document" "scheduler" {
@@ -162,6 +168,11 @@ resource "aws_iam_role_policy" "scheduler" {
   name   = "${var.name}-scheduler"
   role   = aws_iam_role.scheduler.id
   policy = data.aws_iam_policy_document.scheduler.json
+
+  # Made on the new role before the old role goes (see the role).
+  lifecycle {
+    create_before_destroy = true
+  }
 }
 
 # One schedule per DLQ; its input is the reprocessor's command (README, "Redrive").

@@ -1,6 +1,8 @@
 //! The IAM rules fail on broken copies of `infra/`.
 
-use redrive_infra::rules::iam::{iam, iam_names, qualified_invokes, sdk_actions, service_policies};
+use redrive_infra::rules::iam::{
+    iam, iam_names, qualified_invokes, replaceable_roles, sdk_actions, service_policies,
+};
 use redrive_infra::{broken, parse, sources, CONSUMER};
 
 #[test]
@@ -109,5 +111,20 @@ fn a_service_policy_scoped_only_to_the_account_or_open_to_plain_http_is_caught()
     assert_eq!(
         service_policies(&trust),
         ["modules/recovery: scheduler_assume: [ \"scheduler.amazonaws.com\" ] is scoped to the account, not to the stack's sources"]
+    );
+}
+
+/// Issue 43, item 5: a role renamed by an upgrade (the region code) was destroyed before its
+/// replacement was made, leaving every function without permissions mid-apply.
+#[test]
+fn a_role_replaced_destroy_first_is_caught() {
+    let function = broken(
+        "modules/function/main.tf",
+        "  # A renamed role (the region code, a new name_prefix) is made before the old one goes, so the\n  # function is never left without one mid-apply (docs/deployment.md, \"Upgrading\").\n  lifecycle {\n    create_before_destroy = true\n  }\n",
+        "",
+    );
+    assert_eq!(
+        replaceable_roles(&function),
+        ["modules/function: aws_iam_role.function: replaced destroy-first (no create_before_destroy)"]
     );
 }

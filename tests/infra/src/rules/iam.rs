@@ -117,6 +117,30 @@ pub fn iam(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// Every IAM role and inline policy is replaced create-before-destroy: a role's name changes with
+/// the region code or the name prefix, and destroyed first it would leave its function or schedule
+/// without permissions in the middle of an apply.
+pub fn replaceable_roles(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for kind in ["aws_iam_role", "aws_iam_role_policy"] {
+            for resource in module.blocks("resource", kind) {
+                let before = child(resource, "lifecycle")
+                    .and_then(|lifecycle| attr(lifecycle, "create_before_destroy"))
+                    .is_some_and(|value| value == "true");
+                if !before {
+                    violations.push(format!(
+                        "{}: {kind}.{}: replaced destroy-first (no create_before_destroy)",
+                        module.dir,
+                        label(resource, 1)
+                    ));
+                }
+            }
+        }
+    }
+    violations
+}
+
 /// A function invoked by an ARN taken from a failure record is named qualified (`:$LATEST`, a
 /// version, an alias), and IAM matches such an invoke only against a qualified resource: a grant
 /// on ARNs passed in must cover `<arn>:*` as well.
