@@ -90,6 +90,7 @@ locals {
     "eventbridge-redrive",
     "eventbridge-redrive-function",
     "orders-events",
+    "orders-events-bus-log-delivery",
     "orders-events-bus-logs",
     "orders-events-consumer",
     "orders-events-consumer-failures-dlq",

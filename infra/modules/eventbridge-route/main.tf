@@ -73,11 +73,86 @@ resource "aws_cloudwatch_log_delivery_destination" "bus" {
   }
 }
 
-resource "aws_cloudwatch_log_delivery" "bus" {
-  for_each = aws_cloudwatch_log_delivery_source.bus
+data "aws_caller_identity" "current" {}
 
-  delivery_source_name     = each.value.name
+data "aws_partition" "current" {}
+
+data "aws_region" "current" {}
+
+# The log group lets the log delivery service write (CloudWatch Logs user guide, "Logs sent to
+# CloudWatch Logs": the log group's resource policy). Left to AWS, the policy is written at the
+# first delivery only if the account's 10 resource policies per region and their size leave room;
+# else the logs never arrive and nothing says so.
+data "aws_iam_policy_document" "bus_log_delivery" {
+  count = length(local.bus_log_types) > 0 ? 1 : 0
+
+  statement {
+    sid       = "AWSLogDeliveryWrite"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    resources = ["${aws_cloudwatch_log_group.bus[0].arn}:log-stream:*"]
+    principals {
+      type        = "Service"
+      identifiers = ["delivery.logs.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
+    }
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = ["arn:${data.aws_partition.current.partition}:logs:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:*"]
+    }
+  }
+}
+
+resource "aws_cloudwatch_log_resource_policy" "bus" {
+  count = length(local.bus_log_types) > 0 ? 1 : 0
+
+  policy_name     = "${var.name}-bus-log-delivery"
+  policy_document = data.aws_iam_policy_document.bus_log_delivery[0].json
+}
+
+# One delivery per log type, made one after the other: deliveries to one destination made at once
+# fail with a ConflictException (the provider applies them in parallel).
+resource "aws_cloudwatch_log_delivery" "bus_error" {
+  count = contains(local.bus_log_types, "ERROR_LOGS") ? 1 : 0
+
+  delivery_source_name     = aws_cloudwatch_log_delivery_source.bus["ERROR_LOGS"].name
   delivery_destination_arn = aws_cloudwatch_log_delivery_destination.bus[0].arn
+  depends_on               = [aws_cloudwatch_log_resource_policy.bus]
+}
+
+resource "aws_cloudwatch_log_delivery" "bus_info" {
+  count = contains(local.bus_log_types, "INFO_LOGS") ? 1 : 0
+
+  delivery_source_name     = aws_cloudwatch_log_delivery_source.bus["INFO_LOGS"].name
+  delivery_destination_arn = aws_cloudwatch_log_delivery_destination.bus[0].arn
+  depends_on               = [aws_cloudwatch_log_delivery.bus_error]
+}
+
+resource "aws_cloudwatch_log_delivery" "bus_trace" {
+  count = contains(local.bus_log_types, "TRACE_LOGS") ? 1 : 0
+
+  delivery_source_name     = aws_cloudwatch_log_delivery_source.bus["TRACE_LOGS"].name
+  delivery_destination_arn = aws_cloudwatch_log_delivery_destination.bus[0].arn
+  depends_on               = [aws_cloudwatch_log_delivery.bus_info]
+}
+
+moved {
+  from = aws_cloudwatch_log_delivery.bus["ERROR_LOGS"]
+  to   = aws_cloudwatch_log_delivery.bus_error[0]
+}
+
+moved {
+  from = aws_cloudwatch_log_delivery.bus["INFO_LOGS"]
+  to   = aws_cloudwatch_log_delivery.bus_info[0]
+}
+
+moved {
+  from = aws_cloudwatch_log_delivery.bus["TRACE_LOGS"]
+  to   = aws_cloudwatch_log_delivery.bus_trace[0]
 }
 
 resource "aws_cloudwatch_event_rule" "route" {

@@ -24,8 +24,8 @@ fn an_event_target_without_retry_dlq_or_queue_policy_is_caught() {
     );
     let open = broken(
         route,
-        "      variable = \"aws:SourceArn\"",
-        "      variable = \"aws:SourceAccount\"",
+        "      test     = \"ArnEquals\"\n      variable = \"aws:SourceArn\"",
+        "      test     = \"ArnEquals\"\n      variable = \"aws:SourceAccount\"",
     );
     assert_eq!(event_targets(&open).len(), 2, "{:?}", event_targets(&open));
     let no_policy = broken(route, "resource \"aws_sqs_queue_policy\" \"target_dlq\" {\n  queue_url = aws_sqs_queue.target_dlq.id", "resource \"aws_sqs_queue_policy\" \"target_dlq\" {\n  queue_url = aws_sqs_queue.target.id");
@@ -138,5 +138,29 @@ fn an_async_alarm_that_calls_kept_events_lost_or_misses_lost_ones_is_caught() {
     assert_eq!(
         async_alarms(&unwatched),
         ["modules/recovery: invokes asynchronously but no alarm watches DestinationDeliveryFailures"]
+    );
+}
+
+/// Issue 43, item 7: without the log group's resource policy the bus's logs may never arrive, and
+/// deliveries made at once to one destination conflict.
+#[test]
+fn bus_logs_without_a_resource_policy_or_with_parallel_deliveries_are_caught() {
+    let unordered = broken(
+        "modules/eventbridge-route/main.tf",
+        "  depends_on               = [aws_cloudwatch_log_delivery.bus_error]\n",
+        "",
+    );
+    assert_eq!(
+        bus_logging(&unordered),
+        ["modules/eventbridge-route: log deliveries made at once (bus_error, bus_info): each after the one before"]
+    );
+    let unpolicied = broken(
+        "modules/eventbridge-route/main.tf",
+        "resource \"aws_cloudwatch_log_resource_policy\" \"bus\"",
+        "resource \"aws_cloudwatch_log_stream\" \"bus\"",
+    );
+    assert_eq!(
+        bus_logging(&unpolicied),
+        ["modules/eventbridge-route: delivers logs to a log group with no resource policy for delivery.logs.amazonaws.com"]
     );
 }

@@ -178,6 +178,38 @@ pub fn bus_logging(modules: &[Module]) -> Vec<String> {
                 ));
             }
         }
+        let deliveries: Vec<&Block> = module
+            .blocks("resource", "aws_cloudwatch_log_delivery")
+            .collect();
+        if deliveries.is_empty() {
+            continue;
+        }
+        if module
+            .blocks("resource", "aws_cloudwatch_log_resource_policy")
+            .next()
+            .is_none()
+        {
+            violations.push(format!(
+                "{}: delivers logs to a log group with no resource policy for delivery.logs.amazonaws.com",
+                module.dir
+            ));
+        }
+        let unordered: Vec<&str> = deliveries
+            .iter()
+            .filter(|delivery| {
+                present(delivery, "for_each")
+                    || !attr(delivery, "depends_on")
+                        .is_some_and(|d| d.contains("aws_cloudwatch_log_delivery."))
+            })
+            .map(|delivery| label(delivery, 1))
+            .collect();
+        if unordered.len() > 1 || deliveries.iter().any(|d| present(d, "for_each")) {
+            violations.push(format!(
+                "{}: log deliveries made at once ({}): each after the one before",
+                module.dir,
+                unordered.join(", ")
+            ));
+        }
     }
     violations
 }
