@@ -130,6 +130,8 @@ resource "aws_scheduler_schedule_group" "reprocess" {
 
 locals {
   schedule_arn_prefix = "arn:${data.aws_partition.current.partition}:scheduler:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:schedule"
+  # Every reprocessor of this stack (module.reprocessor's names); the schedules invoke them unqualified.
+  reprocessor_arn_pattern = "arn:${data.aws_partition.current.partition}:lambda:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:function:${var.name}-*-dlq-redrive"
 }
 
 locals {
@@ -148,13 +150,15 @@ resource "aws_iam_role" "scheduler" {
   }
 }
 
+# The reprocessors by their name pattern (<name>-<key>-dlq-redrive), not one ARN each: listed, the
+# policy grows with every DLQ past IAM's 10,240 characters for a role's inline policies near 90.
 data "aws_iam_policy_document" "scheduler" {
   dynamic "statement" {
     for_each = length(var.dlqs) == 0 ? [] : [1]
     content {
       sid       = "InvokeReprocessors"
       actions   = ["lambda:InvokeFunction"]
-      resources = [for reprocessor in module.reprocessor : reprocessor.function_arn]
+      resources = [local.reprocessor_arn_pattern]
     }
   }
   statement {

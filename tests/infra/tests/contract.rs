@@ -15,7 +15,8 @@ use redrive_infra::rules::eventbridge::{
     async_alarms, async_failures, bus_logging, event_targets, first_apply_order, schedules,
 };
 use redrive_infra::rules::iam::{
-    iam, iam_names, qualified_invokes, replaceable_roles, sdk_actions, service_policies, statements,
+    growing_policies, iam, iam_names, qualified_invokes, replaceable_roles, sdk_actions,
+    service_policies, statements,
 };
 use redrive_infra::rules::modules::{module_calls, variable_rules};
 use redrive_infra::rules::names::{global_names, reserved_names};
@@ -28,6 +29,7 @@ fn the_configuration_keeps_every_rule() {
         ("dlq alarms", dlq_alarms(&modules)),
         ("qualified invokes", qualified_invokes(&modules)),
         ("replaceable roles", replaceable_roles(&modules)),
+        ("growing policies", growing_policies(&modules)),
         ("mappings", mappings(&modules)),
         ("variable rules", variable_rules(&modules)),
         ("iam", iam(&modules)),

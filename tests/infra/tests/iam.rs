@@ -1,7 +1,8 @@
 //! The IAM rules fail on broken copies of `infra/`.
 
 use redrive_infra::rules::iam::{
-    iam, iam_names, qualified_invokes, replaceable_roles, sdk_actions, service_policies,
+    growing_policies, iam, iam_names, qualified_invokes, replaceable_roles, sdk_actions,
+    service_policies,
 };
 use redrive_infra::{broken, parse, sources, CONSUMER};
 
@@ -27,7 +28,7 @@ fn wildcard_iam_is_caught() {
     assert_eq!(iam(&conditional).len(), 1, "{:?}", iam(&conditional));
     let scheduler = broken(
         "modules/recovery/main.tf",
-        "resources = [for reprocessor in module.reprocessor : reprocessor.function_arn]",
+        "resources = [local.reprocessor_arn_pattern]",
         "resources = [\"*\"]",
     );
     assert_eq!(iam(&scheduler).len(), 1, "{:?}", iam(&scheduler));
@@ -127,4 +128,18 @@ fn a_role_replaced_destroy_first_is_caught() {
         replaceable_roles(&function),
         ["modules/function: aws_iam_role.function: replaced destroy-first (no create_before_destroy)"]
     );
+}
+
+/// Issue 43, item 8: the scheduler's policy listed one function ARN per DLQ and passed IAM's
+/// 10,240 characters near 90 DLQs.
+#[test]
+fn a_policy_that_grows_with_every_dlq_is_caught() {
+    let listed = broken(
+        "modules/recovery/main.tf",
+        "resources = [local.reprocessor_arn_pattern]",
+        "resources = [for reprocessor in module.reprocessor : reprocessor.function_arn]",
+    );
+    let found = growing_policies(&listed);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("modules/recovery scheduler "), "{found:?}");
 }

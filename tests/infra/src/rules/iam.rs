@@ -117,6 +117,21 @@ pub fn iam(modules: &[Module]) -> Vec<String> {
     violations
 }
 
+/// No statement lists every instance of a `for_each` module (`[for x in module.y : ...]`): the
+/// policy grows with the caller's map, past IAM's 10,240 characters for a role's inline policies;
+/// a name pattern stays one line.
+pub fn growing_policies(modules: &[Module]) -> Vec<String> {
+    statements(modules)
+        .into_iter()
+        .filter(|(_, _, resources, _)| {
+            resources.contains("[for ") && resources.contains(" in module.")
+        })
+        .map(|(where_, _, resources, _)| {
+            format!("{where_}: lists a resource per module instance ({resources}): a name pattern")
+        })
+        .collect()
+}
+
 /// Every IAM role and inline policy is replaced create-before-destroy: a role's name changes with
 /// the region code or the name prefix, and destroyed first it would leave its function or schedule
 /// without permissions in the middle of an apply.
