@@ -141,5 +141,8 @@ fn a_policy_that_grows_with_every_dlq_is_caught() {
     );
     let found = growing_policies(&listed);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert!(found[0].starts_with("modules/recovery scheduler "), "{found:?}");
+    assert!(
+        found[0].starts_with("modules/recovery scheduler "),
+        "{found:?}"
+    );
 }
