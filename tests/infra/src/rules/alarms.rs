@@ -162,7 +162,7 @@ pub fn emf_alarm_states(modules: &[Module]) -> Vec<String> {
 /// group stays held (its head comes back every 11 h 40 min). Alarms watch the gauge instead.
 const FLEETING_COUNTS: [(&str, &str); 1] = [("Held", "HeldHeads")];
 
-/// No alarm watches a per-batch count as if it were a state ([`FLEETING_COUNTS`]), and the gauges
+/// No alarm watches a per-batch count as if it were a state (`FLEETING_COUNTS`), and the gauges
 /// that stand for them are read with `Maximum` (every container reports the whole count).
 pub fn gauge_alarms(modules: &[Module]) -> Vec<String> {
     let mut violations = Vec::new();
