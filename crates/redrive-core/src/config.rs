@@ -56,6 +56,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("REDRIVE_BREAKER_OPEN_FOR", "30s"),
     ("REDRIVE_METRICS_NAMESPACE", "redrive"),
     (
+        "REDRIVE_WORKER_THREADS",
+        "(unset: the vCPUs with AWS_LAMBDA_MAX_CONCURRENCY above 1, else 1) threads of the function's runtime (1 to 256)",
+    ),
+    (
         "REDRIVE_IDEMPOTENCY_TABLE",
         "(unset: none) DynamoDB table of the shared idempotency store",
     ),

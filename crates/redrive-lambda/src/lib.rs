@@ -35,6 +35,48 @@ pub enum BatchResponse {
     Kinesis(KinesisEventResponse),
 }
 
+/// The tokio runtime a function's `main` runs on: one thread where Lambda runs one invocation at
+/// a time (a single malloc arena keeps a warm container's memory flat), and as many worker
+/// threads as the instance has vCPUs on Lambda Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY`
+/// above 1), where the invocations in flight would otherwise share one core. Each invocation
+/// stays a task of its own, with its own task-local scope. `REDRIVE_WORKER_THREADS` overrides
+/// the count (1 to 256).
+///
+/// ```no_run
+/// fn main() -> Result<(), redrive_lambda::Error> {
+///     redrive_lambda::runtime()?.block_on(async { Ok(()) })
+/// }
+/// ```
+pub fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    let vcpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let threads = worker_threads(|name| std::env::var(name).ok(), vcpus)?;
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    };
+    Ok(builder.enable_all().build()?)
+}
+
+/// The worker threads [`runtime`] starts, from the environment (`lookup`) and the vCPUs.
+fn worker_threads(lookup: impl Fn(&str) -> Option<String>, vcpus: usize) -> Result<usize, Error> {
+    if let Some(value) = lookup("REDRIVE_WORKER_THREADS") {
+        return match value.trim().parse::<usize>() {
+            Ok(threads @ 1..=256) => Ok(threads),
+            _ => Err(format!(
+                "REDRIVE_WORKER_THREADS={value:?}: a number of threads from 1 to 256"
+            )
+            .into()),
+        };
+    }
+    let concurrent = lookup("AWS_LAMBDA_MAX_CONCURRENCY")
+        .and_then(|value| value.trim().parse::<usize>().ok())
+        .is_some_and(|max| max > 1);
+    Ok(if concurrent { vcpus.max(1) } else { 1 })
+}
+
 /// Runs a queue consumer, everything but the record handler: JSON tracing, the settings from the
 /// environment (a wrong one stops the function with the variable named), a processor on a lazily
 /// configured SQS client, and for every SQS or Kinesis batch the partial batch response and one
@@ -58,9 +100,8 @@ pub enum BatchResponse {
 ///     }
 /// }
 ///
-/// #[tokio::main(flavor = "current_thread")]
-/// async fn main() -> Result<(), redrive_lambda::Error> {
-///     redrive_lambda::consume(|_settings| Ok(Orders)).await
+/// fn main() -> Result<(), redrive_lambda::Error> {
+///     redrive_lambda::runtime()?.block_on(redrive_lambda::consume(|_settings| Ok(Orders)))
 /// }
 /// ```
 pub async fn consume<H, F>(make_handler: F) -> Result<(), lambda_runtime::Error>
@@ -331,7 +372,46 @@ pub fn absolute_deadline(deadline_ms: u64, now_ms: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::absolute_deadline;
+    use super::{absolute_deadline, worker_threads};
+
+    /// Issue 43, item 11: on Managed Instances the invocations in flight get every vCPU, elsewhere
+    /// one thread as before; an operator's count wins, and a wrong one stops the function.
+    #[test]
+    fn worker_threads_follow_the_instance_only_where_lambda_runs_invocations_at_once() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| (*value).to_owned())
+            }
+        };
+        assert_eq!(worker_threads(env(&[]), 4).unwrap(), 1);
+        assert_eq!(
+            worker_threads(env(&[("AWS_LAMBDA_MAX_CONCURRENCY", "1")]), 4).unwrap(),
+            1
+        );
+        assert_eq!(
+            worker_threads(env(&[("AWS_LAMBDA_MAX_CONCURRENCY", "8")]), 4).unwrap(),
+            4
+        );
+        assert_eq!(
+            worker_threads(
+                env(&[
+                    ("AWS_LAMBDA_MAX_CONCURRENCY", "8"),
+                    ("REDRIVE_WORKER_THREADS", "1")
+                ]),
+                4
+            )
+            .unwrap(),
+            1
+        );
+        let wrong = worker_threads(env(&[("REDRIVE_WORKER_THREADS", "0")]), 4).unwrap_err();
+        assert!(
+            wrong.to_string().contains("REDRIVE_WORKER_THREADS"),
+            "{wrong}"
+        );
+    }
 
     #[test]
     fn a_relative_deadline_from_cargo_lambda_watch_is_made_absolute() {

@@ -42,6 +42,10 @@ pub const KNOBS: &[(&str, &str)] = &[
         "unset: amounts above this are declined (permanent)",
     ),
     ("PAYMENTS_LATENCY", "0ms: time each call takes"),
+    (
+        "PAYMENTS_WORK",
+        "0ms: CPU time each call spends busy (signing, a fraud score), on the invocation's thread",
+    ),
     ("PAYMENTS_SEED", "random: seed of the failure-rate dice"),
 ];
 
@@ -55,6 +59,7 @@ pub struct SimulatedPayments {
     pub poison_orders: Vec<String>,
     pub decline_above: Option<f64>,
     pub latency: Duration,
+    pub work: Duration,
     pub dice: Mutex<fastrand::Rng>,
     /// Orders charged so far with the attempt that succeeded, in order, once [`Self::recording`]
     /// (what tests and the demo count as processed). The deployed function keeps none: the log
@@ -171,16 +176,13 @@ impl SimulatedPayments {
                 ConfigError::new("PAYMENTS_DECLINE_ABOVE", &text, "expected an amount")
             })?),
         };
-        let latency = match get("PAYMENTS_LATENCY") {
-            None => Duration::ZERO,
-            Some(text) => parse_duration(&text).ok_or_else(|| {
-                ConfigError::new(
-                    "PAYMENTS_LATENCY",
-                    &text,
-                    "expected a duration such as 20ms",
-                )
-            })?,
+        let duration = |name: &str| match get(name) {
+            None => Ok(Duration::ZERO),
+            Some(text) => parse_duration(&text)
+                .ok_or_else(|| ConfigError::new(name, &text, "expected a duration such as 20ms")),
         };
+        let latency = duration("PAYMENTS_LATENCY")?;
+        let work = duration("PAYMENTS_WORK")?;
         let dice = match get("PAYMENTS_SEED") {
             None => fastrand::Rng::new(),
             Some(text) => fastrand::Rng::with_seed(text.trim().parse().map_err(|_| {
@@ -196,6 +198,7 @@ impl SimulatedPayments {
             poison_orders: list("PAYMENTS_POISON_ORDERS"),
             decline_above,
             latency,
+            work,
             dice: Mutex::new(dice),
             charged: None,
         })
@@ -215,6 +218,12 @@ impl PaymentGateway for SimulatedPayments {
         }
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
+        }
+        if !self.work.is_zero() {
+            let done = std::time::Instant::now() + self.work;
+            while std::time::Instant::now() < done {
+                std::hint::spin_loop();
+            }
         }
         if self.in_outage() {
             return Err(PaymentError::Timeout);

@@ -7,22 +7,24 @@ use orders::OrdersHandler;
 use redrive::{CircuitBreaker, Settings};
 use serde_json::value::RawValue;
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    redrive::lambda::init_tracing();
-    let settings = Settings::from_env()?;
-    let orders = OrdersHandler::new(
-        SimulatedPayments::from_env()?,
-        CircuitBreaker::new("payments", settings.breaker),
-    );
-    // Shared by the invocations Lambda Managed Instances run at once (one at a time elsewhere).
-    let orders = Arc::new(orders);
-    lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<Box<RawValue>>| {
-        let orders = Arc::clone(&orders);
-        async move {
-            handle_event(event.payload.get(), redrive_count(&event.context), &*orders).await?;
-            Ok::<_, EventError>(())
-        }
-    }))
-    .await
+// One thread, or every vCPU on Lambda Managed Instances (redrive::lambda::runtime).
+fn main() -> Result<(), lambda_runtime::Error> {
+    redrive::lambda::runtime()?.block_on(async {
+        redrive::lambda::init_tracing();
+        let settings = Settings::from_env()?;
+        let orders = OrdersHandler::new(
+            SimulatedPayments::from_env()?,
+            CircuitBreaker::new("payments", settings.breaker),
+        );
+        // Shared by the invocations Lambda Managed Instances run at once (one at a time elsewhere).
+        let orders = Arc::new(orders);
+        lambda_runtime::run_concurrent(service_fn(move |event: LambdaEvent<Box<RawValue>>| {
+            let orders = Arc::clone(&orders);
+            async move {
+                handle_event(event.payload.get(), redrive_count(&event.context), &*orders).await?;
+                Ok::<_, EventError>(())
+            }
+        }))
+        .await
+    })
 }

@@ -2,13 +2,13 @@ use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
 use redrive::CircuitBreaker;
 
-// A single thread (and so one malloc arena) keeps a warm container's memory flat between
-// invocations; on Lambda Managed Instances the concurrent invocations are tasks on it.
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    redrive::lambda::consume(|settings| {
-        let breaker = CircuitBreaker::new("payments", settings.breaker);
-        Ok(OrdersHandler::new(SimulatedPayments::from_env()?, breaker))
+// One thread, or every vCPU on Lambda Managed Instances (redrive::lambda::runtime).
+fn main() -> Result<(), lambda_runtime::Error> {
+    redrive::lambda::runtime()?.block_on(async {
+        redrive::lambda::consume(|settings| {
+            let breaker = CircuitBreaker::new("payments", settings.breaker);
+            Ok(OrdersHandler::new(SimulatedPayments::from_env()?, breaker))
+        })
+        .await
     })
-    .await
 }

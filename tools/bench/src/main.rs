@@ -400,6 +400,7 @@ fn main() -> Result<(), String> {
     let startup_ms = startup_ms(bootstrap)?;
     let function = function_on_event(bootstrap, event.as_bytes())?;
     let managed = managed_instances(bootstrap)?;
+    let managed_cpu = managed_cpu(bootstrap)?;
     let fifo = fifo_as_deployed(&runtime)?;
     let zips = zip_sizes(&args.lambda_dir)?;
 
@@ -408,6 +409,7 @@ fn main() -> Result<(), String> {
     table.io_bound(&io_measured);
     table.function(&throughput, startup_ms, &function, &zips);
     table.managed_instances(&managed);
+    table.managed_cpu(&managed_cpu);
     table.fifo_as_deployed(&fifo);
     let results = format!(
         "| measure | value | target | met |\n|---|---|---|---|\n{}",
@@ -608,42 +610,107 @@ fn fifo_as_deployed(
 fn managed_instances(bootstrap: &str) -> Result<Managed, String> {
     let event = generate_event(10, None);
     let concurrency = MANAGED_CONCURRENCY.to_string();
-    let rate = |extra: Option<(&str, &str)>| -> Result<(f64, usize), String> {
-        let api = RuntimeApi::bind().map_err(|e| e.to_string())?;
-        let env: Vec<(&str, &str)> = [("PAYMENTS_LATENCY", MANAGED_LATENCY)]
-            .into_iter()
-            .chain(extra)
-            .collect();
-        let mut child = api
-            .spawn(bootstrap, &env, false)
-            .map_err(|e| e.to_string())?;
-        let served = api.serve(
-            invocations_of(event.as_bytes(), MANAGED_INVOCATIONS),
-            |answer| match answer.body.as_slice() {
-                br#"{"batchItemFailures":[]}"# => Ok(()),
-                other => Err(std::io::Error::other(format!(
-                    "{} was not handled: {}",
-                    answer.request_id,
-                    String::from_utf8_lossy(other)
-                ))),
-            },
-        );
-        let _ = child.kill();
-        let _ = child.wait();
-        let served = served.map_err(|e| e.to_string())?;
-        Ok((
-            MANAGED_INVOCATIONS as f64 / served.elapsed.as_secs_f64(),
-            served.max_in_flight,
-        ))
-    };
-    let (sequential, _) = rate(None)?;
-    let (concurrent, max_in_flight) =
-        rate(Some(("AWS_LAMBDA_MAX_CONCURRENCY", concurrency.as_str())))?;
+    let latency = ("PAYMENTS_LATENCY", MANAGED_LATENCY);
+    let all_done = |body: &[u8]| body == br#"{"batchItemFailures":[]}"#;
+    let (sequential, _) = served_rate(
+        bootstrap,
+        event.as_bytes(),
+        MANAGED_INVOCATIONS,
+        &[latency],
+        all_done,
+    )?;
+    let (concurrent, max_in_flight) = served_rate(
+        bootstrap,
+        event.as_bytes(),
+        MANAGED_INVOCATIONS,
+        &[
+            latency,
+            ("AWS_LAMBDA_MAX_CONCURRENCY", concurrency.as_str()),
+        ],
+        all_done,
+    )?;
     Ok(Managed {
         sequential,
         concurrent,
         max_in_flight,
     })
+}
+
+/// CPU-bound batches on Managed Instances, `MANAGED_CONCURRENCY` in flight: on one thread (the
+/// runtime before issue 43) and on `redrive::lambda::runtime`'s default, a worker per core of this
+/// machine; invocations per second of each, taken in turns, and the cores.
+struct ManagedCpu {
+    one_thread: f64,
+    every_core: f64,
+    cores: usize,
+}
+
+/// Each CPU-bound batch: records, each of whose payment calls spends `CPU_WORK` busy; batches
+/// per turn.
+const CPU_RECORDS: usize = 10;
+const CPU_WORK: &str = "4ms";
+const CPU_INVOCATIONS: usize = 48;
+/// Turns of each mode, alternated; the medians are compared.
+const CPU_TURNS: usize = 5;
+
+fn managed_cpu(bootstrap: &str) -> Result<ManagedCpu, String> {
+    let event = generate_event(CPU_RECORDS, None);
+    let concurrency = MANAGED_CONCURRENCY.to_string();
+    let all_done = |body: &[u8]| body == br#"{"batchItemFailures":[]}"#;
+    let turn = |threads: Option<&str>| -> Result<f64, String> {
+        let env: Vec<(&str, &str)> = [
+            ("AWS_LAMBDA_MAX_CONCURRENCY", concurrency.as_str()),
+            ("PAYMENTS_WORK", CPU_WORK),
+        ]
+        .into_iter()
+        .chain(threads.map(|threads| ("REDRIVE_WORKER_THREADS", threads)))
+        .collect();
+        served_rate(bootstrap, event.as_bytes(), CPU_INVOCATIONS, &env, all_done)
+            .map(|(rate, _)| rate)
+    };
+    let (mut one, mut every) = (Vec::new(), Vec::new());
+    for _ in 0..CPU_TURNS {
+        one.push(turn(Some("1"))?);
+        every.push(turn(None)?);
+    }
+    Ok(ManagedCpu {
+        one_thread: median(one),
+        every_core: median(every),
+        cores: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+    })
+}
+
+/// Invocations per second of `invocations` copies of `event` through one bootstrap run with `env`,
+/// and the most the runtime API saw in flight at once; `answered` checks every answer's body.
+fn served_rate(
+    bootstrap: &str,
+    event: &[u8],
+    invocations: usize,
+    env: &[(&str, &str)],
+    answered: impl Fn(&[u8]) -> bool,
+) -> Result<(f64, usize), String> {
+    let api = RuntimeApi::bind().map_err(|e| e.to_string())?;
+    let mut child = api
+        .spawn(bootstrap, env, false)
+        .map_err(|e| e.to_string())?;
+    let served = api.serve(invocations_of(event, invocations), |answer| {
+        if answered(&answer.body) {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!(
+                "{} was not handled: {}",
+                answer.request_id,
+                String::from_utf8_lossy(&answer.body)
+            )))
+        }
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let served = served.map_err(|e| e.to_string())?;
+    Ok((
+        invocations as f64 / served.elapsed.as_secs_f64(),
+        served.max_in_flight,
+    ))
 }
 
 /// `count` invocations of `event`, each with a request id of its own.
@@ -821,6 +888,26 @@ impl Table {
             ),
             ratio >= (MANAGED_CONCURRENCY / 2) as f64
                 && managed.max_in_flight == MANAGED_CONCURRENCY,
+        );
+    }
+
+    fn managed_cpu(&mut self, cpu: &ManagedCpu) {
+        let measure = format!(
+            "Managed Instances: invocations/s through one bootstrap, {CPU_RECORDS}-record batches whose payment calls spend {CPU_WORK} of CPU each, AWS_LAMBDA_MAX_CONCURRENCY={MANAGED_CONCURRENCY}, median of {CPU_TURNS} alternated turns of {CPU_INVOCATIONS}"
+        );
+        self.row(
+            &format!("{measure}, one thread (REDRIVE_WORKER_THREADS=1, the runtime before)"),
+            format!("{:.1}/s", cpu.one_thread),
+            "-",
+            true,
+        );
+        let ratio = cpu.every_core / cpu.one_thread;
+        let goal = if cpu.cores >= 2 { 1.7 } else { 0.95 };
+        self.row(
+            &format!("{measure}, a worker per core ({} here)", cpu.cores),
+            format!("{:.1}/s = {ratio:.2}x one thread", cpu.every_core),
+            &format!(">= {goal}x on {} cores", cpu.cores),
+            ratio >= goal,
         );
     }
 
