@@ -159,3 +159,14 @@ moved {
   from = module.redrive
   to   = module.recovery
 }
+
+# A plain `terraform apply` without alarm_email (make deploy refuses one, tools/alarm-target) warns:
+# every alarm of the stack goes to an SNS topic nobody reads unless it is subscribed another way.
+# A check warns and does not stop the apply (Terraform language, "Checks").
+check "alarm_target" {
+  assert {
+    condition     = var.alarm_email != null
+    error_message = "alarm_email is not set: every alarm of this stack (a DLQ not empty, messages about to expire, a held FIFO group) goes to ${module.alerts.topic_arn} with no subscriber. Set alarm_email, or subscribe the topic another way (a chat integration, an on-call tool)."
+  }
+}
+

@@ -50,6 +50,7 @@ resource "aws_kms_key" "alarms" {
   enable_key_rotation     = true
   deletion_window_in_days = 30
   policy                  = data.aws_iam_policy_document.key.json
+  tags                    = var.tags
 }
 
 resource "aws_kms_alias" "alarms" {
@@ -60,6 +61,7 @@ resource "aws_kms_alias" "alarms" {
 resource "aws_sns_topic" "alarms" {
   name              = "${var.name}-alarms"
   kms_master_key_id = aws_kms_key.alarms.arn
+  tags              = var.tags
 }
 
 data "aws_iam_policy_document" "topic" {

@@ -40,6 +40,7 @@ resource "aws_cloudwatch_event_bus" "bus" {
     level          = var.bus_log_level
     include_detail = var.bus_log_include_detail
   }
+  tags = var.tags
 }
 
 locals {
@@ -54,6 +55,7 @@ resource "aws_cloudwatch_log_group" "bus" {
 
   name              = "/aws/vendedlogs/events/event-bus/${var.name}"
   retention_in_days = var.log_retention_days
+  tags              = var.tags
 }
 
 resource "aws_cloudwatch_log_delivery_source" "bus" {
@@ -62,6 +64,7 @@ resource "aws_cloudwatch_log_delivery_source" "bus" {
   name         = "${var.name}-${lower(replace(each.key, "_LOGS", ""))}-logs"
   log_type     = each.key
   resource_arn = aws_cloudwatch_event_bus.bus.arn
+  tags         = var.tags
 }
 
 resource "aws_cloudwatch_log_delivery_destination" "bus" {
@@ -71,6 +74,7 @@ resource "aws_cloudwatch_log_delivery_destination" "bus" {
   delivery_destination_configuration {
     destination_resource_arn = aws_cloudwatch_log_group.bus[0].arn
   }
+  tags = var.tags
 }
 
 data "aws_caller_identity" "current" {}
@@ -122,6 +126,7 @@ resource "aws_cloudwatch_log_delivery" "bus_error" {
   delivery_source_name     = aws_cloudwatch_log_delivery_source.bus["ERROR_LOGS"].name
   delivery_destination_arn = aws_cloudwatch_log_delivery_destination.bus[0].arn
   depends_on               = [aws_cloudwatch_log_resource_policy.bus]
+  tags                     = var.tags
 }
 
 resource "aws_cloudwatch_log_delivery" "bus_info" {
@@ -130,6 +135,7 @@ resource "aws_cloudwatch_log_delivery" "bus_info" {
   delivery_source_name     = aws_cloudwatch_log_delivery_source.bus["INFO_LOGS"].name
   delivery_destination_arn = aws_cloudwatch_log_delivery_destination.bus[0].arn
   depends_on               = [aws_cloudwatch_log_delivery.bus_error]
+  tags                     = var.tags
 }
 
 resource "aws_cloudwatch_log_delivery" "bus_trace" {
@@ -138,6 +144,7 @@ resource "aws_cloudwatch_log_delivery" "bus_trace" {
   delivery_source_name     = aws_cloudwatch_log_delivery_source.bus["TRACE_LOGS"].name
   delivery_destination_arn = aws_cloudwatch_log_delivery_destination.bus[0].arn
   depends_on               = [aws_cloudwatch_log_delivery.bus_info]
+  tags                     = var.tags
 }
 
 moved {
@@ -160,6 +167,7 @@ resource "aws_cloudwatch_event_rule" "route" {
   description    = "Routes ${var.name} events to the event consumer and the ${var.name}-queue target."
   event_bus_name = aws_cloudwatch_event_bus.bus.name
   event_pattern  = var.event_pattern
+  tags           = var.tags
 }
 
 # Where EventBridge puts an event it could not deliver to a target (a standard queue, as EventBridge
@@ -170,6 +178,7 @@ resource "aws_sqs_queue" "target_dlq" {
   visibility_timeout_seconds = 6 * var.redrive_function_timeout_seconds
   sqs_managed_sse_enabled    = true
   redrive_policy             = local.to_redrive_poison
+  tags                       = var.tags
 }
 
 # Where Lambda puts an invocation record when the consumer failed after its asynchronous retries.
@@ -179,6 +188,7 @@ resource "aws_sqs_queue" "consumer_failures_dlq" {
   visibility_timeout_seconds = 6 * var.redrive_function_timeout_seconds
   sqs_managed_sse_enabled    = true
   redrive_policy             = local.to_redrive_poison
+  tags                       = var.tags
 }
 
 # Messages the EventBridge redrive itself could not get through (it crashed or timed out on them
@@ -189,6 +199,7 @@ resource "aws_sqs_queue" "redrive_poison_dlq" {
   name                      = "${var.name}-redrive-poison-dlq"
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
+  tags                      = var.tags
 }
 
 locals {
@@ -203,6 +214,7 @@ resource "aws_sqs_queue" "target" {
   name                      = "${var.name}-queue"
   message_retention_seconds = var.message_retention_seconds
   sqs_managed_sse_enabled   = true
+  tags                      = var.tags
 }
 
 data "aws_iam_policy_document" "events_send" {
@@ -273,6 +285,7 @@ module "consumer" {
       resources = [aws_sqs_queue.consumer_failures_dlq.arn]
     },
   ]
+  tags = var.tags
 }
 
 resource "aws_lambda_permission" "events" {
@@ -341,6 +354,7 @@ module "target_dlq_alarm" {
   alarm_topic_arn = var.alarm_topic_arn
   # The EventBridge redrive (modules/recovery) empties it within seconds.
   drained = true
+  tags    = var.tags
 }
 
 module "redrive_poison_dlq_alarm" {
@@ -349,6 +363,7 @@ module "redrive_poison_dlq_alarm" {
   queue_name      = aws_sqs_queue.redrive_poison_dlq.name
   runbook         = "Runbook: docs/runbook.md, 'EventBridge redrive poison queue not empty'."
   alarm_topic_arn = var.alarm_topic_arn
+  tags            = var.tags
 }
 
 module "consumer_failures_dlq_alarm" {
@@ -359,6 +374,7 @@ module "consumer_failures_dlq_alarm" {
   alarm_topic_arn = var.alarm_topic_arn
   # The EventBridge redrive (modules/recovery) empties it within seconds.
   drained = true
+  tags    = var.tags
 }
 
 # The SQS target has its consumer elsewhere (or none yet): if nobody reads it, its events expire
@@ -377,6 +393,7 @@ resource "aws_cloudwatch_metric_alarm" "target_queue_age" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
 }
 
 resource "aws_cloudwatch_metric_alarm" "route" {
@@ -395,4 +412,5 @@ resource "aws_cloudwatch_metric_alarm" "route" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
 }

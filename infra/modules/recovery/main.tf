@@ -14,6 +14,7 @@ resource "aws_sqs_queue" "archive" {
   name                      = "${var.name}-archive"
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
+  tags                      = var.tags
 }
 
 # Failed reprocessor runs: the scheduler's DLQ and the function's on-failure destination.
@@ -21,6 +22,7 @@ resource "aws_sqs_queue" "reprocessor_failures_dlq" {
   name                      = "${var.name}-reprocessor-failures-dlq"
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
+  tags                      = var.tags
 }
 
 # One reprocessor per DLQ, each with a role that may read that DLQ and send to its origin only: a
@@ -63,6 +65,7 @@ module "reprocessor" {
       resources = [aws_sqs_queue.archive.arn, aws_sqs_queue.reprocessor_failures_dlq.arn]
     },
   ]
+  tags = var.tags
 }
 
 # A failed run's record could not be written to its on-failure destination: the failure is lost.
@@ -82,6 +85,7 @@ resource "aws_cloudwatch_metric_alarm" "reprocessor_destination_delivery_failure
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
 }
 
 resource "aws_lambda_function_event_invoke_config" "reprocessor" {
@@ -126,6 +130,7 @@ data "aws_iam_policy_document" "scheduler_assume" {
 # The stack's schedules in a group of their own, which the scheduler role's trust names.
 resource "aws_scheduler_schedule_group" "reprocess" {
   name = var.name
+  tags = var.tags
 }
 
 locals {
@@ -148,6 +153,7 @@ resource "aws_iam_role" "scheduler" {
   lifecycle {
     create_before_destroy = true
   }
+  tags = var.tags
 }
 
 # The reprocessors by their name pattern (<name>-<key>-dlq-redrive), not one ARN each: listed, the
@@ -221,6 +227,7 @@ resource "aws_sqs_queue" "parked_dlq" {
   name                      = "${var.name}-parked-dlq"
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
+  tags                      = var.tags
 }
 
 module "event_redrive" {
@@ -268,6 +275,7 @@ module "event_redrive" {
       resources = flatten([for arn in var.function_target_arns : [arn, "${arn}:*"]])
     }],
   )
+  tags = var.tags
 }
 
 resource "aws_lambda_event_source_mapping" "event_redrive" {
@@ -282,6 +290,7 @@ resource "aws_lambda_event_source_mapping" "event_redrive" {
   scaling_config {
     maximum_concurrency = 2
   }
+  tags = var.tags
 }
 
 module "parked_dlq_alarm" {
@@ -291,6 +300,7 @@ module "parked_dlq_alarm" {
   queue_name      = aws_sqs_queue.parked_dlq[0].name
   runbook         = "Runbook: docs/runbook.md, 'EventBridge: parking queue not empty'."
   alarm_topic_arn = var.alarm_topic_arn
+  tags            = var.tags
 }
 
 # The reprocessor gave up on a message (redriven REDRIVE_REPROCESS_MAX times, failed again): it stays
@@ -313,6 +323,7 @@ resource "aws_cloudwatch_metric_alarm" "alerted" {
   treat_missing_data = "ignore"
   alarm_actions      = [var.alarm_topic_arn]
   ok_actions         = [var.alarm_topic_arn]
+  tags               = var.tags
 }
 
 # What a run leaves in its DLQ (manual review, not yet due, the cap reached) is received by every
@@ -337,6 +348,7 @@ resource "aws_cloudwatch_metric_alarm" "left_expiring" {
   treat_missing_data = "ignore"
   alarm_actions      = [var.alarm_topic_arn]
   ok_actions         = [var.alarm_topic_arn]
+  tags               = var.tags
 }
 
 module "reprocessor_failures_dlq_alarm" {
@@ -345,4 +357,5 @@ module "reprocessor_failures_dlq_alarm" {
   queue_name      = aws_sqs_queue.reprocessor_failures_dlq.name
   runbook         = "Runbook: docs/runbook.md, 'Redrive metrics'."
   alarm_topic_arn = var.alarm_topic_arn
+  tags            = var.tags
 }

@@ -197,3 +197,10 @@ variable "metrics_namespace" {
     error_message = "metrics_namespace must be 1 to 255 characters."
   }
 }
+
+variable "tags" {
+  description = "Tags of every resource the module creates."
+  type        = map(string)
+  default     = {}
+  nullable    = false
+}

@@ -11,6 +11,7 @@ resource "aws_kinesis_stream" "stream" {
   stream_mode_details {
     stream_mode = "ON_DEMAND"
   }
+  tags = var.tags
 }
 
 # Two kinds of message land here: the records the function itself dead-letters (permanent errors,
@@ -20,6 +21,7 @@ resource "aws_sqs_queue" "dlq" {
   name                      = "${var.name}-dlq"
   message_retention_seconds = var.dlq_message_retention_seconds
   sqs_managed_sse_enabled   = true
+  tags                      = var.tags
 }
 
 module "function" {
@@ -47,6 +49,7 @@ module "function" {
       resources = [aws_sqs_queue.dlq.arn]
     },
   ]
+  tags = var.tags
 }
 
 resource "aws_lambda_event_source_mapping" "stream" {
@@ -66,6 +69,7 @@ resource "aws_lambda_event_source_mapping" "stream" {
       destination_arn = aws_sqs_queue.dlq.arn
     }
   }
+  tags = var.tags
 }
 
 module "dlq_alarm" {
@@ -73,6 +77,7 @@ module "dlq_alarm" {
   name            = "${var.name}-dlq"
   queue_name      = aws_sqs_queue.dlq.name
   alarm_topic_arn = var.alarm_topic_arn
+  tags            = var.tags
 }
 
 # The consumer falls behind the stream: records get older than they should before they are read.
@@ -90,6 +95,7 @@ resource "aws_cloudwatch_metric_alarm" "iterator_age" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
 }
 
 # The stream's own view: Lambda's IteratorAge goes silent when the mapping stops (disabled, its
@@ -109,4 +115,5 @@ resource "aws_cloudwatch_metric_alarm" "stream_iterator_age" {
   treat_missing_data  = "breaching"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
 }

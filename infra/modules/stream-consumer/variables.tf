@@ -151,3 +151,10 @@ variable "alarm_topic_arn" {
   description = "SNS topic for alarm and OK notifications."
   type        = string
 }
+
+variable "tags" {
+  description = "Tags of every resource the module creates."
+  type        = map(string)
+  default     = {}
+  nullable    = false
+}

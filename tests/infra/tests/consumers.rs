@@ -97,8 +97,8 @@ fn a_default_concurrency_reservation_is_caught() {
 fn a_queue_the_event_redrive_reads_without_a_redrive_policy_is_caught() {
     let route = broken(
         "modules/eventbridge-route/main.tf",
-        "sqs_managed_sse_enabled    = true\n  redrive_policy             = local.to_redrive_poison\n}\n\n# Where Lambda puts",
-        "sqs_managed_sse_enabled    = true\n}\n\n# Where Lambda puts",
+        "  redrive_policy             = local.to_redrive_poison\n  tags                       = var.tags\n}\n\n# Where Lambda puts",
+        "  tags                       = var.tags\n}\n\n# Where Lambda puts",
     );
     assert_eq!(
         redrive_sources_have_a_way_out(&route),

@@ -18,7 +18,9 @@ use redrive_infra::rules::iam::{
     growing_policies, iam, iam_names, qualified_invokes, replaceable_roles, sdk_actions,
     service_policies, statements,
 };
-use redrive_infra::rules::modules::{module_calls, variable_rules};
+use redrive_infra::rules::modules::{
+    alarm_target_check, module_calls, provider_versions, variable_rules,
+};
 use redrive_infra::rules::names::{global_names, reserved_names};
 use redrive_infra::{broken, infra, label, parse, sources, CONSUMER_VARIABLES};
 
@@ -40,6 +42,8 @@ fn the_configuration_keeps_every_rule() {
         ("schedules", schedules(&modules)),
         ("idempotency window", idempotency_window(&modules)),
         ("module calls", module_calls(&modules)),
+        ("provider versions", provider_versions(&modules)),
+        ("alarm target check", alarm_target_check(&modules)),
         ("metrics namespaces", metrics_namespaces(&modules)),
         ("reservations", reservations(&modules)),
         ("first apply order", first_apply_order(&modules)),
@@ -229,4 +233,37 @@ fn a_deploy_whose_alarms_nobody_receives_is_refused() {
         .status
         .success());
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 43, item 9: modules that pin the provider tightly hold a stack back; a root that does not
+/// pin one gets whatever is newest; a plain apply without alarm_email said nothing.
+#[test]
+fn loose_or_tight_provider_versions_and_a_silent_apply_without_alarm_email_are_caught() {
+    let tight = broken(
+        "modules/function/versions.tf",
+        "version = \">= 6.25\"",
+        "version = \"~> 6.25\"",
+    );
+    assert_eq!(
+        provider_versions(&tight),
+        ["modules/function: the AWS provider at \"~> 6.25\": a module takes a lower bound (>= x.y)"]
+    );
+    let loose = broken(
+        "versions.tf",
+        "version = \"6.25.0\"",
+        "version = \">= 6.25\"",
+    );
+    assert_eq!(
+        provider_versions(&loose),
+        ["infra: the AWS provider at \">= 6.25\": a root module pins one version (x.y.z)"]
+    );
+    let silent = broken(
+        "main.tf",
+        "condition     = var.alarm_email != null",
+        "condition     = true",
+    );
+    assert_eq!(
+        alarm_target_check(&silent),
+        ["infra: no check block warns when alarm_email is unset"]
+    );
 }

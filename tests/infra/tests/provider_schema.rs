@@ -140,10 +140,13 @@ fn sources() -> Vec<(PathBuf, String)> {
     out
 }
 
-/// Every name in `sources` the provider's schema does not know, as `file: resource.name: path`.
-fn violations(sources: &[(PathBuf, String)]) -> Result<Vec<String>, String> {
+/// Visits every resource and data block of `sources` with its schema and the directory and file
+/// it is in (`sqs-consumer`, `main.tf`).
+fn each_block(
+    sources: &[(PathBuf, String)],
+    mut visit: impl FnMut(&str, &str, &Block, &Schema),
+) -> Result<(), String> {
     let mut schemas: HashMap<(String, String), Schema> = HashMap::new();
-    let mut out = Vec::new();
     for (path, text) in sources {
         let body: Body = hcl::from_str(text).map_err(|e| format!("{}: {e}", path.display()))?;
         for block in body.blocks() {
@@ -162,8 +165,6 @@ fn violations(sources: &[(PathBuf, String)]) -> Result<Vec<String>, String> {
                     "no top-level names found for {type_}: the bindings' layout changed"
                 ));
             }
-            let mut unknown = Vec::new();
-            schema.unknown(block.body(), TOP, "", &mut unknown);
             let file = path.file_name().unwrap().to_string_lossy();
             let module = path
                 .parent()
@@ -171,14 +172,46 @@ fn violations(sources: &[(PathBuf, String)]) -> Result<Vec<String>, String> {
                 .file_name()
                 .unwrap()
                 .to_string_lossy();
-            out.extend(unknown.into_iter().map(|name| {
-                format!(
-                    "{module}/{file}: {type_}.{}: {name}",
-                    block.labels()[1].as_str()
-                )
-            }));
+            visit(&module, &file, block, schema);
         }
     }
+    Ok(())
+}
+
+/// Every name in `sources` the provider's schema does not know, as `file: resource.name: path`.
+fn violations(sources: &[(PathBuf, String)]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    each_block(sources, |module, file, block, schema| {
+        let mut unknown = Vec::new();
+        schema.unknown(block.body(), TOP, "", &mut unknown);
+        let (type_, name) = (block.labels()[0].as_str(), block.labels()[1].as_str());
+        out.extend(
+            unknown
+                .into_iter()
+                .map(|path| format!("{module}/{file}: {type_}.{name}: {path}")),
+        );
+    })?;
+    Ok(out)
+}
+
+/// The resources of a module (under `infra/modules/`) that take `tags` and are not given them:
+/// the root's `default_tags` reach only the stack's own provider, and a team's stack that calls a
+/// module with its tags expects them on everything the module makes.
+fn untagged(sources: &[(PathBuf, String)]) -> Result<Vec<String>, String> {
+    let in_modules: Vec<(PathBuf, String)> = sources
+        .iter()
+        .filter(|(path, _)| path.components().any(|c| c.as_os_str() == "modules"))
+        .cloned()
+        .collect();
+    let mut out = Vec::new();
+    each_block(&in_modules, |module, file, block, schema| {
+        let takes_tags = schema.structs[TOP].iter().any(|(key, _)| key == "tags");
+        let given = block.body().attributes().any(|a| a.key() == "tags");
+        if block.identifier() == "resource" && takes_tags && !given {
+            let (type_, name) = (block.labels()[0].as_str(), block.labels()[1].as_str());
+            out.push(format!("{module}/{file}: {type_}.{name}: no tags"));
+        }
+    })?;
     Ok(out)
 }
 
@@ -255,4 +288,11 @@ fn the_bindings_parse_into_nested_structs() {
     assert!(schema.structs["lambdaEventSourceMappingScalingConfig"]
         .iter()
         .any(|(key, _)| key == "maximum_concurrency"));
+}
+
+/// Issue 43, item 9: every module takes `tags` and puts them on everything that takes them.
+#[test]
+fn every_taggable_resource_of_a_module_gets_its_tags() {
+    let found = untagged(&sources()).unwrap_or_else(|error| panic!("{error}"));
+    assert!(found.is_empty(), "{found:#?}");
 }

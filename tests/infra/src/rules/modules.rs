@@ -2,7 +2,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::{attr, label, normalize, Module};
+use crate::{attr, child, label, normalize, text, Module};
 
 /// The validation conditions of variable `name` in `module`.
 pub fn validations(module: &Module, name: &str) -> Vec<String> {
@@ -113,4 +113,77 @@ pub fn module_calls(modules: &[Module]) -> Vec<String> {
         }
     }
     violations
+}
+
+/// The root module warns on a plain `terraform apply` without `alarm_email` (a `check` block on
+/// it): `make deploy` refuses to go on without one, `terraform apply` alone would say nothing.
+pub fn alarm_target_check(modules: &[Module]) -> Vec<String> {
+    let root = modules.iter().find(|module| module.dir.is_empty());
+    let warned = root.is_some_and(|root| {
+        root.blocks("check", "alarm_target").any(|check| {
+            child(check, "assert")
+                .and_then(|assert| attr(assert, "condition"))
+                .is_some_and(|condition| condition.contains("var.alarm_email"))
+        })
+    });
+    if warned {
+        Vec::new()
+    } else {
+        vec!["infra: no check block warns when alarm_email is unset".to_owned()]
+    }
+}
+
+/// Modules take a lower bound on the AWS provider (`>= x.y`), so that a stack can move on without
+/// their release; a root module (the stack, each example) pins one exact version.
+pub fn provider_versions(modules: &[Module]) -> Vec<String> {
+    let mut violations = Vec::new();
+    for module in modules {
+        for terraform in module
+            .bodies
+            .iter()
+            .flat_map(|body| body.blocks())
+            .filter(|block| block.identifier() == "terraform")
+        {
+            let Some(providers) = child(terraform, "required_providers") else {
+                continue;
+            };
+            let Some(aws) = attr_object(providers, "aws") else {
+                continue;
+            };
+            let version = aws.trim_matches('"');
+            let reusable = module.dir.starts_with("modules/");
+            let dir = if module.dir.is_empty() {
+                "infra"
+            } else {
+                &module.dir
+            };
+            let exact = version.split('.').count() == 3
+                && version
+                    .split('.')
+                    .all(|part| part.chars().all(|c| c.is_ascii_digit()));
+            let lower_bound = version.starts_with(">= ") && !version.contains(',');
+            if reusable && !lower_bound {
+                violations.push(format!(
+                    "{dir}: the AWS provider at {version:?}: a module takes a lower bound (>= x.y)"
+                ));
+            }
+            if !reusable && !exact {
+                violations.push(format!(
+                    "{dir}: the AWS provider at {version:?}: a root module pins one version (x.y.z)"
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// The `version` of a `required_providers` entry written as an object (`aws = { ... }`).
+fn attr_object(block: &hcl::Block, name: &str) -> Option<String> {
+    let attribute = block.body().attributes().find(|a| a.key() == name)?;
+    let hcl::Expression::Object(fields) = attribute.expr() else {
+        return None;
+    };
+    fields.iter().find_map(|(key, value)| {
+        (key.to_string().trim_matches('"') == "version").then(|| text(value))
+    })
 }
