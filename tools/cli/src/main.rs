@@ -1,5 +1,7 @@
 //! `dlq`: the operator's tool for SQS dead-letter queues, on the redrive library. Works against
 //! AWS (the usual AWS_PROFILE / AWS_REGION) and against the local stack (AWS_ENDPOINT_URL).
+mod doctor;
+
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -33,6 +35,8 @@ use redrive::{ErrorClass, SqsQueue};
 ///   dlq held redrive-payments-idempotency
 ///   dlq release redrive-payments-idempotency 1f0c...-message-id              # retry it
 ///   dlq release redrive-payments-idempotency 1f0c...-message-id --dead-letter
+///   dlq doctor                      # every SQS mapping of the account and region
+///   dlq doctor --function orders --json
 ///
 /// Settings: REDRIVE_REPROCESS_MAX, REDRIVE_REPROCESS_AFTER, REDRIVE_DISCARD_KINDS and
 /// REDRIVE_ARCHIVE_QUEUE_URL as for the dlq-redrive function (README, Configuration).
@@ -77,6 +81,17 @@ enum Command {
     Held {
         /// The consumer's ledger table (its REDRIVE_LEDGER_TABLE or REDRIVE_IDEMPOTENCY_TABLE).
         table: String,
+    },
+    /// Read the account's SQS event source mappings, their functions and queues, and name every
+    /// setting that loses, duplicates or stalls messages: what, why (the AWS rule), how to fix.
+    /// Exits 1 when it finds any.
+    Doctor {
+        /// Only the mappings of this function (repeatable); all by default.
+        #[arg(long)]
+        function: Vec<String>,
+        /// The findings as one JSON array on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Release a held FIFO head: tried again with a fresh set of attempts (the cause is fixed),
     /// or with --dead-letter sent to the DLQ so that its group goes on. The head comes back at once.
@@ -288,6 +303,31 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
             eprintln!("dlq: {} held heads", held.len());
         }
+        Command::Doctor { function, json } => {
+            let lambda = aws_sdk_lambda::Client::new(&config);
+            let account =
+                doctor::gather(&lambda, &aws_sdk_sqs::Client::new(&config), &function).await?;
+            let findings = doctor::diagnose(&account);
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&findings)?)?;
+            } else {
+                for finding in &findings {
+                    writeln!(
+                        out,
+                        "{} [{}]\n  what: {}\n  why:  {}\n  fix:  {}\n",
+                        finding.resource, finding.code, finding.what, finding.why, finding.fix
+                    )?;
+                }
+            }
+            eprintln!(
+                "dlq: {} SQS mappings read, {} findings",
+                account.mappings.len(),
+                findings.len()
+            );
+            if !findings.is_empty() {
+                return Err(Found(findings.len()).into());
+            }
+        }
         Command::Release {
             table,
             message_id,
@@ -322,6 +362,18 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
     Ok(())
 }
+
+/// `dlq doctor` found settings to fix (already printed): the exit status says so.
+#[derive(Debug)]
+struct Found(usize);
+
+impl std::fmt::Display for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} settings lose, duplicate or stall messages", self.0)
+    }
+}
+
+impl std::error::Error for Found {}
 
 /// A one-line progress bar on stderr.
 fn progress(summary: &ReprocessSummary, max: u32) {

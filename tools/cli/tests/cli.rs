@@ -222,3 +222,255 @@ async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
     assert_eq!((entry.hold.is_none(), entry.attempts_from), (true, 2));
     assert!(depth(&client, &url).await.is_ok());
 }
+
+/// One SQS consumer on moto as `dlq doctor` reads it: a function, its queue, the queue's DLQ and
+/// the mapping between them, each setting as a case sets it.
+struct Consumer {
+    fifo: bool,
+    visibility_timeout: u32,
+    max_receive_count: Option<u32>,
+    dlq_retention: u32,
+    partial_batch_response: bool,
+    batch_size: i32,
+    environment: Vec<(&'static str, &'static str)>,
+    reserved: Option<i32>,
+}
+
+impl Default for Consumer {
+    /// A sound one: 30 s function timeout, a 180 s visibility timeout, maxReceiveCount 10, a DLQ
+    /// that keeps messages 14 days against the source's 4, partial batch responses.
+    fn default() -> Self {
+        Self {
+            fifo: false,
+            visibility_timeout: 180,
+            max_receive_count: Some(10),
+            dlq_retention: 1_209_600,
+            partial_batch_response: true,
+            batch_size: 10,
+            environment: vec![("REDRIVE_MAX_ATTEMPTS", "5")],
+            reserved: None,
+        }
+    }
+}
+
+/// An IAM role on moto (Lambda refuses a function whose role does not exist). The SDK has no IAM
+/// client here: moto takes IAM's query call from any request that names the service.
+fn moto_role(name: &str) -> String {
+    use std::io::{Read, Write as _};
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap();
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let body = format!(
+        "Action=CreateRole&Version=2010-05-08&RoleName={name}&AssumeRolePolicyDocument=%7B%7D"
+    );
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        stream,
+        "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/iam/aws4_request, SignedHeaders=host, Signature=0\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("<Arn>"), "{answer}");
+    format!("arn:aws:iam::123456789012:role/{name}")
+}
+
+async fn deploy(name: &str, role: &str, consumer: &Consumer) {
+    let config = redrive::sqs::sdk_config_from_env();
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let lambda = aws_sdk_lambda::Client::new(&config);
+    let suffix = if consumer.fifo { ".fifo" } else { "" };
+    let queue = |queue: String, attributes: Vec<(&'static str, String)>| {
+        let sqs = sqs.clone();
+        async move {
+            let mut create = sqs.create_queue().queue_name(queue);
+            for (key, value) in attributes {
+                create = create.attributes(key.into(), value);
+            }
+            let url = create.send().await.unwrap().queue_url.unwrap();
+            queue_arn(&sqs, &url).await.unwrap()
+        }
+    };
+    let fifo = |mut attributes: Vec<(&'static str, String)>| {
+        if consumer.fifo {
+            attributes.push(("FifoQueue", "true".into()));
+        }
+        attributes
+    };
+    let dlq = queue(
+        format!("{name}-dlq{suffix}"),
+        fifo(vec![(
+            "MessageRetentionPeriod",
+            consumer.dlq_retention.to_string(),
+        )]),
+    )
+    .await;
+    let mut attributes = fifo(vec![
+        ("VisibilityTimeout", consumer.visibility_timeout.to_string()),
+        ("MessageRetentionPeriod", "345600".into()),
+    ]);
+    if let Some(max) = consumer.max_receive_count {
+        attributes.push((
+            "RedrivePolicy",
+            format!(r#"{{"deadLetterTargetArn":"{dlq}","maxReceiveCount":{max}}}"#),
+        ));
+    }
+    let source = queue(format!("{name}{suffix}"), attributes).await;
+    let environment = aws_sdk_lambda::types::Environment::builder()
+        .set_variables(Some(
+            consumer
+                .environment
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ))
+        .build();
+    lambda
+        .create_function()
+        .function_name(name)
+        .runtime(aws_sdk_lambda::types::Runtime::Providedal2023)
+        .role(role)
+        .handler("bootstrap")
+        .timeout(30)
+        .environment(environment)
+        .code(
+            aws_sdk_lambda::types::FunctionCode::builder()
+                .zip_file(aws_sdk_lambda::primitives::Blob::new(b"a zip".to_vec()))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    if let Some(reserved) = consumer.reserved {
+        lambda
+            .put_function_concurrency()
+            .function_name(name)
+            .reserved_concurrent_executions(reserved)
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut mapping = lambda
+        .create_event_source_mapping()
+        .function_name(name)
+        .event_source_arn(source)
+        .batch_size(consumer.batch_size)
+        .scaling_config(
+            aws_sdk_lambda::types::ScalingConfig::builder()
+                .maximum_concurrency(10)
+                .build(),
+        );
+    if consumer.partial_batch_response {
+        mapping = mapping.function_response_types(
+            aws_sdk_lambda::types::FunctionResponseType::ReportBatchItemFailures,
+        );
+    }
+    mapping.send().await.unwrap();
+}
+
+/// Issue 43, item 10: `dlq doctor` on moto names each broken setting of a consumer, one finding
+/// per broken consumer, exits 1 on a finding, and finds nothing on a sound one.
+#[tokio::test]
+async fn the_doctor_names_each_setting_that_loses_or_stalls_messages() {
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok(),
+        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
+    );
+    let prefix = format!("t{}-doctor", std::process::id());
+    let role = moto_role(&format!("{prefix}-role"));
+    let cases: Vec<(&str, Consumer, Option<&str>)> = vec![
+        ("sound", Consumer::default(), None),
+        (
+            "whole-batches",
+            Consumer {
+                partial_batch_response: false,
+                ..Consumer::default()
+            },
+            Some("no-partial-batch-response"),
+        ),
+        (
+            "short-visibility",
+            Consumer {
+                visibility_timeout: 60,
+                ..Consumer::default()
+            },
+            Some("visibility-timeout-short"),
+        ),
+        (
+            "no-dlq",
+            Consumer {
+                max_receive_count: None,
+                ..Consumer::default()
+            },
+            Some("no-redrive-policy"),
+        ),
+        (
+            "few-receives",
+            Consumer {
+                max_receive_count: Some(3),
+                ..Consumer::default()
+            },
+            Some("max-receive-count-low"),
+        ),
+        (
+            "short-dlq",
+            Consumer {
+                dlq_retention: 345_600,
+                ..Consumer::default()
+            },
+            Some("dlq-retention-short"),
+        ),
+        (
+            "fifo-unledgered",
+            Consumer {
+                fifo: true,
+                max_receive_count: Some(100),
+                ..Consumer::default()
+            },
+            Some("fifo-batch-without-ledger"),
+        ),
+        (
+            "throttled",
+            Consumer {
+                reserved: Some(2),
+                ..Consumer::default()
+            },
+            Some("reserved-below-maximum-concurrency"),
+        ),
+        (
+            "typo",
+            Consumer {
+                environment: vec![("REDRIVE_MAX_ATTEMPS", "5")],
+                ..Consumer::default()
+            },
+            Some("settings-refused"),
+        ),
+    ];
+    for (case, consumer, _) in &cases {
+        deploy(&format!("{prefix}-{case}"), &role, consumer).await;
+    }
+    for (case, _, expected) in &cases {
+        let function = format!("{prefix}-{case}");
+        let output = dlq(&["doctor", "--function", &function, "--json"], &[]);
+        let findings: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{case}: {e}: {}", String::from_utf8_lossy(&output.stdout)));
+        let codes: Vec<&str> = findings
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|finding| finding["code"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            codes,
+            expected.iter().copied().collect::<Vec<_>>(),
+            "{case}: {findings:#}"
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(if expected.is_some() { 1 } else { 0 }),
+            "{case}"
+        );
+    }
+}
