@@ -1,7 +1,10 @@
 //! Every argument and block name in `infra/` exists in the AWS provider's schema, as the CDK for
-//! Terraform bindings publish it (`tools/provider-schema` fetches them; `make test` runs it first).
-//! `terraform validate` would do this, but it needs the provider binary, which this machine cannot
-//! download. Each binding's `*ToTerraform` functions list the snake_case names Terraform takes.
+//! Terraform bindings publish it (`tools/provider-schema` fetches them; `make test` runs it first),
+//! every required one is given, and every module tags what takes tags. `terraform validate` would
+//! do most of this, but it needs the provider binary, which this machine cannot download. Each
+//! binding's `*ToTerraform` functions list the snake_case names Terraform takes; its TypeScript
+//! interfaces say which are required. Types and enumerations are not checked: Terraform converts
+//! between strings, numbers and booleans, and the bindings carry no enumerations.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -21,9 +24,11 @@ const META: [&str; 7] = [
 /// The top-level names of a resource.
 const TOP: &str = "synthesizeAttributes";
 
-/// A resource's schema: for each struct, its names and the struct a name opens (blocks).
+/// A resource's schema: for each struct, its names and the struct a name opens (blocks), and the
+/// names it must be given.
 struct Schema {
     structs: HashMap<String, Vec<(String, Option<String>)>>,
+    required: HashMap<String, Vec<String>>,
 }
 
 impl Schema {
@@ -33,18 +38,24 @@ impl Schema {
             "data" => format!("data-aws-{name}"),
             _ => name,
         };
-        let path = bindings().join(dir).join("index.js");
-        let source = std::fs::read_to_string(&path).map_err(|error| {
-            format!(
-                "{}: {error}; run `tools/provider-schema` (or `make infra-check`) to fetch the bindings",
-                path.display()
-            )
-        })?;
-        Ok(Self::parse(&source))
+        let read = |file: &str| {
+            let path = bindings().join(&dir).join(file);
+            std::fs::read_to_string(&path).map_err(|error| {
+                format!(
+                    "{}: {error}; run `tools/provider-schema` (or `make infra-check`) to fetch the bindings",
+                    path.display()
+                )
+            })
+        };
+        Ok(Self::parse(&read("index.js")?, &read("index.d.ts")?))
     }
 
-    fn parse(source: &str) -> Self {
+    /// The names from the bindings' `*ToTerraform` functions (`index.js`), and which of them are
+    /// required from their TypeScript interfaces (`index.d.ts`: a member without `?`).
+    fn parse(source: &str, declarations: &str) -> Self {
+        let optional_or_not = interface_members(declarations);
         let mut structs: HashMap<String, Vec<(String, Option<String>)>> = HashMap::new();
+        let mut required: HashMap<String, Vec<String>> = HashMap::new();
         let mut current: Option<String> = None;
         let mut collecting = false;
         for line in source.lines() {
@@ -68,14 +79,47 @@ impl Schema {
                         .entry(name.clone())
                         .or_default()
                         .push((key.to_owned(), child_struct(value)));
+                    let interface = match name.as_str() {
+                        TOP => optional_or_not.top.as_deref(),
+                        nested => Some(nested),
+                    };
+                    let member = member_name(value);
+                    let is_required = interface.zip(member).is_some_and(|(interface, member)| {
+                        optional_or_not
+                            .required
+                            .get(&interface.to_ascii_lowercase())
+                            .is_some_and(|members| members.contains(&member.to_owned()))
+                    });
+                    if is_required {
+                        required
+                            .entry(name.clone())
+                            .or_default()
+                            .push(key.to_owned());
+                    }
                 }
             }
         }
-        Self { structs }
+        Self { structs, required }
     }
 
-    /// The names `body` uses that the schema does not know, as dotted paths.
+    /// The names `body` uses that the schema does not know, and the required ones it leaves out,
+    /// as dotted paths.
     fn unknown(&self, body: &Body, at: &str, path: &str, out: &mut Vec<String>) {
+        let given: Vec<&str> = body
+            .iter()
+            .map(|structure| match structure {
+                Structure::Attribute(attribute) => attribute.key.as_str(),
+                Structure::Block(block) if block.identifier() == "dynamic" => {
+                    block.labels()[0].as_str()
+                }
+                Structure::Block(block) => block.identifier(),
+            })
+            .collect();
+        for required in self.required.get(at).map(Vec::as_slice).unwrap_or_default() {
+            if !given.contains(&required.as_str()) {
+                out.push(format!("{path}{required} (required, not given)"));
+            }
+        }
         let known = self.structs.get(at).map(Vec::as_slice).unwrap_or_default();
         let find = |name: &str| known.iter().find(|(key, _)| key == name);
         for structure in body.iter() {
@@ -106,6 +150,61 @@ impl Schema {
             }
         }
     }
+}
+
+/// The members of a binding's TypeScript interfaces that are required (no `?`), by interface
+/// name in lower case, and the name of the resource's own `...Config` interface.
+struct Interfaces {
+    required: HashMap<String, Vec<String>>,
+    top: Option<String>,
+}
+
+fn interface_members(declarations: &str) -> Interfaces {
+    let mut required: HashMap<String, Vec<String>> = HashMap::new();
+    let mut top = None;
+    let mut current: Option<String> = None;
+    for line in declarations.lines() {
+        let trimmed = line.trim();
+        if let Some(rest) = trimmed.strip_prefix("export interface ") {
+            let name = rest
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            if rest.contains("extends cdktf.TerraformMetaArguments") {
+                top = Some(name.to_ascii_lowercase());
+            }
+            current = Some(name.to_ascii_lowercase());
+        } else if trimmed == "}" {
+            current = None;
+        } else if let (Some(interface), Some(member)) =
+            (&current, trimmed.strip_prefix("readonly "))
+        {
+            if let Some((name, _)) = member.split_once(": ") {
+                if !name.ends_with('?') {
+                    required
+                        .entry(interface.clone())
+                        .or_default()
+                        .push(name.to_owned());
+                }
+            }
+        }
+    }
+    Interfaces { required, top }
+}
+
+/// The camelCase member a value converts: `cdktf.stringToTerraform(struct.alarmName)` or
+/// `(this._alarmName)`.
+fn member_name(value: &str) -> Option<&str> {
+    let start = value
+        .find("(struct.")
+        .map(|i| i + "(struct.".len())
+        .or_else(|| value.find("(this._").map(|i| i + "(this._".len()))?;
+    let rest = &value[start..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_alphanumeric())
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
 }
 
 /// The struct function a value converts with: `fooBarToTerraform(` or `cdktf.listMapper(fooBarToTerraform, ...)`.
@@ -254,7 +353,10 @@ fn a_misnamed_argument_or_block_is_caught_at_any_depth() {
     );
     assert_eq!(
         nested,
-        ["eventbridge-route/main.tf: aws_lambda_function_event_invoke_config.consumer: destination_config.on_failure.destination_arn"]
+        [
+            "eventbridge-route/main.tf: aws_lambda_function_event_invoke_config.consumer: destination_config.on_failure.destination (required, not given)",
+            "eventbridge-route/main.tf: aws_lambda_function_event_invoke_config.consumer: destination_config.on_failure.destination_arn"
+        ]
     );
     let dynamic = broken(
         "modules/function/main.tf",
@@ -295,4 +397,28 @@ fn the_bindings_parse_into_nested_structs() {
 fn every_taggable_resource_of_a_module_gets_its_tags() {
     let found = untagged(&sources()).unwrap_or_else(|error| panic!("{error}"));
     assert!(found.is_empty(), "{found:#?}");
+}
+
+/// Issue 43, item 9: an argument the provider requires, left out, fails at plan; the bindings'
+/// interfaces say which are required, at any depth.
+#[test]
+fn a_required_argument_left_out_is_caught() {
+    let top = broken(
+        "modules/dlq-alarm/main.tf",
+        "  comparison_operator = \"GreaterThanThreshold\"\n",
+        "",
+    );
+    assert_eq!(
+        top,
+        ["dlq-alarm/main.tf: aws_cloudwatch_metric_alarm.dlq_depth: comparison_operator (required, not given)"]
+    );
+    let nested = broken(
+        "modules/sqs-consumer/main.tf",
+        "      stat        = \"Sum\"\n",
+        "",
+    );
+    assert_eq!(
+        nested,
+        ["sqs-consumer/main.tf: aws_cloudwatch_metric_alarm.mapping_failed_invokes: metric_query.metric.stat (required, not given)"]
+    );
 }
