@@ -73,10 +73,23 @@ variable "managed_instances" {
 }
 
 variable "environment" {
-  description = "REDRIVE_* (and other) environment variables of the function; REDRIVE_DLQ_URL is added."
+  description = "REDRIVE_* (and other) environment variables of the function; REDRIVE_DLQ_URL is added. On FIFO, REDRIVE_DEFER_MAX_AGE is a whole number of s, m, h or d, at most message_retention_seconds less an hour."
   type        = map(string)
   nullable    = false
   default     = {}
+
+  # On FIFO a deferral waits in place, and every wait in place ends an hour before the queue's
+  # retention (the record is dead-lettered then, fate::RETENTION_MARGIN): a defer age past that
+  # would be cut short at run time, so it is refused here.
+  validation {
+    condition = !var.fifo || !contains(keys(var.environment), "REDRIVE_DEFER_MAX_AGE") || try(
+      tonumber(regex("^([0-9]+)[smhd]$", trimspace(var.environment["REDRIVE_DEFER_MAX_AGE"]))[0])
+      * lookup({ s = 1, m = 60, h = 3600, d = 86400 }, substr(trimspace(var.environment["REDRIVE_DEFER_MAX_AGE"]), -1, 1), 0)
+      <= var.message_retention_seconds - 3600,
+      false
+    )
+    error_message = "On a FIFO queue REDRIVE_DEFER_MAX_AGE must be a whole number of s, m, h or d (such as 1h) and at most message_retention_seconds less an hour: a record deferred in place is dead-lettered an hour before the queue's retention would delete it."
+  }
 }
 
 variable "extra_statements" {

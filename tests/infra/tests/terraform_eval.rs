@@ -319,6 +319,38 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
         let error = error.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(error.contains(message), "{to}: {error}");
     }
+    // On FIFO a deferral waits in place and ends an hour before the queue's retention (4 days
+    // here): a defer age past that is refused, and one Terraform cannot read is too.
+    let fifo_deferring = |age: &str| {
+        main_tf("own-consumer")
+            .replacen(
+                "batch_size                 = 10",
+                "batch_size                 = 1\n  fifo = true",
+                1,
+            )
+            .replacen(
+                "REDRIVE_DEFER_MAX_AGE = \"1h\"",
+                &format!("REDRIVE_DEFER_MAX_AGE = \"{age}\""),
+                1,
+            )
+    };
+    for fits in ["1h", "3d", "95h"] {
+        assert_eq!(
+            evaluate_example("own-consumer", &fifo_deferring(fits)),
+            Ok(()),
+            "{fits}"
+        );
+    }
+    for refused in ["4d", "5d", "1h30m", "soon"] {
+        let error = evaluate_example("own-consumer", &fifo_deferring(refused)).expect_err(
+            &format!("REDRIVE_DEFER_MAX_AGE = {refused} accepted on FIFO"),
+        );
+        let error = error.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            error.contains("REDRIVE_DEFER_MAX_AGE must be a whole number of s, m, h or d"),
+            "{refused}: {error}"
+        );
+    }
     // Provisioned pollers, which AWS does not combine with maximum_concurrency.
     let pollers = |fields: &str| {
         main_tf("own-consumer").replacen(MEMORY, &format!("{MEMORY}\n  {fields}"), 1)
