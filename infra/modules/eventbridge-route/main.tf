@@ -6,8 +6,9 @@ locals {
   # The rule: FailedInvocations, a target could not be reached (then the DLQ has the event);
   # InvocationsFailedToBeSentToDlq, not even the DLQ could be reached - events are being lost.
   # The asynchronously invoked consumer: its on-failure destination could not be written to, and
-  # the event is lost. Not AsyncEventsDropped: Lambda sends a dropped event to the on-failure
-  # destination before it counts it (Lambda developer guide, "Asynchronous invocation metrics"),
+  # the event is lost (Lambda developer guide, "Capturing records of Lambda asynchronous
+  # invocations": DestinationDeliveryFailures). Not AsyncEventsDropped: Lambda sends a dropped
+  # event to the on-failure destination before it counts it ("Asynchronous invocation metrics"),
   # so with one it counts events kept in the failures queue, whose arrivals are alarmed already.
   alarms = merge(
     { for key, metric in {
