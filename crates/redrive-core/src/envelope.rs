@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::ErrorClass;
+use crate::payload::{self, Pointer};
 use redrive_event::{MessageAttribute, MessageAttributes, SqsRecord, Text};
 
 /// Name of the one message attribute redrive adds.
@@ -253,26 +254,59 @@ pub struct TooLarge {
 /// attribute.
 pub fn annotate<'r>(
     record: &'r SqsRecord<'r>,
-    mut meta: Meta<'r>,
+    meta: Meta<'r>,
 ) -> Result<OutgoingMessage<'r>, TooLarge> {
+    carry(record, meta, None)
+}
+
+/// The copy of `record` whose body was offloaded to S3: as [`annotate`]'s, with `pointer` for
+/// the body and the Extended Client's `ExtendedPayloadSize` attribute ([`crate::payload`]).
+pub fn annotate_offloaded<'r>(
+    record: &'r SqsRecord<'r>,
+    meta: Meta<'r>,
+    pointer: &Pointer<'_>,
+) -> Result<OutgoingMessage<'r>, TooLarge> {
+    carry(record, meta, Some(pointer))
+}
+
+fn carry<'r>(
+    record: &'r SqsRecord<'r>,
+    mut meta: Meta<'r>,
+    offloaded: Option<&Pointer<'_>>,
+) -> Result<OutgoingMessage<'r>, TooLarge> {
+    let body = record.body.as_deref().unwrap_or_default();
+    // The pointer's size attribute is never packed: the Extended Clients look for it by name.
+    let pointer_size: Vec<(Text<'r>, MessageAttribute<'r>)> = match offloaded {
+        Some(_) => vec![payload::size_attribute(body.len())],
+        None => record
+            .message_attributes
+            .iter()
+            .filter(|(name, _)| payload::is_size_attribute(name))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect(),
+    };
     let original: MessageAttributes<'r> = match meta.attributes.take() {
         Some(packed) => packed,
         None => record
             .message_attributes
             .iter()
-            .filter(|(name, _)| &***name != META_ATTRIBUTE)
+            .filter(|(name, _)| &***name != META_ATTRIBUTE && !payload::is_size_attribute(name))
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect(),
     };
     let mut attributes: Vec<(Text<'r>, MessageAttribute<'r>)> =
-        Vec::with_capacity(original.len().min(9) + 1);
-    if original.len() < MAX_MESSAGE_ATTRIBUTES {
+        Vec::with_capacity(original.len().min(9) + 1 + pointer_size.len());
+    if original.len() + pointer_size.len() < MAX_MESSAGE_ATTRIBUTES {
         attributes.extend(original);
     } else {
         meta.attributes = Some(original);
     }
+    attributes.extend(pointer_size);
     let mut message = OutgoingMessage {
-        body: Text::from(record.body.as_deref().unwrap_or_default()),
+        body: match offloaded {
+            Some(pointer) => Text::from(pointer.to_body()),
+            None => Text::from(body),
+        },
         attributes,
         delay_seconds: 0,
         // On a standard queue the group names the tenant of a fair queue; a copy keeps it.
@@ -356,6 +390,35 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains(r#""firstFailureAt":"2023-11-14T22:13:20.000Z""#));
+    }
+
+    #[test]
+    fn the_extended_clients_size_attribute_is_never_packed() {
+        // Nine attributes of the producer's beside the Extended Client's own: the copy packs the
+        // nine and keeps the size attribute by name, where the clients look for it.
+        let json = event_with_attributes(9, "pointer").replace(
+            r#""a0":"#,
+            r#""ExtendedPayloadSize":{"stringValue":"2000000","dataType":"Number"},"a0":"#,
+        );
+        let event = SqsEvent::parse(&json).unwrap();
+        let copy = annotate(&event.records[0], meta("boom")).unwrap();
+        let names: Vec<&str> = copy.attributes.iter().map(|(name, _)| &**name).collect();
+        assert_eq!(names, ["ExtendedPayloadSize", META_ATTRIBUTE]);
+        assert_eq!(copy.attribute("ExtendedPayloadSize"), Some("2000000"));
+        let written: Meta = serde_json::from_str(copy.attribute(META_ATTRIBUTE).unwrap()).unwrap();
+        assert_eq!(written.attributes.map(|packed| packed.len()), Some(9));
+
+        // An offloaded copy gets the attribute with the body's size, and the pointer for a body.
+        let json = event_with_attributes(2, "hello");
+        let event = SqsEvent::parse(&json).unwrap();
+        let pointer = Pointer {
+            bucket: "b".into(),
+            key: "redrive/m-1".into(),
+        };
+        let copy = annotate_offloaded(&event.records[0], meta("boom"), &pointer).unwrap();
+        assert_eq!(Pointer::parse(&copy.body).unwrap(), pointer);
+        assert_eq!(copy.attribute("ExtendedPayloadSize"), Some("5"));
+        assert_eq!(copy.attributes.len(), 4);
     }
 
     #[test]

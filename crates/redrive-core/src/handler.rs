@@ -105,6 +105,8 @@ impl Invocation<'_> {
 #[derive(Debug, Clone, Copy)]
 pub struct Message<'r> {
     pub(crate) record: &'r SqsRecord<'r>,
+    /// The body fetched from S3 when the record is an Extended Client pointer ([`crate::payload`]).
+    pub(crate) fetched: Option<&'r str>,
     pub(crate) id: &'r str,
     pub(crate) meta: Option<&'r Meta<'r>>,
     pub(crate) attempt: u32,
@@ -117,9 +119,13 @@ impl<'r> Message<'r> {
         self.id
     }
 
-    /// The body (empty when there is none).
+    /// The body (empty when there is none). A large message sent through S3 (an Extended Client
+    /// pointer) has its real body here, fetched before the handler ran.
     pub fn body(&self) -> &'r str {
-        self.record.body.as_deref().unwrap_or_default()
+        match self.fetched {
+            Some(body) => body,
+            None => self.record.body.as_deref().unwrap_or_default(),
+        }
     }
 
     /// The body as bytes. A Kinesis record whose data is not UTF-8 (gzip, protobuf, a CloudWatch
@@ -141,11 +147,14 @@ impl<'r> Message<'r> {
     pub fn json<T: Deserialize<'r>>(&self) -> Result<T, RecordError> {
         // A body as Lambda writes JSON (its quotes escaped) is read where it stands, without
         // decoding it first; what that reading leaves is decoded for serde_json.
-        let quoted = self
-            .record
-            .body
-            .as_ref()
-            .and_then(|body| body.quoted_json());
+        let quoted = match self.fetched {
+            Some(_) => None,
+            None => self
+                .record
+                .body
+                .as_ref()
+                .and_then(|body| body.quoted_json()),
+        };
         if let Some(value) = quoted.and_then(|json| redrive_event::quoted_json::from_str(json).ok())
         {
             return Ok(value);
@@ -193,7 +202,7 @@ impl<'r> Message<'r> {
         self.record.attributes.message_group_id.as_deref()
     }
 
-    /// The record as Lambda delivered it.
+    /// The record as Lambda delivered it (for a large message, its body is the S3 pointer).
     pub fn record(&self) -> &'r SqsRecord<'r> {
         self.record
     }

@@ -30,6 +30,7 @@ pub mod metrics;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]
 pub mod oracles;
+pub mod payload;
 pub mod port;
 pub mod processor;
 pub mod reprocess_policy;
@@ -44,6 +45,7 @@ pub use error::{BatchError, ConfigError, ErrorClass, PortError, RecordError};
 pub use fate::{Fate, GiveBackReason, SourceQueue};
 pub use handler::{BatchHandler, Invocation, Message, RecordHandler};
 pub use metrics::BatchReport;
+pub use payload::{PayloadStore, Payloads};
 pub use port::QueuePort;
 pub use processor::{Processed, Processor, ProcessorConfig};
 pub use redrive_event::{SqsEvent, SqsRecord};

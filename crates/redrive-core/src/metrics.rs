@@ -41,6 +41,13 @@ pub struct BatchReport {
     pub retry_delay_max_seconds: u32,
     /// The retry delays of the batch added up.
     pub retry_delay_sum_seconds: u64,
+    /// Large message bodies read from S3 (Extended Client pointers).
+    pub payloads_fetched: u32,
+    /// Copies whose body went to S3 to leave room for the failure context.
+    pub payloads_offloaded: u32,
+    /// Objects redrive wrote for a message now done that it could not delete: left to the
+    /// bucket's lifecycle rule.
+    pub payload_orphans: u32,
     /// FIFO with `REDRIVE_FIFO_ON_DEAD_LETTER=hold`: the heads that hold a group of the batch's
     /// queue, as the attempt ledger listed them when this batch counted them (a container counts
     /// at most once a minute, and after a batch that held or finished a head); `None` when this
@@ -49,7 +56,7 @@ pub struct BatchReport {
     pub held_heads: Option<u32>,
 }
 
-const COUNTS: [&str; 13] = [
+const COUNTS: [&str; 16] = [
     "Records",
     "Done",
     "DoneAfterRetry",
@@ -63,6 +70,9 @@ const COUNTS: [&str; 13] = [
     "Panics",
     "SendFailures",
     "SqsRequests",
+    "PayloadsFetched",
+    "PayloadsOffloaded",
+    "PayloadOrphans",
 ];
 
 impl BatchReport {
@@ -85,6 +95,9 @@ impl BatchReport {
             .retry_delay_max_seconds
             .max(other.retry_delay_max_seconds);
         self.retry_delay_sum_seconds += other.retry_delay_sum_seconds;
+        self.payloads_fetched += other.payloads_fetched;
+        self.payloads_offloaded += other.payloads_offloaded;
+        self.payload_orphans += other.payload_orphans;
         if other.held_heads.is_some() {
             self.held_heads = other.held_heads;
         }

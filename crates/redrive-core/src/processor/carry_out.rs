@@ -11,17 +11,18 @@ use crate::backoff::{whole_seconds, MAX_DELAY_SECONDS};
 use crate::carry::{Destination, Outbox};
 use crate::clock::by_deadline;
 use crate::envelope::{
-    annotate, truncate, FailedIn, Meta, OutgoingMessage, Timestamp, MAX_ERROR_MESSAGE_BYTES,
-    META_VERSION,
+    annotate, annotate_offloaded, truncate, FailedIn, Meta, OutgoingMessage, Timestamp, TooLarge,
+    MAX_ERROR_MESSAGE_BYTES, META_VERSION,
 };
 use crate::error::{ErrorClass, RecordError};
 use crate::fate::{Fate, GiveBackReason};
 use crate::fifo::{self, HeadStatus, Hold, LedgerWrite};
 use crate::handler::{Invocation, RecordHandler};
 use crate::metrics::BatchReport;
+use crate::payload::Pointer;
 use crate::port::{QueuePort, VisibilityChange};
 use crate::sync::lock;
-use redrive_event::Text;
+use redrive_event::{SqsRecord, Text};
 
 /// When a failure is recorded (ms since the epoch) and in which invocation.
 type Failure<'f> = (u64, &'f Option<FailedIn>);
@@ -43,9 +44,27 @@ impl<Q: QueuePort> Processor<Q> {
         if self.ledger.is_some() {
             Box::pin(self.renew_holds(items, rulings, invocation)).await;
         }
-        let outgoing = self.outgoing(items, rulings, &failed_in);
-        let source = self.source(items);
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
+        let mut outgoing = self.outgoing(items, rulings, &failed_in, &[]);
+        if !outgoing.too_large.is_empty() && self.payloads.is_some() {
+            let offloaded = self.offload(items, &outgoing.too_large, deadline).await;
+            if !offloaded.is_empty() {
+                report.payloads_offloaded += u32::try_from(offloaded.len()).unwrap_or(u32::MAX);
+                outgoing = self.outgoing(items, rulings, &failed_in, &offloaded);
+            }
+        }
+        for &(index, too_large) in &outgoing.too_large {
+            tracing::error!(
+                message_id = items[index].id,
+                size = too_large.size,
+                "cannot annotate the message within SQS's size limit: given back for the queue's redrive policy",
+            );
+            rulings[index].fate = Fate::GiveBack {
+                reason: GiveBackReason::TooLarge,
+                visibility: None,
+            };
+        }
+        let source = self.source(items);
         let sends = [
             (source, &outgoing.to_source),
             (Destination::Dlq, &outgoing.to_dlq),
@@ -82,6 +101,14 @@ impl<Q: QueuePort> Processor<Q> {
                 error = %reason,
                 "visibility not changed: the record reappears after its visibility timeout",
             );
+        }
+        if self.payloads.is_some() {
+            let fetched = items
+                .iter()
+                .filter(|item| matches!(item.fetched.as_deref(), Some(Ok(_))))
+                .count();
+            report.payloads_fetched = u32::try_from(fetched).unwrap_or(u32::MAX);
+            Box::pin(self.delete_done_payloads(items, rulings, deadline, report)).await;
         }
         if self.ledger.is_some() {
             Box::pin(self.clear_finished_holds(items, rulings, deadline)).await;
@@ -282,31 +309,36 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// What the fates send and change: copies for the source queue and the DLQ, visibility
-    /// changes for FIFO records given back in place. A copy too large to annotate turns its
-    /// record into a give-back.
+    /// changes for FIFO records given back in place, and the copies too large to annotate;
+    /// `offloaded` names the records whose body went to S3, whose copies carry the pointer.
     fn outgoing<'r>(
         &self,
         items: &'r [Item<'r>],
-        rulings: &mut [Ruling],
+        rulings: &[Ruling],
         failed_in: &Option<FailedIn>,
+        offloaded: &[(usize, Pointer<'_>)],
     ) -> Outgoing<'r> {
         let now = self.clock.now_ms();
         let mut outgoing = Outgoing::default();
         for (index, (item, ruling)) in items.iter().zip(rulings).enumerate() {
             let error = ruling.error.as_deref();
             let failure = (now, failed_in);
+            let pointer = offloaded
+                .iter()
+                .find(|(offloaded, _)| *offloaded == index)
+                .map(|(_, pointer)| pointer);
             let (outbox, message) = match ruling.fate {
                 Fate::Retry { attempts, delay } => (
                     &mut outgoing.to_source,
-                    self.copy(item, failure, error, attempts, delay),
+                    self.copy(item, failure, error, attempts, delay, pointer),
                 ),
                 Fate::Defer { delay } => (
                     &mut outgoing.to_source,
-                    self.copy(item, failure, error, item.attempts_before, delay),
+                    self.copy(item, failure, error, item.attempts_before, delay, pointer),
                 ),
                 Fate::DeadLetter { attempts } => (
                     &mut outgoing.to_dlq,
-                    self.dead_letter(item, failure, error, attempts),
+                    self.dead_letter(item, failure, error, attempts, pointer),
                 ),
                 Fate::GiveBack {
                     visibility: Some(timeout),
@@ -325,23 +357,14 @@ impl<Q: QueuePort> Processor<Q> {
             };
             match message {
                 Ok(message) => outbox.push(index, message),
-                Err(too_large) => {
-                    tracing::error!(
-                        message_id = item.id,
-                        size = too_large.size,
-                        "cannot annotate the message within SQS's size limit: given back for the queue's redrive policy",
-                    );
-                    ruling.fate = Fate::GiveBack {
-                        reason: GiveBackReason::TooLarge,
-                        visibility: None,
-                    }
-                }
+                Err(too_large) => outgoing.too_large.push((index, too_large)),
             }
         }
         outgoing
     }
 
-    /// The re-sent copy for a retry or a deferral.
+    /// The re-sent copy for a retry or a deferral (with the pointer to its body when it was
+    /// offloaded).
     fn copy<'r>(
         &self,
         item: &'r Item<'r>,
@@ -349,12 +372,13 @@ impl<Q: QueuePort> Processor<Q> {
         error: Option<&RecordError>,
         attempts: u32,
         delay: Duration,
-    ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
+        offloaded: Option<&Pointer<'_>>,
+    ) -> Result<OutgoingMessage<'r>, TooLarge> {
         let wait_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         let hop = whole_seconds(delay) > MAX_DELAY_SECONDS;
         let due_at = hop.then(|| Timestamp(now.saturating_add(wait_ms)));
         let meta = self.meta(item, (now, failed_in), error, attempts, due_at);
-        let mut message = annotate(item.record, meta)?;
+        let mut message = carry(item.record, meta, offloaded)?;
         message.delay_seconds = whole_seconds(delay).min(MAX_DELAY_SECONDS);
         Ok(message)
     }
@@ -367,10 +391,11 @@ impl<Q: QueuePort> Processor<Q> {
         failure: Failure<'_>,
         error: Option<&RecordError>,
         attempts: u32,
-    ) -> Result<OutgoingMessage<'r>, crate::envelope::TooLarge> {
+        offloaded: Option<&Pointer<'_>>,
+    ) -> Result<OutgoingMessage<'r>, TooLarge> {
         let mut meta = self.meta(item, failure, error, attempts, None);
         meta.dead_lettered_at = Some(Timestamp(failure.0));
-        let mut message = annotate(item.record, meta)?;
+        let mut message = carry(item.record, meta, offloaded)?;
         if self.dlq_url().is_some_and(|url| url.ends_with(".fifo")) {
             // A FIFO DLQ needs a group and a deduplication id; the message id is unique per message.
             message.group_id = Some(Text::from(item.group().unwrap_or("redrive")));
@@ -431,6 +456,20 @@ struct Outgoing<'r> {
     to_source: Outbox<'r>,
     to_dlq: Outbox<'r>,
     visibility: Vec<(usize, VisibilityChange<'r>)>,
+    /// Records whose copy would not fit in a message.
+    too_large: Vec<(usize, TooLarge)>,
+}
+
+/// The copy of `record` with `meta`: its own body, or the pointer to where it was offloaded.
+fn carry<'r>(
+    record: &'r SqsRecord<'r>,
+    meta: Meta<'r>,
+    offloaded: Option<&Pointer<'_>>,
+) -> Result<OutgoingMessage<'r>, TooLarge> {
+    match offloaded {
+        Some(pointer) => annotate_offloaded(record, meta, pointer),
+        None => annotate(record, meta),
+    }
 }
 
 /// A FIFO head that came back held: given back held again, with no failure of its own.

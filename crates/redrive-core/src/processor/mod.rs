@@ -6,6 +6,7 @@
 mod answer;
 mod carry_out;
 mod decide;
+mod payloads;
 mod run;
 mod run_stream;
 
@@ -26,6 +27,7 @@ use crate::fate::{History, Outcome, SourceQueue};
 use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus};
 use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
 use crate::metrics::BatchReport;
+use crate::payload::{PayloadError, Payloads};
 use crate::port::QueuePort;
 use crate::stream::{KinesisEventResponse, KinesisRecord};
 use crate::sync::lock;
@@ -99,6 +101,7 @@ pub struct Processor<Q> {
     ledger: Option<Arc<dyn AttemptLedger>>,
     /// When this container last counted the held heads (ms), for the `HeldHeads` gauge.
     held_counted_at: Mutex<Option<u64>>,
+    payloads: Option<Payloads>,
 }
 
 /// A record ready for handling.
@@ -117,12 +120,18 @@ pub(crate) struct Item<'r> {
     /// the epoch (seconds keep an item of a large batch as slim as before); 0 when it has not, or
     /// the ledger did not say.
     pub(crate) head_since_s: u32,
+    /// An Extended Client pointer's body, or why it could not be read (boxed: rare).
+    pub(crate) fetched: Option<Box<Result<String, PayloadError>>>,
 }
 
 impl<'r> Item<'r> {
     pub(crate) fn message(&'r self, invocation: &'r Invocation<'r>) -> Message<'r> {
         Message {
             record: self.record,
+            fetched: self
+                .fetched
+                .as_deref()
+                .and_then(|fetched| fetched.as_deref().ok()),
             id: self.id,
             meta: self.meta.as_deref(),
             attempt: self.attempts_before + 1,
@@ -183,7 +192,17 @@ impl<Q: QueuePort> Processor<Q> {
             rng: Mutex::new(fastrand::Rng::new()),
             ledger: None,
             held_counted_at: Mutex::new(None),
+            payloads: None,
         }
+    }
+
+    /// Reads Extended Client pointers and offloads copies too large for SQS through `payloads`
+    /// ([`crate::payload`]). Without it a pointer reaches the handler as it came, and a copy too
+    /// large to carry its failure context is given back for the queue's redrive policy.
+    #[must_use]
+    pub fn with_payloads(mut self, payloads: Payloads) -> Self {
+        self.payloads = Some(payloads);
+        self
     }
 
     /// Counts FIFO attempts with `ledger`: deliveries given back untried are written down there
@@ -250,6 +269,7 @@ impl<Q: QueuePort> Processor<Q> {
         let invocation = invocation.into();
         let (mut items, fifo) = self.prepare(records)?;
         self.recount(&mut items, &invocation).await;
+        self.fetch_payloads(&mut items, &invocation).await;
         // Boxed: the whole batch's future, nested once more in the task-local scope, is large
         // enough to overflow a 2 MiB thread stack in unoptimised builds.
         with_own_completions(Box::pin(async {
@@ -273,6 +293,7 @@ impl<Q: QueuePort> Processor<Q> {
         let invocation = invocation.into();
         let (mut items, fifo) = self.prepare(records)?;
         self.recount(&mut items, &invocation).await;
+        self.fetch_payloads(&mut items, &invocation).await;
         let handled = self.handle_batch(handler, &items, fifo, &invocation).await;
         Ok(self.conclude(&items, handled, fifo, &invocation).await)
     }
@@ -355,6 +376,7 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count,
                 head: HeadStatus::Free,
                 head_since_s: 0,
+                fetched: None,
             });
         }
         Ok((items, any_fifo))

@@ -42,6 +42,7 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count: 0,
                 head: HeadStatus::Free,
                 head_since_s: 0,
+                fetched: None,
             };
             let left = cutoff.left();
             let result = match (malformed, left.is_zero()) {
@@ -125,8 +126,9 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count: 0,
                 head: HeadStatus::Free,
                 head_since_s: 0,
+                fetched: None,
             };
-            self.dead_letter(&item, (self.now_ms(), failed_in), error, 1)
+            self.dead_letter(&item, (self.now_ms(), failed_in), error, 1, None)
                 .map(OutgoingMessage::into_owned)
         };
         let message = match dead_letter(item.record) {
