@@ -105,8 +105,6 @@ impl Invocation<'_> {
 #[derive(Debug, Clone, Copy)]
 pub struct Message<'r> {
     pub(crate) record: &'r SqsRecord<'r>,
-    /// The body fetched from S3 when the record is an Extended Client pointer ([`crate::payload`]).
-    pub(crate) fetched: Option<&'r str>,
     pub(crate) id: &'r str,
     pub(crate) meta: Option<&'r Meta<'r>>,
     pub(crate) attempt: u32,
@@ -119,13 +117,10 @@ impl<'r> Message<'r> {
         self.id
     }
 
-    /// The body (empty when there is none). A large message sent through S3 (an Extended Client
-    /// pointer) has its real body here, fetched before the handler ran.
+    /// The body (empty when there is none). For a large message sent through S3 (an Extended
+    /// Client pointer, [`crate::payload`]), the real body, fetched before the handler ran.
     pub fn body(&self) -> &'r str {
-        match self.fetched {
-            Some(body) => body,
-            None => self.record.body.as_deref().unwrap_or_default(),
-        }
+        self.record.body.as_deref().unwrap_or_default()
     }
 
     /// The body as bytes. A Kinesis record whose data is not UTF-8 (gzip, protobuf, a CloudWatch
@@ -147,14 +142,11 @@ impl<'r> Message<'r> {
     pub fn json<T: Deserialize<'r>>(&self) -> Result<T, RecordError> {
         // A body as Lambda writes JSON (its quotes escaped) is read where it stands, without
         // decoding it first; what that reading leaves is decoded for serde_json.
-        let quoted = match self.fetched {
-            Some(_) => None,
-            None => self
-                .record
-                .body
-                .as_ref()
-                .and_then(|body| body.quoted_json()),
-        };
+        let quoted = self
+            .record
+            .body
+            .as_ref()
+            .and_then(|body| body.quoted_json());
         if let Some(value) = quoted.and_then(|json| redrive_event::quoted_json::from_str(json).ok())
         {
             return Ok(value);
@@ -202,7 +194,8 @@ impl<'r> Message<'r> {
         self.record.attributes.message_group_id.as_deref()
     }
 
-    /// The record as Lambda delivered it (for a large message, its body is the S3 pointer).
+    /// The record as Lambda delivered it; for a large message sent through S3, with the real
+    /// body and without the Extended Client's size attribute (as the Extended Client hands it over).
     pub fn record(&self) -> &'r SqsRecord<'r> {
         self.record
     }

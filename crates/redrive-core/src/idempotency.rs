@@ -572,7 +572,6 @@ mod tests {
             receive_count: 0,
             head: crate::fifo::HeadStatus::Free,
             head_since_s: 0,
-            fetched: None,
         };
         let error = handler
             .handle(&item.message(&invocation))

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::decide::Ruling;
+use super::payloads::Fetched;
 use super::{FifoOnDeadLetter, Item, Processor};
 use crate::backoff::{whole_seconds, MAX_DELAY_SECONDS};
 use crate::carry::{Destination, Outbox};
@@ -35,6 +36,7 @@ impl<Q: QueuePort> Processor<Q> {
     pub(super) async fn carry_out(
         &self,
         items: &[Item<'_>],
+        fetched: &Fetched<'_>,
         rulings: &mut [Ruling],
         invocation: &Invocation<'_>,
         report: &mut BatchReport,
@@ -103,12 +105,7 @@ impl<Q: QueuePort> Processor<Q> {
             );
         }
         if self.payloads.is_some() {
-            let fetched = items
-                .iter()
-                .filter(|item| matches!(item.fetched.as_deref(), Some(Ok(_))))
-                .count();
-            report.payloads_fetched = u32::try_from(fetched).unwrap_or(u32::MAX);
-            Box::pin(self.delete_done_payloads(items, rulings, deadline, report)).await;
+            Box::pin(self.settle_payloads(items, fetched, rulings, deadline, report)).await;
         }
         if self.ledger.is_some() {
             Box::pin(self.clear_finished_holds(items, rulings, deadline)).await;
@@ -323,22 +320,24 @@ impl<Q: QueuePort> Processor<Q> {
         for (index, (item, ruling)) in items.iter().zip(rulings).enumerate() {
             let error = ruling.error.as_deref();
             let failure = (now, failed_in);
-            let pointer = offloaded
-                .iter()
-                .find(|(offloaded, _)| *offloaded == index)
-                .map(|(_, pointer)| pointer);
+            let pointer = || {
+                offloaded
+                    .iter()
+                    .find(|(offloaded, _)| *offloaded == index)
+                    .map(|(_, pointer)| pointer)
+            };
             let (outbox, message) = match ruling.fate {
                 Fate::Retry { attempts, delay } => (
                     &mut outgoing.to_source,
-                    self.copy(item, failure, error, attempts, delay, pointer),
+                    self.copy(item, failure, error, attempts, delay, pointer()),
                 ),
                 Fate::Defer { delay } => (
                     &mut outgoing.to_source,
-                    self.copy(item, failure, error, item.attempts_before, delay, pointer),
+                    self.copy(item, failure, error, item.attempts_before, delay, pointer()),
                 ),
                 Fate::DeadLetter { attempts } => (
                     &mut outgoing.to_dlq,
-                    self.dead_letter(item, failure, error, attempts, pointer),
+                    self.dead_letter(item, failure, error, attempts, pointer()),
                 ),
                 Fate::GiveBack {
                     visibility: Some(timeout),

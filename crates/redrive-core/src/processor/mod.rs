@@ -27,11 +27,12 @@ use crate::fate::{History, Outcome, SourceQueue};
 use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus};
 use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
 use crate::metrics::BatchReport;
-use crate::payload::{PayloadError, Payloads};
+use crate::payload::Payloads;
 use crate::port::QueuePort;
 use crate::stream::{KinesisEventResponse, KinesisRecord};
 use crate::sync::lock;
 use answer::answer;
+use payloads::Fetched;
 use redrive_event::SqsRecord;
 
 /// What a processor does with failures: where they go, how often they are retried, how many records run at once.
@@ -120,18 +121,12 @@ pub(crate) struct Item<'r> {
     /// the epoch (seconds keep an item of a large batch as slim as before); 0 when it has not, or
     /// the ledger did not say.
     pub(crate) head_since_s: u32,
-    /// An Extended Client pointer's body, or why it could not be read (boxed: rare).
-    pub(crate) fetched: Option<Box<Result<String, PayloadError>>>,
 }
 
 impl<'r> Item<'r> {
     pub(crate) fn message(&'r self, invocation: &'r Invocation<'r>) -> Message<'r> {
         Message {
             record: self.record,
-            fetched: self
-                .fetched
-                .as_deref()
-                .and_then(|fetched| fetched.as_deref().ok()),
             id: self.id,
             meta: self.meta.as_deref(),
             attempt: self.attempts_before + 1,
@@ -269,13 +264,17 @@ impl<Q: QueuePort> Processor<Q> {
         let invocation = invocation.into();
         let (mut items, fifo) = self.prepare(records)?;
         self.recount(&mut items, &invocation).await;
-        self.fetch_payloads(&mut items, &invocation).await;
+        let fetched = self.fetch_payloads(&items, &invocation).await;
+        fetched.lend(&mut items);
         // Boxed: the whole batch's future, nested once more in the task-local scope, is large
         // enough to overflow a 2 MiB thread stack in unoptimised builds.
         with_own_completions(Box::pin(async {
-            let handled = self.handle_all(handler, &items, fifo, &invocation).await;
+            let mut handled = self.handle_all(handler, &items, fifo, &invocation).await;
             self.wait_for_flush(handler, &invocation).await;
-            Ok(self.conclude(&items, handled, fifo, &invocation).await)
+            fetched.restore(&mut items, &mut handled);
+            Ok(self
+                .conclude(&items, &fetched, handled, fifo, &invocation)
+                .await)
         }))
         .await
     }
@@ -293,9 +292,13 @@ impl<Q: QueuePort> Processor<Q> {
         let invocation = invocation.into();
         let (mut items, fifo) = self.prepare(records)?;
         self.recount(&mut items, &invocation).await;
-        self.fetch_payloads(&mut items, &invocation).await;
-        let handled = self.handle_batch(handler, &items, fifo, &invocation).await;
-        Ok(self.conclude(&items, handled, fifo, &invocation).await)
+        let fetched = self.fetch_payloads(&items, &invocation).await;
+        fetched.lend(&mut items);
+        let mut handled = self.handle_batch(handler, &items, fifo, &invocation).await;
+        fetched.restore(&mut items, &mut handled);
+        Ok(self
+            .conclude(&items, &fetched, handled, fifo, &invocation)
+            .await)
     }
 
     /// Handles a Kinesis batch in order: a permanent failure is dead-lettered and the batch goes
@@ -314,6 +317,7 @@ impl<Q: QueuePort> Processor<Q> {
     async fn conclude(
         &self,
         items: &[Item<'_>],
+        fetched: &Fetched<'_>,
         handled: impl IntoIterator<Item = Outcome>,
         fifo: bool,
         invocation: &Invocation<'_>,
@@ -323,7 +327,7 @@ impl<Q: QueuePort> Processor<Q> {
             records: u32::try_from(items.len()).unwrap_or(u32::MAX),
             ..BatchReport::default()
         };
-        self.carry_out(items, &mut rulings, invocation, &mut report)
+        self.carry_out(items, fetched, &mut rulings, invocation, &mut report)
             .await;
         answer(items, &rulings, report)
     }
@@ -376,7 +380,6 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count,
                 head: HeadStatus::Free,
                 head_since_s: 0,
-                fetched: None,
             });
         }
         Ok((items, any_fifo))

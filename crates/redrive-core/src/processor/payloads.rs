@@ -9,30 +9,85 @@ use super::decide::Ruling;
 use super::{Item, Processor};
 use crate::clock::by_deadline;
 use crate::envelope::TooLarge;
-use crate::fate::Fate;
+use crate::fate::{Fate, Outcome};
+use crate::fifo::HeadStatus;
 use crate::handler::Invocation;
 use crate::metrics::BatchReport;
-use crate::payload::{PayloadError, Pointer};
+use crate::payload::{is_size_attribute, PayloadError, Pointer};
 use crate::port::QueuePort;
+use redrive_event::{SqsRecord, Text};
+
+/// The records of a batch that are Extended Client pointers, each as its handler sees it (the
+/// body fetched, the size attribute gone), or why its body could not be read. The items point
+/// at these records while the handlers run ([`Fetched::lend`]) and at the records as delivered
+/// again before the fates are carried out ([`Fetched::restore`]), so that every copy carries the
+/// pointer; the workers themselves know nothing of S3, and an ordinary batch pays nothing.
+#[derive(Default)]
+pub(crate) struct Fetched<'r>(Vec<Entry<'r>>);
+
+struct Entry<'r> {
+    index: usize,
+    delivered: &'r SqsRecord<'r>,
+    /// The record with its body; without one when it could not be read, so that the record
+    /// is not handled (`Outcome::NoBody`, turned into `error` by [`Fetched::restore`]).
+    seen: SqsRecord<'r>,
+    error: Option<PayloadError>,
+}
+
+impl<'r> Fetched<'r> {
+    /// Points the items of the fetched records at the records with their bodies.
+    pub(crate) fn lend<'s>(&'s self, items: &mut [Item<'s>]) {
+        for entry in &self.0 {
+            items[entry.index].record = &entry.seen;
+        }
+    }
+
+    /// Points the items back at the records as delivered, and fails each record whose body
+    /// could not be read with its error.
+    pub(crate) fn restore<'s>(&self, items: &mut [Item<'s>], handled: &mut [Outcome])
+    where
+        'r: 's,
+    {
+        for entry in &self.0 {
+            items[entry.index].record = entry.delivered;
+            if let (Some(error), Outcome::NoBody) = (&entry.error, &handled[entry.index]) {
+                handled[entry.index] = Outcome::Failed(Box::new(error.clone().into()));
+            }
+        }
+    }
+
+    /// The positions of the records whose body was read.
+    fn read(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0
+            .iter()
+            .filter(|entry| entry.error.is_none())
+            .map(|entry| entry.index)
+    }
+}
 
 impl<Q: QueuePort> Processor<Q> {
-    /// Fetches the body of every record that is an Extended Client pointer. A pointer that cannot
-    /// be read leaves its error on the item, which fails that record alone.
-    pub(super) async fn fetch_payloads(&self, items: &mut [Item<'_>], invocation: &Invocation<'_>) {
+    /// Fetches the body of every record that is an Extended Client pointer (a FIFO head the
+    /// ledger holds is not handled, and is not fetched either).
+    pub(super) async fn fetch_payloads<'r>(
+        &self,
+        items: &[Item<'r>],
+        invocation: &Invocation<'_>,
+    ) -> Fetched<'r> {
         let Some(payloads) = &self.payloads else {
-            return;
+            return Fetched::default();
         };
         let pointers: Vec<(usize, Result<Pointer<'_>, PayloadError>)> = items
             .iter()
             .enumerate()
+            .filter(|(_, item)| matches!(item.head, HeadStatus::Free | HeadStatus::Unread))
             .filter_map(|(index, item)| Some((index, Pointer::of(item.record)?)))
             .collect();
         if pointers.is_empty() {
-            return;
+            return Fetched::default();
         }
         let within = self.budget(invocation.deadline_ms).handling() / 2;
         let store = payloads.store.as_ref();
-        let fetched: Vec<(usize, Result<String, PayloadError>)> = stream::iter(pointers)
+        let bodies: Vec<(usize, Result<String, PayloadError>)> = stream::iter(pointers)
             .map(|(index, pointer)| async move {
                 let body = match pointer {
                     Ok(pointer) => match tokio::time::timeout(within, store.get(&pointer)).await {
@@ -49,12 +104,33 @@ impl<Q: QueuePort> Processor<Q> {
             .buffer_unordered(self.config.concurrency.get())
             .collect()
             .await;
-        for (index, body) in fetched {
-            if let Err(error) = &body {
-                tracing::warn!(message_id = items[index].id, %error, "large message body not read");
-            }
-            items[index].fetched = Some(Box::new(body));
-        }
+        let entries = bodies
+            .into_iter()
+            .map(|(index, body)| {
+                let delivered = items[index].record;
+                let mut seen = delivered.clone();
+                seen.message_attributes
+                    .retain(|name, _| !is_size_attribute(name));
+                let error = match body {
+                    Ok(body) => {
+                        seen.body = Some(Text::from(body).into());
+                        None
+                    }
+                    Err(error) => {
+                        tracing::warn!(message_id = items[index].id, %error, "large message body not read");
+                        seen.body = None;
+                        Some(error)
+                    }
+                };
+                Entry {
+                    index,
+                    delivered,
+                    seen,
+                    error,
+                }
+            })
+            .collect();
+        Fetched(entries)
     }
 
     /// Puts the bodies of the copies too large to send into the bucket, each under its origin
@@ -95,12 +171,13 @@ impl<Q: QueuePort> Processor<Q> {
         by_deadline(deadline, puts).await.unwrap_or_default()
     }
 
-    /// Deletes the objects redrive wrote for the records that are done: no copy points at them
-    /// any more. A delete that fails (or is cut off at `deadline`) leaves an orphan for the
-    /// bucket's lifecycle rule, counted in the report.
-    pub(super) async fn delete_done_payloads(
+    /// Counts the bodies read and deletes the objects redrive wrote for the records that are
+    /// done: no copy points at them any more. A delete that fails (or is cut off at `deadline`)
+    /// leaves an orphan for the bucket's lifecycle rule, counted in the report.
+    pub(super) async fn settle_payloads(
         &self,
         items: &[Item<'_>],
+        fetched: &Fetched<'_>,
         rulings: &[Ruling],
         deadline: Option<Instant>,
         report: &mut BatchReport,
@@ -108,13 +185,11 @@ impl<Q: QueuePort> Processor<Q> {
         let Some(payloads) = &self.payloads else {
             return;
         };
-        let done: Vec<Pointer<'_>> = items
-            .iter()
-            .zip(rulings)
-            .filter(|(item, ruling)| {
-                matches!(ruling.fate, Fate::Done) && matches!(item.fetched.as_deref(), Some(Ok(_)))
-            })
-            .filter_map(|(item, _)| Pointer::of(item.record)?.ok())
+        report.payloads_fetched = u32::try_from(fetched.read().count()).unwrap_or(u32::MAX);
+        let done: Vec<Pointer<'_>> = fetched
+            .read()
+            .filter(|&index| matches!(rulings[index].fate, Fate::Done))
+            .filter_map(|index| Pointer::of(items[index].record)?.ok())
             .filter(|pointer| payloads.owns(pointer))
             .collect();
         if done.is_empty() {

@@ -274,9 +274,6 @@ impl<Q: QueuePort> Processor<Q> {
                 return Some(Outcome::NotDue(Duration::from_millis(due.0 - now)));
             }
         }
-        if let Some(Err(error)) = item.fetched.as_deref() {
-            return Some(Outcome::Failed(Box::new(error.clone().into())));
-        }
         cutoff.passed().then_some(Outcome::NotStarted)
     }
 }

@@ -42,7 +42,6 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count: 0,
                 head: HeadStatus::Free,
                 head_since_s: 0,
-                fetched: None,
             };
             let left = cutoff.left();
             let result = match (malformed, left.is_zero()) {
@@ -126,7 +125,6 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count: 0,
                 head: HeadStatus::Free,
                 head_since_s: 0,
-                fetched: None,
             };
             self.dead_letter(&item, (self.now_ms(), failed_in), error, 1, None)
                 .map(OutgoingMessage::into_owned)
