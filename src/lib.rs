@@ -34,6 +34,8 @@
 
 #[cfg(feature = "dynamodb")]
 pub use redrive_aws::dynamodb;
+#[cfg(feature = "s3")]
+pub use redrive_aws::s3;
 pub use redrive_aws::sqs;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]
@@ -43,7 +45,8 @@ pub use redrive_core::oracles;
 // The breaker, the fates, the batch's figures and the Kinesis records are named at the root; the
 // courier (`carry`) and the EMF lines are the sibling crates' own.
 pub use redrive_core::{
-    backoff, clock, envelope, error, fifo, handler, idempotency, port, processor, reprocess_policy,
+    backoff, clock, envelope, error, fifo, handler, idempotency, payload, port, processor,
+    reprocess_policy,
 };
 
 /// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`] and
@@ -61,9 +64,9 @@ pub use redrive_aws::SqsQueue;
 pub use redrive_core::{
     Backoff, BatchError, BatchHandler, BatchReport, BreakerSettings, CircuitBreaker, ConfigError,
     ErrorClass, Fate, GiveBackReason, Invocation, KinesisEvent, KinesisEventResponse,
-    KinesisRecord, Message, Meta, PortError, Processed, Processor, ProcessorConfig, QueuePort,
-    RecordError, RecordHandler, RetryPolicy, Settings, SourceQueue, SqsEvent, SqsRecord,
-    DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE,
+    KinesisRecord, Message, Meta, PayloadStore, Payloads, PortError, Processed, Processor,
+    ProcessorConfig, QueuePort, RecordError, RecordHandler, RetryPolicy, Settings, SourceQueue,
+    SqsEvent, SqsRecord, DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE,
 };
 
 /// The README's examples compile (`cargo test --doc`).

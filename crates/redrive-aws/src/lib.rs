@@ -1,10 +1,13 @@
 //! The AWS SDK adapters of redrive's ports: the SQS queue ([`sqs::SqsQueue`]) and, with the
-//! feature `dynamodb`, the shared idempotency store (`dynamodb::DynamoDbStore`). Every AWS call
-//! the consumers make goes through these.
+//! feature `dynamodb`, the shared idempotency store (`dynamodb::DynamoDbStore`), and with the
+//! feature `s3`, large message bodies (`s3::S3Payloads`). Every AWS call the consumers make goes
+//! through these.
 #![warn(missing_docs)]
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod sqs;
 
 pub use sqs::SqsQueue;

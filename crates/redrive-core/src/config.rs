@@ -78,6 +78,14 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "(unset: REDRIVE_IDEMPOTENCY_TABLE, if set) DynamoDB table of the FIFO attempt ledger",
     ),
     (
+        "REDRIVE_PAYLOAD_BUCKET",
+        "(unset: none) S3 bucket for large messages: Extended Client pointers are read, copies too large for their failure context are offloaded",
+    ),
+    (
+        "REDRIVE_PAYLOAD_PREFIX",
+        "redrive/: key prefix of the objects redrive writes (and deletes when their message is done)",
+    ),
+    (
         "REDRIVE_FIFO_ON_DEAD_LETTER",
         "continue: a FIFO head dead-lettered lets its group go on; hold keeps the group waiting (needs the ledger)",
     ),
@@ -253,6 +261,60 @@ pub struct Settings {
     /// The DynamoDB table of the FIFO attempt ledger ([`crate::fifo`]): `REDRIVE_LEDGER_TABLE`,
     /// else the idempotency store's table. `None`: a FIFO record's receives all count as attempts.
     pub ledger_table: Option<String>,
+    /// Large messages through S3 ([`crate::payload`]), when `REDRIVE_PAYLOAD_BUCKET` names a bucket.
+    pub payloads: Option<PayloadSettings>,
+}
+
+/// Where a consumer's large message bodies go (`REDRIVE_PAYLOAD_BUCKET`, `REDRIVE_PAYLOAD_PREFIX`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadSettings {
+    /// The bucket.
+    pub bucket: String,
+    /// The key prefix of redrive's own objects.
+    pub prefix: String,
+}
+
+impl PayloadSettings {
+    fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Option<Self>, ConfigError> {
+        let prefix = env.get("REDRIVE_PAYLOAD_PREFIX");
+        let Some(bucket) = env.get("REDRIVE_PAYLOAD_BUCKET") else {
+            return match prefix {
+                Some(prefix) => Err(ConfigError::new(
+                    "REDRIVE_PAYLOAD_PREFIX",
+                    &prefix,
+                    "set without REDRIVE_PAYLOAD_BUCKET: name the bucket too",
+                )),
+                None => Ok(None),
+            };
+        };
+        // S3's bucket naming rules (general purpose buckets): 3 to 63 lowercase letters, digits,
+        // dots and hyphens, beginning and ending with a letter or digit.
+        let edge =
+            |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let valid = (3..=63).contains(&bucket.len())
+            && bucket
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+            && edge(bucket.chars().next())
+            && edge(bucket.chars().last());
+        if !valid {
+            return Err(ConfigError::new(
+                "REDRIVE_PAYLOAD_BUCKET",
+                &bucket,
+                "a bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, beginning \
+                 and ending with a letter or digit (a name, not an ARN or s3:// URL)",
+            ));
+        }
+        let prefix = prefix.unwrap_or_else(|| crate::payload::DEFAULT_PREFIX.to_owned());
+        if prefix.starts_with('/') || prefix.len() > 512 {
+            return Err(ConfigError::new(
+                "REDRIVE_PAYLOAD_PREFIX",
+                &prefix,
+                "a key prefix of at most 512 bytes, not beginning with / (redrive/ by default)",
+            ));
+        }
+        Ok(Some(Self { bucket, prefix }))
+    }
 }
 
 impl From<&Settings> for ProcessorConfig {
@@ -481,6 +543,7 @@ impl Settings {
             metrics_namespace: get("REDRIVE_METRICS_NAMESPACE").unwrap_or_else(|| "redrive".into()),
             ledger_table,
             idempotency: IdempotencySettings::from_env(&env)?,
+            payloads: PayloadSettings::from_env(&env)?,
         })
     }
 }
@@ -627,6 +690,35 @@ mod tests {
         );
         let s = settings(&[("REDRIVE_CONCURRENCY", "1")]).unwrap();
         assert_eq!(s.processor.concurrency.get(), 1);
+    }
+
+    #[test]
+    fn a_payload_bucket_is_a_bucket_name_and_its_prefix_needs_it() {
+        assert_eq!(settings(&[]).unwrap().payloads, None);
+        let s = settings(&[("REDRIVE_PAYLOAD_BUCKET", "orders-payloads")]).unwrap();
+        assert_eq!(
+            s.payloads,
+            Some(PayloadSettings {
+                bucket: "orders-payloads".into(),
+                prefix: "redrive/".into()
+            })
+        );
+        for (name, value) in [
+            ("REDRIVE_PAYLOAD_BUCKET", "arn:aws:s3:::orders-payloads"),
+            ("REDRIVE_PAYLOAD_BUCKET", "s3://orders-payloads"),
+            ("REDRIVE_PAYLOAD_BUCKET", "Orders"),
+            ("REDRIVE_PAYLOAD_BUCKET", "ab"),
+            ("REDRIVE_PAYLOAD_PREFIX", "large/"),
+        ] {
+            let error = settings(&[(name, value)]).unwrap_err();
+            assert_eq!(error.name, name, "{value}");
+        }
+        let error = settings(&[
+            ("REDRIVE_PAYLOAD_BUCKET", "orders-payloads"),
+            ("REDRIVE_PAYLOAD_PREFIX", "/large"),
+        ])
+        .unwrap_err();
+        assert_eq!(error.name, "REDRIVE_PAYLOAD_PREFIX");
     }
 
     #[test]

@@ -83,7 +83,9 @@ fn worker_threads(lookup: impl Fn(&str) -> Option<String>, vcpus: usize) -> Resu
 /// EMF line. `make_handler` builds the handler from the settings (a circuit breaker from
 /// `settings.breaker`, say). With `REDRIVE_IDEMPOTENCY_TABLE` set (and redrive's `dynamodb`
 /// feature on) the handler is wrapped in the shared idempotency store, and FIFO attempts are
-/// counted with the attempt ledger in the same table (or in `REDRIVE_LEDGER_TABLE`).
+/// counted with the attempt ledger in the same table (or in `REDRIVE_LEDGER_TABLE`). With
+/// `REDRIVE_PAYLOAD_BUCKET` set (and the `s3` feature) large messages go through S3
+/// ([`redrive_core::payload`]).
 ///
 /// ```no_run
 /// use redrive_core::{Message, RecordError, RecordHandler};
@@ -121,7 +123,10 @@ where
         );
     }
     let handler = make_handler(&settings)?;
-    let processor = Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings));
+    let processor = with_payloads(
+        Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings)),
+        &settings,
+    )?;
     match (&settings.idempotency, &settings.ledger_table) {
         (None, None) => serve(&settings, processor, handler).await,
         // Every copy of a message, whichever container it reaches, takes effect once; the
@@ -157,6 +162,30 @@ where
                 (None, Some(table)) => format!("REDRIVE_LEDGER_TABLE={table}"),
                 (None, None) => unreachable!("matched above"),
             }
+        )
+        .into()),
+    }
+}
+
+/// The processor with large messages through S3 when `REDRIVE_PAYLOAD_BUCKET` names a bucket.
+fn with_payloads(
+    processor: Processor<SqsQueue>,
+    settings: &Settings,
+) -> Result<Processor<SqsQueue>, lambda_runtime::Error> {
+    match &settings.payloads {
+        None => Ok(processor),
+        #[cfg(feature = "s3")]
+        Some(payloads) => {
+            let store = Arc::new(redrive_aws::s3::S3Payloads::lazy());
+            Ok(processor.with_payloads(
+                redrive_core::Payloads::new(store, &payloads.bucket).with_prefix(&payloads.prefix),
+            ))
+        }
+        #[cfg(not(feature = "s3"))]
+        Some(payloads) => Err(format!(
+            "REDRIVE_PAYLOAD_BUCKET={} is set, but this function was built without redrive's s3 \
+             feature: add it to the redrive dependency, or unset the variable",
+            payloads.bucket
         )
         .into()),
     }

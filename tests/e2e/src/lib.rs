@@ -12,7 +12,7 @@ use orders::OrdersHandler;
 use redrive::clock::{Clock, SystemClock};
 use redrive::lambda::Bytes;
 use redrive::{
-    BreakerSettings, CircuitBreaker, Message as Record, Meta, Processor, ProcessorConfig,
+    BreakerSettings, CircuitBreaker, Message as Record, Meta, Payloads, Processor, ProcessorConfig,
     RecordError, RecordHandler, SqsQueue,
 };
 use redrive_local::poller::{Poll, Poller};
@@ -36,6 +36,7 @@ pub struct Stack {
     pub processor: Processor<SqsQueue>,
     pub timeout: Duration,
     pub batch_size: u32,
+    pub payloads: Option<Payloads>,
 }
 
 pub struct Options<'a> {
@@ -50,6 +51,8 @@ pub struct Options<'a> {
     pub batch_size: u32,
     /// Count FIFO attempts with the attempt ledger in a DynamoDB table on moto.
     pub ledger: bool,
+    /// Large messages through this S3 bucket on moto (`REDRIVE_PAYLOAD_BUCKET`).
+    pub payload_bucket: Option<&'a str>,
 }
 
 impl Default for Options<'_> {
@@ -62,6 +65,7 @@ impl Default for Options<'_> {
             knobs: &[],
             batch_size: 10,
             ledger: false,
+            payload_bucket: None,
         }
     }
 }
@@ -107,9 +111,15 @@ impl Stack {
                 },
             ),
         );
-        let processor = Processor::new(
-            SqsQueue::with_client(client.clone()),
-            ProcessorConfig::from(&settings),
+        let payloads = options.payload_bucket.map(|bucket| {
+            Payloads::new(std::sync::Arc::new(redrive::s3::S3Payloads::lazy()), bucket)
+        });
+        let processor = with_payloads(
+            Processor::new(
+                SqsQueue::with_client(client.clone()),
+                ProcessorConfig::from(&settings),
+            ),
+            &payloads,
         );
         let processor = if options.ledger {
             let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
@@ -133,6 +143,7 @@ impl Stack {
             processor,
             timeout,
             batch_size: options.batch_size,
+            payloads,
         }
     }
 
@@ -142,9 +153,12 @@ impl Stack {
             .topology
             .settings(&self.queue.key, &self.queue.dlq_url, overrides)
             .unwrap();
-        self.processor = Processor::new(
-            SqsQueue::with_client(self.client.clone()),
-            ProcessorConfig::from(&settings),
+        self.processor = with_payloads(
+            Processor::new(
+                SqsQueue::with_client(self.client.clone()),
+                ProcessorConfig::from(&settings),
+            ),
+            &self.payloads,
         );
     }
 
@@ -317,6 +331,16 @@ impl Stack {
             "charged {charged:?}, {left} left in the source, {} in the DLQ",
             dead.len()
         );
+    }
+}
+
+fn with_payloads(
+    processor: Processor<SqsQueue>,
+    payloads: &Option<Payloads>,
+) -> Processor<SqsQueue> {
+    match payloads {
+        Some(payloads) => processor.with_payloads(payloads.clone()),
+        None => processor,
     }
 }
 

@@ -2,6 +2,8 @@
 //! before the handlers run (as many at once as records may run, within half the handling time),
 //! the bodies of copies too large to carry their failure context offloaded before they are sent,
 //! and the objects redrive wrote deleted once their message is done.
+use std::future::Future;
+
 use futures_util::stream::{self, StreamExt};
 use tokio::time::Instant;
 
@@ -87,23 +89,20 @@ impl<Q: QueuePort> Processor<Q> {
         }
         let within = self.budget(invocation.deadline_ms).handling() / 2;
         let store = payloads.store.as_ref();
-        let bodies: Vec<(usize, Result<String, PayloadError>)> = stream::iter(pointers)
-            .map(|(index, pointer)| async move {
-                let body = match pointer {
-                    Ok(pointer) => match tokio::time::timeout(within, store.get(&pointer)).await {
-                        Ok(body) => body,
-                        Err(_) => Err(PayloadError::Unavailable(format!(
-                            "{pointer} not read within {} ms",
-                            within.as_millis()
-                        ))),
-                    },
-                    Err(error) => Err(error),
-                };
-                (index, body)
-            })
-            .buffer_unordered(self.config.concurrency.get())
-            .collect()
-            .await;
+        let reads = pointers.into_iter().map(|(index, pointer)| async move {
+            let body = match pointer {
+                Ok(pointer) => match tokio::time::timeout(within, store.get(&pointer)).await {
+                    Ok(body) => body,
+                    Err(_) => Err(PayloadError::Unavailable(format!(
+                        "{pointer} not read within {} ms",
+                        within.as_millis()
+                    ))),
+                },
+                Err(error) => Err(error),
+            };
+            (index, body)
+        });
+        let bodies = self.at_most_concurrency(reads.collect()).await;
         let entries = bodies
             .into_iter()
             .map(|(index, body)| {
@@ -147,8 +146,9 @@ impl<Q: QueuePort> Processor<Q> {
             return Vec::new();
         };
         let store = payloads.store.as_ref();
-        let puts = stream::iter(too_large)
-            .filter(|(index, _)| std::future::ready(Pointer::of(items[*index].record).is_none()))
+        let puts = too_large
+            .iter()
+            .filter(|(index, _)| Pointer::of(items[*index].record).is_none())
             .map(|&(index, _)| async move {
                 let item = &items[index];
                 let origin = item
@@ -164,11 +164,13 @@ impl<Q: QueuePort> Processor<Q> {
                         None
                     }
                 }
-            })
-            .buffer_unordered(self.config.concurrency.get())
-            .filter_map(std::future::ready)
-            .collect::<Vec<_>>();
-        by_deadline(deadline, puts).await.unwrap_or_default()
+            });
+        let put = by_deadline(deadline, self.at_most_concurrency(puts.collect()));
+        put.await
+            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// Counts the bodies read and deletes the objects redrive wrote for the records that are
@@ -196,18 +198,27 @@ impl<Q: QueuePort> Processor<Q> {
             return;
         }
         let store = payloads.store.as_ref();
-        let deletes = stream::iter(&done)
-            .map(|pointer| async move {
+        let deletes = done.iter().map(|pointer| async move {
                 let deleted = store.delete(pointer).await;
                 if let Err(error) = &deleted {
                     tracing::warn!(%pointer, %error, "large message body not deleted: left to the bucket's lifecycle rule");
                 }
                 deleted.is_ok()
-            })
-            .buffer_unordered(self.config.concurrency.get())
-            .collect::<Vec<bool>>();
-        let deleted = by_deadline(deadline, deletes).await.unwrap_or_default();
+            });
+        let deleted = by_deadline(deadline, self.at_most_concurrency(deletes.collect()))
+            .await
+            .unwrap_or_default();
         let orphans = done.len() - deleted.iter().filter(|ok| **ok).count();
         report.payload_orphans += u32::try_from(orphans).unwrap_or(u32::MAX);
+    }
+
+    /// Runs `calls` with at most as many at once as records may run; their outputs in any order.
+    /// (The calls are made first and then run: a stream that makes them from borrowed items
+    /// leaves the batch's future short of `Send`.)
+    async fn at_most_concurrency<F: Future>(&self, calls: Vec<F>) -> Vec<F::Output> {
+        stream::iter(calls)
+            .buffer_unordered(self.config.concurrency.get())
+            .collect()
+            .await
     }
 }
