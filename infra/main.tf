@@ -42,6 +42,27 @@ module "alerts" {
   }]
 }
 
+# Large messages: one bucket for the stack, each consumer writing under a prefix of its own. The
+# lifecycle rule outlasts every copy that may point at an object: the longest source retention
+# plus DLQ retention, once more for each redrive the reprocessor may make, and a day.
+locals {
+  payload_expiry_days = 1 + ceil(
+    max(0, [for consumer in var.consumers : consumer.message_retention_seconds + consumer.dlq_message_retention_seconds]...)
+    * (var.redrive.max_reprocess + 1) / 86400
+  )
+}
+
+module "payloads" {
+  source = "./modules/payload-bucket"
+  count  = var.large_messages.enabled ? 1 : 0
+
+  name_prefix          = "${lower(var.name_prefix)}-payloads-"
+  existing_bucket_name = var.large_messages.existing_bucket_name
+  expire_after_days    = local.payload_expiry_days
+  writer_prefixes      = { for key, consumer in var.consumers : key => "redrive/${key}/" }
+  tags                 = var.tags
+}
+
 module "idempotency" {
   source   = "./modules/idempotency-table"
   for_each = { for key, consumer in var.consumers : key => consumer if consumer.idempotency_key != null }
@@ -65,8 +86,14 @@ module "consumer" {
     # A duplicate can come back as late as the source's retention plus the DLQ's (a copy
     # dead-lettered, then redriven), and a day for the redrive's backoff: the key outlives both.
     REDRIVE_IDEMPOTENCY_TTL = "${each.value.message_retention_seconds + each.value.dlq_message_retention_seconds + 86400}s"
+    }, !var.large_messages.enabled ? {} : {
+    REDRIVE_PAYLOAD_BUCKET = module.payloads[0].bucket_name
+    REDRIVE_PAYLOAD_PREFIX = "redrive/${each.key}/"
   })
-  extra_statements               = each.value.idempotency_key == null ? [] : [module.idempotency[each.key].access_statement]
+  extra_statements = concat(
+    each.value.idempotency_key == null ? [] : [module.idempotency[each.key].access_statement],
+    var.large_messages.enabled ? module.payloads[0].access_statements[each.key] : [],
+  )
   max_attempts                   = var.retry.max_attempts
   visibility_timeout_seconds     = each.value.visibility_timeout_seconds
   message_retention_seconds      = each.value.message_retention_seconds

@@ -299,6 +299,17 @@ variable "stream" {
   # Bounds, and maximum_record_age_seconds below the retention, are validated by the module.
 }
 
+variable "large_messages" {
+  description = "Large messages through S3 (the sqs-consumer function's s3 feature): a payload bucket for the stack, or a bucket of your own by name. The consumers read Extended Client pointers and offload copies too large for their failure context (docs/large-messages.md)."
+  type = object({
+    enabled              = bool
+    existing_bucket_name = optional(string)
+  })
+  nullable = false
+  default  = { enabled = false }
+  # The bucket name is validated by modules/payload-bucket.
+}
+
 variable "redrive" {
   description = "The recovery side (modules/recovery): how often the DLQ reprocessor runs and its policy."
   type = object({

@@ -22,6 +22,7 @@ use redrive_infra::rules::modules::{
     alarm_target_check, module_calls, provider_versions, variable_rules,
 };
 use redrive_infra::rules::names::{global_names, reserved_names};
+use redrive_infra::rules::payloads::payload_buckets;
 use redrive_infra::{broken, infra, label, parse, sources, CONSUMER_VARIABLES};
 
 #[test]
@@ -59,6 +60,7 @@ fn the_configuration_keeps_every_rule() {
         ("global names", global_names(&modules)),
         ("bus logging", bus_logging(&modules)),
         ("high-throughput FIFO", high_throughput_fifo(&modules)),
+        ("payload buckets", payload_buckets(&modules)),
         ("iam names", iam_names(&sources(), &modules, &sdk_actions())),
     ] {
         assert!(violations.is_empty(), "{rule}: {violations:#?}");

@@ -985,3 +985,75 @@ fn an_event_redrive_that_cannot_outwait_its_function_targets_is_refused() {
         "{refused}"
     );
 }
+
+/// Large messages: the stack's lifecycle rule outlasts every copy that may point at an object
+/// (the tfvars' queues: (4 d + 14 d) x (3 redrives + 1) + 1 = 73 days), and the bucket module
+/// takes what the stack gives it and refuses two consumers on one prefix or a URL for a name.
+#[test]
+fn the_payload_bucket_outlasts_every_copy_and_refuses_shared_prefixes() {
+    if !terraform_installed() {
+        return;
+    }
+    let root = std::fs::read_to_string(infra().join("main.tf")).unwrap();
+    let variables = std::fs::read_to_string(infra().join("variables.tf")).unwrap();
+    let config = format!("{variables}\n{}", locals_blocks(&root));
+    let days = console(
+        &config,
+        &tfvars(),
+        "payload-expiry",
+        "local.payload_expiry_days\n",
+    )
+    .unwrap();
+    assert_eq!(days, "73");
+    let mut longer = tfvars();
+    longer["redrive"] = serde_json::json!({
+        "schedule_expression": "rate(15 minutes)", "max_reprocess": 5, "eligible_after_seconds": 300,
+        "discard_kinds": [], "max_messages": 1000, "rate_per_second": 50
+    });
+    let days = console(
+        &config,
+        &longer,
+        "payload-expiry-5",
+        "local.payload_expiry_days\n",
+    )
+    .unwrap();
+    assert_eq!(days, "109", "(4 d + 14 d) x 6 + 1");
+
+    let module =
+        std::fs::read_to_string(infra().join("modules/payload-bucket/variables.tf")).unwrap();
+    let inputs = serde_json::json!({
+        "name_prefix": "redrive-payloads-",
+        "expire_after_days": 73,
+        "writer_prefixes": { "orders": "redrive/orders/", "payments": "redrive/payments/" },
+    });
+    assert_eq!(console(&module, &inputs, "payload-inputs", "").err(), None);
+    for (name, change, message) in [
+        (
+            "shared-prefix",
+            serde_json::json!({ "writer_prefixes": { "orders": "redrive/", "payments": "redrive/" } }),
+            "Each consumer needs a prefix of its own",
+        ),
+        (
+            "unterminated-prefix",
+            serde_json::json!({ "writer_prefixes": { "orders": "redrive/orders" } }),
+            "Each writer prefix ends with /",
+        ),
+        (
+            "bucket-url",
+            serde_json::json!({ "existing_bucket_name": "s3://orders-payloads" }),
+            "existing_bucket_name must be a bucket name",
+        ),
+        (
+            "fractional-days",
+            serde_json::json!({ "expire_after_days": 1.5 }),
+            "expire_after_days must be a whole number of days",
+        ),
+    ] {
+        let mut broken = inputs.clone();
+        for (key, value) in change.as_object().unwrap() {
+            broken[key] = value.clone();
+        }
+        let error = console(&module, &broken, name, "").unwrap_err();
+        assert!(error.contains(message), "{name}: {error}");
+    }
+}

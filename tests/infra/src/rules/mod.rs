@@ -5,3 +5,4 @@ pub mod eventbridge;
 pub mod iam;
 pub mod modules;
 pub mod names;
+pub mod payloads;
