@@ -12,8 +12,7 @@ use redrive_core::payload::{PayloadError, PayloadStore, Pointer};
 use redrive_core::{ErrorClass, RecordError};
 
 /// Large message bodies in S3, through a client built from the environment on its first call
-/// (as [`crate::sqs::SqsQueue::lazy`]); with `AWS_ENDPOINT_URL` set (moto, LocalStack), buckets
-/// are addressed by path.
+/// (as [`crate::sqs::SqsQueue::lazy`]).
 #[derive(Default)]
 pub struct S3Payloads {
     client: OnceCell<Client>,
@@ -34,15 +33,18 @@ impl S3Payloads {
 
     async fn client(&self) -> &Client {
         self.client
-            .get_or_init(|| async {
-                let shared = crate::sqs::sdk_config_from_env();
-                let config = aws_sdk_s3::config::Builder::from(&shared)
-                    .force_path_style(std::env::var_os("AWS_ENDPOINT_URL").is_some())
-                    .build();
-                Client::from_conf(config)
-            })
+            .get_or_init(|| async { client(&crate::sqs::sdk_config_from_env()) })
             .await
     }
+}
+
+/// An S3 client on `shared`; with `AWS_ENDPOINT_URL` set (moto, LocalStack), buckets are addressed
+/// by path.
+pub fn client(shared: &aws_types::SdkConfig) -> Client {
+    let config = aws_sdk_s3::config::Builder::from(shared)
+        .force_path_style(std::env::var_os("AWS_ENDPOINT_URL").is_some())
+        .build();
+    Client::from_conf(config)
 }
 
 impl PayloadStore for S3Payloads {

@@ -9,11 +9,14 @@ use clap::{Args, Parser, Subcommand};
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
+use redrive::event::SqsRecord;
 use redrive::fifo::{release_head, AttemptLedger, Release};
+use redrive::payload::{PayloadStore, Pointer, LEGACY_SIZE_ATTRIBUTE, SIZE_ATTRIBUTE};
 use redrive::reprocess::{
     browse, export_line, AttributeFilter, Inventory, ReprocessCommand, ReprocessSummary,
     Reprocessor,
 };
+use redrive::s3::S3Payloads;
 use redrive::{ErrorClass, SqsQueue};
 
 /// Inspect, export and redrive SQS dead-letter queues without losing a message.
@@ -26,6 +29,7 @@ use redrive::{ErrorClass, SqsQueue};
 /// Examples:
 ///   dlq stats orders-dlq
 ///   dlq peek orders-dlq -n 3
+///   dlq peek orders-dlq --pointers  # large messages: where the body is kept, not the body
 ///   dlq export orders-dlq > dead-letters.jsonl
 ///   dlq redrive orders-dlq --dry-run
 ///   dlq redrive orders-dlq --error-kind payment_timeout --rate 20
@@ -58,19 +62,27 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         max: u32,
     },
-    /// Show the first messages (body, attributes, failure metadata) as JSON.
+    /// Show the first messages (body, attributes, failure metadata) as JSON. A large message
+    /// (an Extended Client pointer) shows its body read from S3, and where it is kept.
     Peek {
         /// The queue: URL, ARN or name.
         queue: String,
         #[arg(short = 'n', long, default_value_t = 5)]
         count: u32,
+        /// Leave large messages' bodies in S3: show the pointer and the size only.
+        #[arg(long)]
+        pointers: bool,
     },
-    /// Write every message as one JSON line to stdout, for an archive or a ticket.
+    /// Write every message as one JSON line to stdout, for an archive or a ticket (large
+    /// messages with their bodies read from S3, unless --pointers).
     Export {
         /// The queue: URL, ARN or name.
         queue: String,
         #[arg(long, default_value_t = 10_000)]
         max: u32,
+        /// Leave large messages' bodies in S3: write the pointer and the size only.
+        #[arg(long)]
+        pointers: bool,
     },
     /// Send eligible messages back to their origin queue (see docs/redrive.md, the redrive policy).
     Redrive(RedriveArgs),
@@ -184,6 +196,41 @@ fn parse_attribute(text: &str) -> Result<AttributeFilter, String> {
     })
 }
 
+/// A message as `peek` and `export` show it. A large message (an Extended Client pointer) also
+/// names where its body is kept (`largeMessage`), and with `s3` shows the body read from there
+/// (or, when it cannot be read, why: the message itself is untouched).
+async fn with_large_body(record: &SqsRecord<'_>, s3: Option<&S3Payloads>) -> serde_json::Value {
+    let mut line: serde_json::Value =
+        serde_json::from_str(&export_line(record)).expect("export_line writes JSON");
+    let Some(pointer) = Pointer::of(record) else {
+        return line;
+    };
+    let size = [SIZE_ATTRIBUTE, LEGACY_SIZE_ATTRIBUTE]
+        .iter()
+        .find_map(|name| {
+            record
+                .message_attributes
+                .get(*name)?
+                .string_value
+                .as_deref()
+        })
+        .and_then(|size| size.parse::<u64>().ok());
+    line["largeMessage"] = match (pointer, s3) {
+        (Err(error), _) => serde_json::json!({ "unreadable": error.to_string() }),
+        (Ok(pointer), None) => serde_json::json!({ "s3": pointer.to_string(), "bytes": size }),
+        (Ok(pointer), Some(s3)) => match s3.get(&pointer).await {
+            Ok(body) => {
+                line["body"] = body.into();
+                serde_json::json!({ "s3": pointer.to_string(), "bytes": size })
+            }
+            Err(error) => serde_json::json!({
+                "s3": pointer.to_string(), "bytes": size, "unreadable": error.to_string(),
+            }),
+        },
+    };
+    line
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -221,18 +268,28 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             });
             writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         }
-        Command::Peek { queue, count } => {
+        Command::Peek {
+            queue,
+            count,
+            pointers,
+        } => {
             let url = sqs.resolve(&queue).await?;
+            let s3 = (!pointers).then(|| S3Payloads::with_client(redrive::s3::client(&config)));
             for record in browse(&sqs, &url, count).await? {
-                let line: serde_json::Value = serde_json::from_str(&export_line(&record))?;
+                let line = with_large_body(&record, s3.as_ref()).await;
                 writeln!(out, "{}", serde_json::to_string_pretty(&line)?)?;
             }
         }
-        Command::Export { queue, max } => {
+        Command::Export {
+            queue,
+            max,
+            pointers,
+        } => {
             let url = sqs.resolve(&queue).await?;
+            let s3 = (!pointers).then(|| S3Payloads::with_client(redrive::s3::client(&config)));
             let records = browse(&sqs, &url, max).await?;
             for record in &records {
-                writeln!(out, "{}", export_line(record))?;
+                writeln!(out, "{}", with_large_body(record, s3.as_ref()).await)?;
             }
             eprintln!("dlq: exported {} messages from {url}", records.len());
         }

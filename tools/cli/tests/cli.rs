@@ -139,6 +139,90 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
 }
 
 #[tokio::test]
+async fn peek_and_export_show_a_large_messages_body_from_s3_or_where_it_is_kept() {
+    let client = redrive_local::sqs_client();
+    let name = format!("t{}-cli-large", std::process::id());
+    let dlq_url = client
+        .create_queue()
+        .queue_name(format!("{name}-dlq"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let s3 = redrive::s3::client(&redrive::sqs::sdk_config_from_env());
+    s3.create_bucket().bucket(&name).send().await.unwrap();
+    let body = format!(
+        r#"{{"orderId":"o-large","note":"{}"}}"#,
+        "n".repeat(300_000)
+    );
+    s3.put_object()
+        .bucket(&name)
+        .key("5b1f-producer")
+        .body(body.clone().into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    let pointer = format!(
+        r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{{"s3BucketName":"{name}","s3Key":"5b1f-producer"}}]"#
+    );
+    for (key, size) in [("5b1f-producer", body.len()), ("expired", 7)] {
+        let number = |value: String| {
+            MessageAttributeValue::builder()
+                .data_type("Number")
+                .string_value(value)
+                .build()
+                .unwrap()
+        };
+        client
+            .send_message()
+            .queue_url(&dlq_url)
+            .message_body(pointer.replace("5b1f-producer", key))
+            .message_attributes("ExtendedPayloadSize", number(size.to_string()))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let exported: Vec<serde_json::Value> = stdout(&dlq(&["export", &dlq_url], &[]))
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let by_key = |lines: &[serde_json::Value], key: &str| {
+        lines
+            .iter()
+            .find(|line| line["largeMessage"]["s3"] == format!("s3://{name}/{key}"))
+            .cloned()
+            .unwrap_or_else(|| panic!("{key}: {lines:?}"))
+    };
+    let read = by_key(&exported, "5b1f-producer");
+    assert_eq!(read["body"], body.as_str(), "the body read from S3");
+    assert_eq!(read["largeMessage"]["bytes"], body.len());
+    let gone = by_key(&exported, "expired");
+    assert!(gone["largeMessage"]["unreadable"]
+        .as_str()
+        .unwrap()
+        .contains("no object"));
+    assert_eq!(gone["body"], pointer.replace("5b1f-producer", "expired"));
+
+    let peeked = stdout(&dlq(&["peek", &dlq_url, "--pointers"], &[]));
+    assert!(
+        !peeked.contains("nnnnnnnn"),
+        "with --pointers no body is read"
+    );
+    assert_eq!(
+        peeked.matches(&format!("s3://{name}/")).count(),
+        2,
+        "{peeked}"
+    );
+    assert_eq!(
+        depth(&client, &dlq_url).await.unwrap().0,
+        2,
+        "nothing consumed"
+    );
+}
+
+#[tokio::test]
 async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
     use redrive::fifo::{AttemptLedger, Hold};
     assert!(
