@@ -1,6 +1,7 @@
 //! `make bench`: one run, one table. Throughput on a 10,000-record SQS event against Powertools for
 //! AWS Lambda (Python and TypeScript) doing the same work, side by side; start-up of the release
 //! `bootstrap`; its peak memory on that event; SQS requests per re-sent message; zip sizes.
+mod claim_check;
 mod event;
 mod fifo_cycle;
 mod io_bound;
@@ -403,6 +404,8 @@ fn main() -> Result<(), String> {
     let managed_cpu = managed_cpu(bootstrap)?;
     let fifo = fifo_as_deployed(&runtime)?;
     let zips = zip_sizes(&args.lambda_dir)?;
+    // Last: it points this process's AWS endpoint at a moto server of its own.
+    let large = claim_check::measure(&runtime, &args.python)?;
 
     let mut table = Table::default();
     table.throughput(&throughput, references);
@@ -411,6 +414,7 @@ fn main() -> Result<(), String> {
     table.managed_instances(&managed);
     table.managed_cpu(&managed_cpu);
     table.fifo_as_deployed(&fifo);
+    table.large_messages(&large);
     let results = format!(
         "| measure | value | target | met |\n|---|---|---|---|\n{}",
         table.0
@@ -908,6 +912,39 @@ impl Table {
             format!("{:.1}/s = {ratio:.2}x one thread", cpu.every_core),
             &format!(">= {goal}x on {} cores", cpu.cores),
             ratio >= goal,
+        );
+    }
+
+    fn large_messages(&mut self, large: &claim_check::Measured) {
+        let measure = format!(
+            "large messages: a batch of {} Extended Client pointers to orders of {} KiB in S3 (moto on loopback, the real S3 client) against the same {} orders inline, one processor with a payload bucket",
+            claim_check::RECORDS,
+            claim_check::BODY_BYTES / 1024,
+            claim_check::RECORDS
+        );
+        self.row(
+            &format!("{measure}: S3 calls per batch"),
+            format!(
+                "{:.1} for the pointers ({:.2} per body), {:.1} for the ordinary batch",
+                large.calls_large,
+                large.calls_large / claim_check::RECORDS as f64,
+                large.calls_ordinary
+            ),
+            "one GET per body, none for ordinary records",
+            large.calls_large == claim_check::RECORDS as f64 && large.calls_ordinary == 0.0,
+        );
+        self.row(
+            &format!("{measure}: time per batch"),
+            format!(
+                "{:.2} ms against {:.3} ms: the reads add {:.2} ms ({:.2} ms per body, fetched {} at once)",
+                large.large_ms,
+                large.ordinary_ms,
+                large.large_ms - large.ordinary_ms,
+                (large.large_ms - large.ordinary_ms) / claim_check::RECORDS as f64,
+                claim_check::RECORDS
+            ),
+            "-",
+            true,
         );
     }
 
