@@ -213,10 +213,8 @@ impl Payloads {
     }
 }
 
-#[cfg(any(test, feature = "test-util"))]
 pub use memory::MemoryPayloads;
 
-#[cfg(any(test, feature = "test-util"))]
 mod memory {
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -227,7 +225,8 @@ mod memory {
     use super::{PayloadError, PayloadStore, Pointer};
     use crate::sync::lock;
 
-    /// An in-memory bucket for unit tests: counts its calls, and can be told to fail them.
+    /// A bucket in memory, for tests and the soak (as `MemoryLedger` is): counts its calls, and
+    /// can be told to fail them.
     #[derive(Default)]
     pub struct MemoryPayloads {
         objects: Mutex<HashMap<(String, String), String>>,

@@ -70,6 +70,35 @@ async fn ten_thousand_messages_in_memory_on_two_seeds() {
     }
 }
 
+/// Every 5th message near SQS's size limit, through a payload bucket that fails 5% of its calls:
+/// copies offloaded, nothing lost, no effect twice, and every object left in the bucket pointed at
+/// by a dead letter or counted as an orphan; no dead letter's body gone before its effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_keep_their_bodies_in_memory() {
+    let report = run_in_memory(&SoakConfig::memory(1_000, 5).large(5))
+        .await
+        .unwrap();
+    check(&report);
+    assert!(
+        report.payloads_offloaded > 0 && report.payload_faults > 0,
+        "copies went through the bucket, which failed: {report}"
+    );
+    assert_eq!(report.unaccounted_objects(), 0, "{report}");
+    assert_eq!(report.payload_bodies_missing, 0, "{report}");
+    // On FIFO a failure waits in place with its body inline; only its dead letter is offloaded.
+    let fifo = run_in_memory(&SoakConfig::memory(1_000, 6).fifo(4).large(5))
+        .await
+        .unwrap();
+    println!("{fifo}");
+    assert!(fifo.holds() && fifo.out_of_order == 0, "{fifo}");
+    assert!(fifo.payloads_offloaded > 0 && fifo.redriven > 0, "{fifo}");
+    assert_eq!(
+        (fifo.unaccounted_objects(), fifo.payload_bodies_missing),
+        (0, 0),
+        "{fifo}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_groups_keep_their_order_in_memory() {
     for seed in [3, 4] {

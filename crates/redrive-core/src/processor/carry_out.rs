@@ -48,12 +48,14 @@ impl<Q: QueuePort> Processor<Q> {
         }
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
         let mut outgoing = self.outgoing(items, rulings, &failed_in, &[]);
-        if !outgoing.too_large.is_empty() && self.payloads.is_some() {
-            let offloaded = self.offload(items, &outgoing.too_large, deadline).await;
-            if !offloaded.is_empty() {
-                report.payloads_offloaded += u32::try_from(offloaded.len()).unwrap_or(u32::MAX);
-                outgoing = self.outgoing(items, rulings, &failed_in, &offloaded);
-            }
+        let offloaded = if outgoing.too_large.is_empty() || self.payloads.is_none() {
+            Vec::new()
+        } else {
+            self.offload(items, &outgoing.too_large, deadline).await
+        };
+        if !offloaded.is_empty() {
+            report.payloads_offloaded += u32::try_from(offloaded.len()).unwrap_or(u32::MAX);
+            outgoing = self.outgoing(items, rulings, &failed_in, &offloaded);
         }
         for &(index, too_large) in &outgoing.too_large {
             tracing::error!(
@@ -92,6 +94,11 @@ impl<Q: QueuePort> Processor<Q> {
                 "send not confirmed: record given back to SQS",
             );
             report.send_failures += 1;
+            if offloaded.iter().any(|(offloaded, _)| *offloaded == index) {
+                // Its object may be an orphan (or SQS took the copy and did not say): the
+                // lifecycle rule's, unless the record's next failure offloads to it again.
+                report.payload_orphans += 1;
+            }
             *fate = Fate::GiveBack {
                 reason: GiveBackReason::SendFailed,
                 visibility: None,

@@ -105,7 +105,7 @@ async fn main() -> ExitCode {
         }
     }
     // Per seed, a tenth of the messages: the three-hour outage (standard and FIFO), a FIFO queue
-    // whose heads hold their groups, and two sources sharing one DLQ.
+    // whose heads hold their groups, two sources sharing one DLQ, and large messages.
     for &seed in &args.seeds {
         let messages = args.memory / 10;
         if messages == 0 {
@@ -127,6 +127,17 @@ async fn main() -> ExitCode {
                     second_source: true,
                     ..SoakConfig::memory(messages, seed)
                 },
+            ),
+            (
+                "every 5th message near SQS's size limit (at most 2,000 messages), through a \
+                 payload bucket failing 5% of its calls",
+                SoakConfig::memory(messages.min(2_000), seed).large(5),
+            ),
+            (
+                "FIFO, 8 groups, every 5th message near SQS's size limit (at most 2,000)",
+                SoakConfig::memory(messages.min(2_000), seed)
+                    .fifo(8)
+                    .large(5),
             ),
             (
                 "FIFO, 8 groups, hold, a held group's backlog past a FIFO scan window of 100 \

@@ -75,6 +75,11 @@ pub struct SoakConfig {
     /// How many messages the model's FIFO receive looks at (SQS: 120,000), smaller to pass it
     /// with a soak's volume.
     pub fifo_scan_window: usize,
+    /// Every this many messages one has a body of 1 MiB less 256 bytes: its copies cannot carry
+    /// their failure context inline and go through a payload bucket (in memory).
+    pub large_every: Option<usize>,
+    /// Share of the payload bucket's calls that fail (S3 throttled or down), seeded.
+    pub payload_faults: f64,
 }
 
 /// The long-outage scenario's downstream.
@@ -125,6 +130,8 @@ impl SoakConfig {
             retention: crate::memory::DEFAULT_RETENTION,
             engine_retention: None,
             fifo_scan_window: crate::memory::FIFO_SCAN_WINDOW,
+            large_every: None,
+            payload_faults: 0.0,
         }
     }
 
@@ -209,6 +216,16 @@ impl SoakConfig {
     /// batches of ten with the attempt ledger, and the tfvars' FIFO `max_receive_count` (at least
     /// batch size x (attempts + 1) + 21, modules/sqs-consumer).
     #[must_use]
+    /// Every `every`th message near SQS's size limit, through a payload bucket that fails 5% of
+    /// its calls.
+    pub fn large(self, every: usize) -> Self {
+        Self {
+            large_every: Some(every),
+            payload_faults: 0.05,
+            ..self
+        }
+    }
+
     pub fn fifo(self, groups: usize) -> Self {
         Self {
             fifo_groups: Some(groups),

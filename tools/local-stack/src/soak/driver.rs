@@ -6,15 +6,16 @@ use std::time::{Duration, Instant};
 
 use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
-use redrive::envelope::OutgoingMessage;
+use redrive::envelope::{OutgoingMessage, MAX_MESSAGE_BYTES};
 use redrive::event::{SqsRecord, Text};
 use redrive::fifo::FifoOnDeadLetter;
 use redrive::fifo::{release_head, AttemptLedger, MemoryLedger, Release};
 use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
+use redrive::payload;
 use redrive::port::{ForwardingPort, QueuePort, VisibilityChange};
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
-use redrive::{Meta, PortError, Processor, ProcessorConfig, RecordHandler};
+use redrive::{Meta, Payloads, PortError, Processor, ProcessorConfig, RecordHandler};
 
 use super::config::SoakConfig;
 use super::duration_ms;
@@ -22,7 +23,7 @@ use super::faulty::{Faulty, SoakQueues};
 use super::handler::PlannedHandler;
 use super::plan::Plan;
 use super::report::{SoakReport, LAMBDA_LOOP_LIMIT};
-use super::stores::{FaultyStore, Latency, SharedStore};
+use super::stores::{FaultyPayloads, FaultyStore, Latency, SharedStore, PAYLOAD_BUCKET};
 
 /// Runs the soak on `sqs` with the source queue `source` (URL and ARN; whose DLQ is `dlq`), and
 /// `second`, a source sharing that DLQ, if given: produce and consume with faults until the
@@ -37,6 +38,9 @@ pub async fn run<Q: SoakQueues>(
     let started = Instant::now();
     let (source_url, source_arn) = source;
     let clock = sqs.clock();
+    let payloads = config
+        .large_every
+        .map(|_| Arc::new(FaultyPayloads::new(config.seed, config.payload_faults)));
     let queue = Faulty::new(
         sqs,
         config.seed,
@@ -46,7 +50,8 @@ pub async fn run<Q: SoakQueues>(
     .stalling(config.stalled_calls)
     .late(config.slow_calls, config.budget / 2)
     .throttling_visibility(config.throttled_visibility)
-    .counting_chains_to(source_url);
+    .counting_chains_to(source_url)
+    .resolving(payloads.clone());
     let planned = PlannedHandler::new(config, &clock);
     let store = Arc::new(FaultyStore {
         inner: match &config.idempotency_table {
@@ -85,6 +90,13 @@ pub async fn run<Q: SoakQueues>(
         )
         .with_clock(clock.clone())
         .with_seed(config.seed);
+        let processor = match &payloads {
+            Some(bucket) => processor.with_payloads(Payloads::new(
+                Arc::clone(bucket) as Arc<dyn redrive::PayloadStore>,
+                PAYLOAD_BUCKET,
+            )),
+            None => processor,
+        };
         match &ledger {
             Some(ledger) => processor.with_ledger(Arc::clone(ledger)),
             None => processor,
@@ -115,6 +127,7 @@ pub async fn run<Q: SoakQueues>(
         ledger: store.inner.ledger(),
         fresh_sets: &planned.fresh_sets,
         longest_deliverable_wait: &longest_deliverable_wait,
+        payloads: payloads.as_deref(),
     };
     let mut second = second
         .zip(second_processor.as_ref())
@@ -137,6 +150,10 @@ pub async fn run<Q: SoakQueues>(
     drive
         .tally(&planned, chains, dlq, second.as_ref(), &mut report)
         .await?;
+    if let Some(bucket) = &payloads {
+        report.payload_faults = bucket.injected.load(Ordering::Relaxed);
+        report.payload_objects_left = bucket.inner.len();
+    }
     report.duplicates_absorbed = containers.iter().map(Idempotent::duplicates).sum();
     report.store_faults = store.injected.load(Ordering::Relaxed);
     report.slow_calls = queue.latency.delayed.load(Ordering::Relaxed)
@@ -173,6 +190,10 @@ pub(super) fn containers<'h>(
         .collect()
 }
 
+/// The padding of a large message: its body is then about 1 MiB less 256 bytes, too large to
+/// carry its failure context inline.
+const LARGE_PAD: usize = MAX_MESSAGE_BYTES - 256 - 100;
+
 /// The soak's messages, each with its fault plan (none in the outage: there the downstream is
 /// the fault), in a message group on FIFO.
 pub(super) fn messages<'a>(
@@ -196,11 +217,15 @@ pub(super) fn messages<'a>(
             return None;
         }
         let group = config.fifo_groups.map(|groups| format!("g-{}", n % groups));
+        let pad = match config.large_every {
+            Some(every) if n % every == 0 => format!(r#","pad":"{}""#, "p".repeat(LARGE_PAD)),
+            _ => String::new(),
+        };
         let body = match &group {
             Some(group) => {
-                format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n},"group":"{group}"{src}}}"#)
+                format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n},"group":"{group}"{src}{pad}}}"#)
             }
-            None => format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n}{src}}}"#),
+            None => format!(r#"{{"id":"m-{n}","plan":"{plan}","seq":{n}{src}{pad}}}"#),
         };
         Some(OutgoingMessage {
             body: Text::from(body),
@@ -230,6 +255,8 @@ struct Driver<'a, Q, H> {
     fresh_sets: &'a Mutex<HashMap<String, u32>>,
     /// The longest a deliverable message waited for a receive, in ms, sampled at each receive.
     longest_deliverable_wait: &'a AtomicU64,
+    /// The large messages' bucket, where the tally reads the bodies of large dead letters.
+    payloads: Option<&'a FaultyPayloads>,
 }
 
 impl<'a, Q, H> Driver<'a, Q, H> {
@@ -251,10 +278,19 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         loop {
             let depth = self.queue.inner().depth(self.url).await?;
             if messages.peek().is_some() && depth < config.max_queued {
-                let batch: Vec<OutgoingMessage<'static>> = messages
-                    .by_ref()
-                    .take((config.max_queued - depth).min(10))
-                    .collect();
+                // SendMessageBatch takes 10 messages and 1 MiB at most: a large message goes alone.
+                let mut batch: Vec<OutgoingMessage<'static>> = Vec::new();
+                while batch.len() < (config.max_queued - depth).min(10) {
+                    let bytes: usize = batch.iter().map(OutgoingMessage::size).sum();
+                    match messages.peek() {
+                        Some(next)
+                            if batch.is_empty() || bytes + next.size() <= MAX_MESSAGE_BYTES =>
+                        {
+                            batch.extend(messages.next());
+                        }
+                        _ => break,
+                    }
+                }
                 let refused = self.queue.inner().send_batch(self.url, &batch).await?;
                 assert!(
                     refused.is_empty(),
@@ -436,10 +472,18 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report.processed = effects.len();
         let mut dead: BTreeMap<String, u32> = BTreeMap::new();
         for record in queue.inner().take_all(dlq).await? {
-            let body: serde_json::Value =
-                serde_json::from_str(record.body.as_deref().unwrap_or_default())
-                    .unwrap_or_default();
-            let id = body["id"].as_str().unwrap_or_default().to_owned();
+            let id = match self.payloads {
+                Some(payloads) => {
+                    self.large_dead_letter_id(payloads, planned, &record, &effects, report)
+                }
+                None => None,
+            };
+            let id = id.unwrap_or_else(|| {
+                let body: serde_json::Value =
+                    serde_json::from_str(record.body.as_deref().unwrap_or_default())
+                        .unwrap_or_default();
+                body["id"].as_str().unwrap_or_default().to_owned()
+            });
             match Meta::of(&record).and_then(Result::ok) {
                 Some(meta) if meta.reprocess_count > config.reprocess_cap => report.beyond_cap += 1,
                 Some(_) => {}
@@ -461,6 +505,42 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
             .messages
             .saturating_sub(report.processed + dead_not_processed + report.still_queued);
         Ok(())
+    }
+
+    /// The `id` of a dead letter that points into the payload bucket, read from its object; when
+    /// the object is gone, from the origin it was offloaded under. A body gone before its
+    /// message took effect is lost (`payload_bodies_missing`); one gone after it is a done
+    /// message's delete whose answer Lambda never got, delivered again and dead-lettered as
+    /// `payload_missing` with its context (docs/large-messages.md). `None`: an ordinary body.
+    fn large_dead_letter_id(
+        &self,
+        payloads: &FaultyPayloads,
+        planned: &PlannedHandler,
+        record: &SqsRecord<'_>,
+        effects: &HashMap<String, u32>,
+        report: &mut SoakReport,
+    ) -> Option<String> {
+        let pointer = redrive::payload::Pointer::of(record)?.ok()?;
+        if let Some(body) = payloads.inner.object(&pointer.bucket, &pointer.key) {
+            report
+                .payload_objects_pointed_at
+                .insert(pointer.key.to_string());
+            let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            return body["id"].as_str().map(str::to_owned);
+        }
+        let origin = pointer.key.strip_prefix(payload::DEFAULT_PREFIX)?;
+        let id = planned
+            .origins
+            .as_ref()?
+            .lock()
+            .unwrap()
+            .get(origin)
+            .cloned();
+        match &id {
+            Some(id) if effects.contains_key(id) => report.payload_missing_after_effect += 1,
+            _ => report.payload_bodies_missing += 1,
+        }
+        id
     }
 
     /// One receive as the event source mapping makes it, and the invocation with it in a container
@@ -563,6 +643,8 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         }
         report.minutes[minute].0 += processed.report.deferred;
         report.minutes[minute].1 += processed.report.transient_errors;
+        report.payloads_offloaded += u64::from(processed.report.payloads_offloaded);
+        report.payload_orphans += u64::from(processed.report.payload_orphans);
         if self.holds() {
             let held = self.ledger.held().await?;
             let held = held.iter().any(|(_, hold)| hold.queue_arn == self.arn);

@@ -10,7 +10,7 @@ use redrive::event::SqsRecord;
 use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
 use redrive::PortError;
 
-use super::stores::Latency;
+use super::stores::{FaultyPayloads, Latency};
 
 /// The queues the soak needs, on whichever SQS.
 pub trait SoakQueues: QueuePort {
@@ -67,6 +67,8 @@ pub struct Faulty<Q> {
     /// Copies that reached `source` per message (the `id` in its body): its chain of re-sends.
     source: String,
     chains: Mutex<HashMap<String, u32>>,
+    /// Where a large copy's body is, to find its `id`.
+    payloads: Option<Arc<FaultyPayloads>>,
 }
 
 impl<Q: QueuePort> Faulty<Q> {
@@ -88,6 +90,7 @@ impl<Q: QueuePort> Faulty<Q> {
             stalls_after_delivery: AtomicU64::new(0),
             source: String::new(),
             chains: Mutex::default(),
+            payloads: None,
         }
     }
 
@@ -117,6 +120,12 @@ impl<Q: QueuePort> Faulty<Q> {
     #[must_use]
     pub fn counting_chains_to(mut self, source_url: &str) -> Self {
         self.source = source_url.to_owned();
+        self
+    }
+
+    /// Reads large copies' bodies from `payloads` to count their chains.
+    pub(super) fn resolving(mut self, payloads: Option<Arc<FaultyPayloads>>) -> Self {
+        self.payloads = payloads;
         self
     }
 
@@ -191,8 +200,11 @@ impl<Q: QueuePort> ForwardingPort for Faulty<Q> {
                 (0..kept.len()).filter(|i| !failures.iter().any(|f| f.index == kept_index[*i]));
             let mut chains = self.chains.lock().unwrap();
             for i in arrived {
-                let body: serde_json::Value =
-                    serde_json::from_str(&kept[i].body).unwrap_or_default();
+                let body = match &self.payloads {
+                    Some(payloads) => payloads.body_of(&kept[i].body),
+                    None => kept[i].body.to_string(),
+                };
+                let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                 let id = body["id"].as_str().unwrap_or_default().to_owned();
                 *chains.entry(id).or_default() += 1;
             }

@@ -35,6 +35,9 @@ pub struct PlannedHandler {
     /// Handlers that reached their effect only after their invocation's deadline: Lambda had
     /// stopped that invocation, so the effect never happens.
     pub(super) stopped_before_effect: AtomicU64,
+    /// With large messages: each message's `id` by its origin message id, which names its object
+    /// in the payload bucket (the tally finds whose body a dead letter pointed at).
+    pub(super) origins: Option<Mutex<HashMap<String, String>>>,
 }
 
 pub(super) struct DownstreamOutage {
@@ -57,6 +60,15 @@ pub(super) struct Body<'a> {
 impl RecordHandler for PlannedHandler {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
         let body: Body<'_> = message.json()?;
+        if let Some(origins) = &self.origins {
+            let origin = message
+                .meta()
+                .map_or(message.id(), |meta| &meta.origin_message_id);
+            origins
+                .lock()
+                .unwrap()
+                .insert(origin.to_owned(), body.id.to_owned());
+        }
         let plan =
             Plan::decode(body.plan).ok_or_else(|| RecordError::permanent("bad_plan", body.plan))?;
         if body.src.is_some() && message.record().event_source_arn.as_deref() != body.src {
@@ -167,6 +179,7 @@ impl PlannedHandler {
             fresh_sets: Mutex::default(),
             clock: clock.clone(),
             stopped_before_effect: AtomicU64::new(0),
+            origins: config.large_every.map(|_| Mutex::default()),
             outage: config.outage.as_ref().map(|outage| DownstreamOutage {
                 breaker: CircuitBreaker::with_clock("downstream", outage.breaker, clock.clone()),
                 heal_at_ms: clock.now_ms() + duration_ms(outage.down_for),

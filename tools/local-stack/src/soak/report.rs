@@ -6,6 +6,17 @@ use std::time::Duration;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SoakReport {
     pub messages: usize,
+    /// Large messages: copies offloaded to the bucket, objects left in it at the end, dead
+    /// letters pointing into it, those whose object is gone, failed bucket calls injected, and
+    /// orphans the batches counted (a delete that failed). Every object left is pointed at or
+    /// counted: `unaccounted_objects`.
+    pub payloads_offloaded: u64,
+    pub payload_objects_left: usize,
+    pub payload_objects_pointed_at: std::collections::BTreeSet<String>,
+    pub payload_bodies_missing: usize,
+    pub payload_missing_after_effect: usize,
+    pub payload_faults: u64,
+    pub payload_orphans: u64,
     pub processed: usize,
     pub in_dlq: usize,
     pub in_dlq_without_metadata: usize,
@@ -149,6 +160,15 @@ impl SoakReport {
             && (self.tries_beyond_limit == 0 || !self.tries_checked)
             && self.wrong_source == 0
             && self.held_alarm().missed == 0
+            && self.unaccounted_objects() == 0
+            && self.payload_bodies_missing == 0
+    }
+
+    /// Objects in the payload bucket that no dead letter points at and no batch counted as an
+    /// orphan: a body redrive forgot.
+    pub fn unaccounted_objects(&self) -> usize {
+        self.payload_objects_left
+            .saturating_sub(self.payload_objects_pointed_at.len() + self.payload_orphans as usize)
     }
 }
 
@@ -162,6 +182,20 @@ impl fmt::Display for SoakReport {
             self.in_dlq, self.in_dlq_without_metadata
         )?;
         writeln!(f, "  still queued                {:>8}", self.still_queued)?;
+        if self.payloads_offloaded + self.payload_objects_left as u64 > 0 {
+            writeln!(
+                f,
+                "  large: offloaded copies     {:>8}  ({} objects left: {} pointed at by dead letters, {} orphans counted, {} unaccounted; dead letters whose body is gone: {} after their effect, {} before; {} bucket calls failed)",
+                self.payloads_offloaded,
+                self.payload_objects_left,
+                self.payload_objects_pointed_at.len(),
+                self.payload_orphans,
+                self.unaccounted_objects(),
+                self.payload_missing_after_effect,
+                self.payload_bodies_missing,
+                self.payload_faults
+            )?;
+        }
         writeln!(f, "  lost                        {:>8}", self.lost)?;
         writeln!(
             f,

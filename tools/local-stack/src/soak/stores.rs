@@ -231,3 +231,81 @@ impl IdempotencyStore for FaultyStore {
         self.call("DeleteItem", self.inner.abandon(key)).await
     }
 }
+
+/// The payload bucket of the large messages, in memory, failing a seeded share of its calls as a
+/// throttled or failing S3 does (a failed delete leaves an orphan, which the batch counts).
+pub(super) struct FaultyPayloads {
+    pub(super) inner: redrive::payload::MemoryPayloads,
+    rng: Mutex<fastrand::Rng>,
+    share: f64,
+    pub(super) injected: AtomicU64,
+}
+
+/// The soak's bucket.
+pub(super) const PAYLOAD_BUCKET: &str = "soak-payloads";
+
+impl FaultyPayloads {
+    pub(super) fn new(seed: u64, share: f64) -> Self {
+        Self {
+            inner: redrive::payload::MemoryPayloads::default(),
+            rng: Mutex::new(fastrand::Rng::with_seed(seed ^ 0x5335)),
+            share,
+            injected: AtomicU64::new(0),
+        }
+    }
+
+    fn fault(&self) -> Result<(), redrive::payload::PayloadError> {
+        if self.rng.lock().unwrap().f64() < self.share {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            return Err(redrive::payload::PayloadError::Unavailable(
+                "injected: 503 SlowDown".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The body a message carries: its own, or the object its pointer names (read without faults:
+    /// the tally's).
+    pub(super) fn body_of(&self, record_body: &str) -> String {
+        match redrive::payload::Pointer::parse(record_body) {
+            Ok(pointer) => self
+                .inner
+                .object(&pointer.bucket, &pointer.key)
+                .unwrap_or_default(),
+            Err(_) => record_body.to_owned(),
+        }
+    }
+}
+
+impl redrive::PayloadStore for FaultyPayloads {
+    fn get<'a>(
+        &'a self,
+        pointer: &'a redrive::payload::Pointer<'a>,
+    ) -> BoxFuture<'a, Result<String, redrive::payload::PayloadError>> {
+        Box::pin(async move {
+            self.fault()?;
+            self.inner.get(pointer).await
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        pointer: &'a redrive::payload::Pointer<'a>,
+        body: &'a str,
+    ) -> BoxFuture<'a, Result<(), redrive::payload::PayloadError>> {
+        Box::pin(async move {
+            self.fault()?;
+            self.inner.put(pointer, body).await
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        pointer: &'a redrive::payload::Pointer<'a>,
+    ) -> BoxFuture<'a, Result<(), redrive::payload::PayloadError>> {
+        Box::pin(async move {
+            self.fault()?;
+            self.inner.delete(pointer).await
+        })
+    }
+}
