@@ -1,9 +1,13 @@
-"""The Amazon SQS Extended Client (PyPI amazon-sqs-extended-client, pinned in
-tools/requirements.txt) as a peer of redrive's large messages, for the interop tests.
+"""The Amazon SQS Extended Client and SNS Extended Client (PyPI amazon-sqs-extended-client and
+amazon-sns-extended-client, pinned in tools/requirements.txt) as peers of redrive's large
+messages, for the interop tests.
 
     extended_client.py send QUEUE_URL BUCKET BODY_FILE         sends the file's text through S3; prints the message id
     extended_client.py send-legacy QUEUE_URL BUCKET BODY_FILE  the same, as the older clients wrote it
                                                                (SQSLargePayloadSize, MessageS3Pointer)
+    extended_client.py sns-publish QUEUE_ARN BUCKET BODY_FILE  publishes the file's text through S3 with the SNS
+                                                               Extended Client, to a topic the queue subscribes to
+                                                               with raw delivery (made on the way)
     extended_client.py peek QUEUE_URL BUCKET                   receives up to 10 messages and leaves them
                                                                visible; prints [{"body": ..., "attributes":
                                                                {...}}, ...] as JSON
@@ -14,12 +18,15 @@ import json
 import os
 import sys
 
+from sns_extended_client import SNSExtendedClientSession
 from sqs_extended_client import SQSExtendedClientSession
 
 
+REGION = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+
+
 def client(bucket, legacy=False):
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    sqs = SQSExtendedClientSession(region_name=region).client("sqs")
+    sqs = SQSExtendedClientSession(region_name=REGION).client("sqs")
     sqs.large_payload_support = bucket
     sqs.use_legacy_attribute = legacy
     # Always through S3, whatever the size: the test decides the size, not the client's threshold.
@@ -35,6 +42,22 @@ def send(queue_url, bucket, body_file, legacy=False):
 
 def send_legacy(queue_url, bucket, body_file):
     send(queue_url, bucket, body_file, legacy=True)
+
+
+def sns_publish(queue_arn, bucket, body_file):
+    sns = SNSExtendedClientSession(region_name=REGION).client("sns")
+    sns.large_payload_support = bucket
+    sns.always_through_s3 = True
+    topic = sns.create_topic(Name=queue_arn.rsplit(":", 1)[1] + "-topic")["TopicArn"]
+    sns.subscribe(
+        TopicArn=topic,
+        Protocol="sqs",
+        Endpoint=queue_arn,
+        Attributes={"RawMessageDelivery": "true"},
+    )
+    with open(body_file, encoding="utf-8") as body:
+        published = sns.publish(TopicArn=topic, Message=body.read())
+    print(published["MessageId"])
 
 
 def peek(queue_url, bucket):
@@ -57,4 +80,5 @@ def peek(queue_url, bucket):
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    {"send": send, "send-legacy": send_legacy, "peek": peek}[command](*arguments)
+    commands = {"send": send, "send-legacy": send_legacy, "sns-publish": sns_publish, "peek": peek}
+    commands[command](*arguments)

@@ -1,6 +1,7 @@
-//! Large messages on moto's S3 and SQS, against the real peer: the Amazon SQS Extended Client for
-//! Python (pinned in tools/requirements.txt) sends what the consumer reads, and reads what redrive
-//! offloaded. Every message and every object is accounted for.
+//! Large messages on moto's S3 and SQS, against the real peers: the Amazon SQS Extended Client for
+//! Python (pinned in tools/requirements.txt) sends what the consumer reads, in both formats, and
+//! reads what redrive offloaded; the SNS Extended Client publishes through raw delivery. Every
+//! message and every object is accounted for.
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Mutex;
@@ -52,13 +53,13 @@ fn extended_client(arguments: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-/// Sends `body` through the Extended Client (`legacy`: the attribute and pointer class the older
-/// clients wrote).
-fn extended_send(queue_url: &str, bucket: &str, body: &str, legacy: bool) {
+/// Sends `body` with the extended client's `command`: `send` (the SQS Extended Client),
+/// `send-legacy` (the attribute and pointer class the older clients wrote), `sns-publish` (the
+/// SNS Extended Client, raw delivery to `queue`, which is then the queue's ARN).
+fn extended_send(command: &str, queue: &str, bucket: &str, body: &str) {
     let file = std::env::temp_dir().join(format!("extended-{}-{bucket}", std::process::id()));
     std::fs::write(&file, body).unwrap();
-    let command = if legacy { "send-legacy" } else { "send" };
-    extended_client(&[command, queue_url, bucket, file.to_str().unwrap()]);
+    extended_client(&[command, queue, bucket, file.to_str().unwrap()]);
     std::fs::remove_file(file).unwrap();
 }
 
@@ -82,8 +83,10 @@ async fn the_extended_clients_messages_reach_the_handler_as_their_bodies() {
     .await;
     let current = large_order("o-current", 300_000);
     let legacy = large_order("o-legacy", 700_000);
-    extended_send(&stack.queue.url, &bucket, &current, false);
-    extended_send(&stack.queue.url, &bucket, &legacy, true);
+    let published = large_order("o-published", 500_000);
+    extended_send("send", &stack.queue.url, &bucket, &current);
+    extended_send("send-legacy", &stack.queue.url, &bucket, &legacy);
+    extended_send("sns-publish", &stack.queue.arn, &bucket, &published);
     stack.send(&[redrive_e2e::order("o-small")], None).await;
 
     let polls = stack.drain(LIMIT).await;
@@ -93,12 +96,12 @@ async fn the_extended_clients_messages_reach_the_handler_as_their_bodies() {
 
     let mut charged = stack.charged();
     charged.sort();
-    assert_eq!(charged, ["o-current", "o-legacy", "o-small"]);
+    assert_eq!(charged, ["o-current", "o-legacy", "o-published", "o-small"]);
     assert_eq!(stack.source_depth().await, 0);
     assert!(stack.dlq_messages().await.is_empty());
     assert_eq!(
         keys(&s3, &bucket).await.len(),
-        2,
+        3,
         "the producer's objects are the producer's: an SNS fan-out shares one among subscribers"
     );
 }
