@@ -118,8 +118,14 @@ fn events(store: &Counted, runtime: &tokio::runtime::Runtime) -> Result<(String,
     Ok((ordinary, large.to_string()))
 }
 
-pub fn measure(runtime: &tokio::runtime::Runtime, python: &Path) -> Result<Measured, String> {
+pub fn measure(python: &Path) -> Result<Measured, String> {
     let moto = Moto::start(&python.with_file_name("moto_server"))?;
+    // A runtime of its own: the S3 client's sockets need the I/O driver, which the CPU-bound
+    // rows' runtime leaves out.
+    let runtime = &tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     // The bench's own process, one thread: the S3 client reads the endpoint from here.
     for (name, value) in [
         ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{}", moto.1)),

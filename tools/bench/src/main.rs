@@ -405,7 +405,7 @@ fn main() -> Result<(), String> {
     let fifo = fifo_as_deployed(&runtime)?;
     let zips = zip_sizes(&args.lambda_dir)?;
     // Last: it points this process's AWS endpoint at a moto server of its own.
-    let large = claim_check::measure(&runtime, &args.python)?;
+    let large = claim_check::measure(&args.python)?;
 
     let mut table = Table::default();
     table.throughput(&throughput, references);
