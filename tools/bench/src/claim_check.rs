@@ -1,6 +1,7 @@
 //! The large-message row: a batch of Extended Client pointers to bodies of 900 KiB in S3 (moto
-//! server on loopback, through the real S3 client), against the same batch of ordinary records on
-//! the same processor. Counts the S3 calls each batch makes, and the time the reads add.
+//! server on loopback, through the real S3 client), against a batch of as many ordinary orders on
+//! the same processor. Counts the S3 calls each batch makes, and the time the reads add (moto's:
+//! a Python server, slower than S3 from Lambda in its region).
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -87,7 +88,7 @@ impl Drop for Moto {
     }
 }
 
-/// The ordinary 10-record batch, and the same records as pointers to 900 KiB orders in S3.
+/// The ordinary 10-record batch, and its records as pointers to 900 KiB orders (each padded) in S3.
 fn events(store: &Counted, runtime: &tokio::runtime::Runtime) -> Result<(String, String), String> {
     let ordinary = generate_event(RECORDS, None);
     let mut large: serde_json::Value =

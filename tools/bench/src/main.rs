@@ -917,7 +917,7 @@ impl Table {
 
     fn large_messages(&mut self, large: &claim_check::Measured) {
         let measure = format!(
-            "large messages: a batch of {} Extended Client pointers to orders of {} KiB in S3 (moto on loopback, the real S3 client) against the same {} orders inline, one processor with a payload bucket",
+            "large messages: a batch of {} Extended Client pointers to orders of {} KiB in S3 (moto on loopback, the real S3 client) against {} ordinary orders, one processor with a payload bucket",
             claim_check::RECORDS,
             claim_check::BODY_BYTES / 1024,
             claim_check::RECORDS
