@@ -265,6 +265,33 @@ async fn a_body_too_large_for_its_context_goes_to_s3_once_for_all_its_copies_and
 }
 
 #[tokio::test]
+async fn a_pointer_on_a_hop_not_due_yet_goes_on_unread_and_keeps_its_attempts() {
+    let (processor, bucket) = setup();
+    bucket.fail_with(Some(PayloadError::Unavailable("503 SlowDown".into())));
+    let meta = serde_json::json!({
+        "v": 1, "attempts": 2, "dueAt": "2025-11-22T07:00:00.000Z",
+        "originQueueArn": ARN, "originMessageId": "m-1",
+        "firstFailureAt": "2025-11-22T05:00:00.000Z", "lastFailureAt": "2025-11-22T05:30:00.000Z",
+        "errorClass": "transient", "errorKind": "payment_timeout", "errorMessage": "timed out"
+    });
+    let mut hop = pointer_record("m-2", "redrive/m-1", 2_000_000);
+    hop["messageAttributes"]["redrive"] =
+        serde_json::json!({ "stringValue": meta.to_string(), "dataType": "String" });
+    let handler = Seen::default();
+    run(&processor, &handler, vec![hop]).await;
+
+    assert_eq!(
+        bucket.gets.load(Ordering::Relaxed),
+        0,
+        "nothing to read before it is due"
+    );
+    let sent_on = processor.queue().sent_to(SOURCE);
+    assert_eq!(sent_on.len(), 1);
+    assert_eq!(meta_of(&sent_on[0]).attempts, 2, "a hop spends no attempt");
+    assert_eq!(Pointer::parse(&sent_on[0].body).unwrap().key, "redrive/m-1");
+}
+
+#[tokio::test]
 async fn a_copy_that_cannot_be_offloaded_is_given_back_as_without_a_bucket() {
     let (processor, bucket) = setup();
     bucket.fail_with(Some(PayloadError::Refused("AccessDenied".into())));

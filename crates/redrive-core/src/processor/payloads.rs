@@ -68,8 +68,8 @@ impl<'r> Fetched<'r> {
 }
 
 impl<Q: QueuePort> Processor<Q> {
-    /// Fetches the body of every record that is an Extended Client pointer (a FIFO head the
-    /// ledger holds is not handled, and is not fetched either).
+    /// Fetches the body of every record that is an Extended Client pointer and will be handled
+    /// (not a FIFO head the ledger holds, nor a copy on a hop that is not due yet).
     pub(super) async fn fetch_payloads<'r>(
         &self,
         items: &[Item<'r>],
@@ -78,10 +78,16 @@ impl<Q: QueuePort> Processor<Q> {
         let Some(payloads) = &self.payloads else {
             return Fetched::default();
         };
+        // A copy on a hop that is not due yet is sent on unread, as a held head is left unread.
+        let now = self.clock.now_ms();
         let pointers: Vec<(usize, Result<Pointer<'_>, PayloadError>)> = items
             .iter()
             .enumerate()
             .filter(|(_, item)| matches!(item.head, HeadStatus::Free | HeadStatus::Unread))
+            .filter(|(_, item)| {
+                let due = item.meta.as_ref().and_then(|meta| meta.due_at);
+                due.is_none_or(|due| due.0 <= now)
+            })
             .filter_map(|(index, item)| Some((index, Pointer::of(item.record)?)))
             .collect();
         if pointers.is_empty() {
