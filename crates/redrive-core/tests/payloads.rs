@@ -309,6 +309,80 @@ async fn a_copy_that_cannot_be_offloaded_is_given_back_as_without_a_bucket() {
     assert_eq!(processed.report.payloads_offloaded, 0);
 }
 
+/// Puts whose key names `stall` never answer; the rest go to the bucket.
+struct StallingPuts(Arc<MemoryPayloads>);
+
+impl redrive_core::PayloadStore for StallingPuts {
+    fn get<'a>(
+        &'a self,
+        pointer: &'a Pointer<'a>,
+    ) -> futures_util::future::BoxFuture<'a, Result<String, PayloadError>> {
+        self.0.get(pointer)
+    }
+    fn put<'a>(
+        &'a self,
+        pointer: &'a Pointer<'a>,
+        body: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), PayloadError>> {
+        if pointer.key.contains("stall") {
+            Box::pin(std::future::pending())
+        } else {
+            self.0.put(pointer, body)
+        }
+    }
+    fn delete<'a>(
+        &'a self,
+        pointer: &'a Pointer<'a>,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), PayloadError>> {
+        self.0.delete(pointer)
+    }
+}
+
+#[tokio::test]
+async fn a_put_cut_off_at_the_deadline_is_an_orphan_and_the_puts_done_by_then_are_kept() {
+    let bucket = Arc::new(MemoryPayloads::default());
+    let config = ProcessorConfig {
+        dlq_url: Some(DLQ.into()),
+        source_queue_url: Some(SOURCE.into()),
+        deadline_margin: Duration::from_millis(100),
+        ..ProcessorConfig::default()
+    };
+    let processor = Processor::new(RecordingQueue::default(), config).with_payloads(Payloads::new(
+        Arc::new(StallingPuts(bucket.clone())),
+        BUCKET,
+    ));
+    let body = format!("transient{}", "x".repeat(MAX_MESSAGE_BYTES - 100));
+    let json = serde_json::json!({ "Records": [
+        record("m-fast", &body, serde_json::json!({})),
+        record("m-stall", &body, serde_json::json!({})),
+    ] })
+    .to_string();
+    let event = SqsEvent::parse(&json).unwrap();
+    let now = redrive_core::clock::Clock::now_ms(&redrive_core::clock::SystemClock);
+    let processed = processor
+        .process(&Seen::default(), &event.records, now + 1_000)
+        .await
+        .unwrap();
+
+    let retried = processor.queue().sent_to(SOURCE);
+    assert_eq!(retried.len(), 1, "the copy whose put was done is sent");
+    assert_eq!(
+        Pointer::parse(&retried[0].body).unwrap().key,
+        "redrive/m-fast"
+    );
+    let given_back: Vec<_> = processed
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|failure| failure.item_identifier.as_str())
+        .collect();
+    assert_eq!(given_back, ["m-stall"]);
+    assert_eq!(
+        processed.report.payload_orphans, 1,
+        "the cut-off put may have written"
+    );
+}
+
 #[tokio::test]
 async fn a_slow_bucket_fails_the_read_by_the_deadline_not_the_batch() {
     struct Stalled;

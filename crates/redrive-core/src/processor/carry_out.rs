@@ -48,11 +48,12 @@ impl<Q: QueuePort> Processor<Q> {
         }
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
         let mut outgoing = self.outgoing(items, rulings, &failed_in, &[]);
-        let offloaded = if outgoing.too_large.is_empty() || self.payloads.is_none() {
-            Vec::new()
+        let (offloaded, cut_off) = if outgoing.too_large.is_empty() || self.payloads.is_none() {
+            (Vec::new(), 0)
         } else {
             self.offload(items, &outgoing.too_large, deadline).await
         };
+        report.payload_orphans += cut_off;
         if !offloaded.is_empty() {
             report.payloads_offloaded += u32::try_from(offloaded.len()).unwrap_or(u32::MAX);
             outgoing = self.outgoing(items, rulings, &failed_in, &offloaded);

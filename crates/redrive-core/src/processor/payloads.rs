@@ -140,18 +140,21 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// Puts the bodies of the copies too large to send into the bucket, each under its origin
     /// message's key (a retried batch writes the same object again, never a second one): the
-    /// records whose body was stored, with the pointer their copies carry. A record that already
-    /// is a pointer, or whose put fails, is left out (given back, as without a bucket).
+    /// records whose body was stored, with the pointer their copies carry, and how many puts
+    /// `deadline` cut off (their object may be written, with no copy pointing at it: orphans). A
+    /// record that already is a pointer, or whose put fails or is cut off, is left out (given
+    /// back, as without a bucket).
     pub(super) async fn offload(
         &self,
         items: &[Item<'_>],
         too_large: &[(usize, TooLarge)],
         deadline: Option<Instant>,
-    ) -> Vec<(usize, Pointer<'static>)> {
+    ) -> (Vec<(usize, Pointer<'static>)>, u32) {
         let Some(payloads) = &self.payloads else {
-            return Vec::new();
+            return (Vec::new(), 0);
         };
         let store = payloads.store.as_ref();
+        // Each put has the deadline of its own, so that the puts done by then are kept.
         let puts = too_large
             .iter()
             .filter(|(index, _)| Pointer::of(items[*index].record).is_none())
@@ -163,20 +166,22 @@ impl<Q: QueuePort> Processor<Q> {
                     .map_or(item.id, |meta| &meta.origin_message_id);
                 let pointer = payloads.pointer_for(origin);
                 let body = item.record.body.as_deref().unwrap_or_default();
-                match store.put(&pointer, body).await {
-                    Ok(()) => Some((index, pointer)),
-                    Err(error) => {
-                        tracing::error!(message_id = item.id, %pointer, %error, "large copy not offloaded");
-                        None
-                    }
+                let put = by_deadline(deadline, store.put(&pointer, body)).await;
+                if let Some(Err(error)) = &put {
+                    tracing::error!(message_id = item.id, %pointer, %error, "large copy not offloaded");
                 }
+                (index, pointer, put)
             });
-        let put = by_deadline(deadline, self.at_most_concurrency(puts.collect()));
-        put.await
-            .unwrap_or_default()
-            .into_iter()
-            .flatten()
-            .collect()
+        let mut stored = Vec::new();
+        let mut cut_off = 0;
+        for (index, pointer, put) in self.at_most_concurrency(puts.collect()).await {
+            match put {
+                Some(Ok(())) => stored.push((index, pointer)),
+                Some(Err(_)) => {}
+                None => cut_off += 1,
+            }
+        }
+        (stored, cut_off)
     }
 
     /// Counts the bodies read and deletes the objects redrive wrote for the records that are
