@@ -156,7 +156,8 @@ pub trait PayloadStore: Send + Sync {
         body: &'a str,
     ) -> BoxFuture<'a, Result<(), PayloadError>>;
 
-    /// DeleteObject; deleting an object that is not there succeeds.
+    /// DeleteObject; deleting an object that is not there succeeds (S3 API reference,
+    /// DeleteObject: on a bucket without versioning it removes the null version, if there is one).
     fn delete<'a>(&'a self, pointer: &'a Pointer<'a>) -> BoxFuture<'a, Result<(), PayloadError>>;
 }
 

@@ -51,8 +51,8 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "payloads" {
   }
 }
 
-# Requests without TLS are refused (S3 user guide, "Security best practices": enforce encryption
-# of data in transit with aws:SecureTransport).
+# Requests without TLS are refused: a Deny on aws:SecureTransport = false over the bucket and its
+# objects (AWS Knowledge Center, "s3-bucket-policy-for-config-rule": the s3-bucket-ssl-requests-only rule).
 resource "aws_s3_bucket_policy" "payloads" {
   count = local.create ? 1 : 0
 
