@@ -42,11 +42,11 @@ pub use redrive_aws::sqs;
 pub use redrive_core::oracles;
 // The engine's modules a user reaches: the handler contract, the processor and its settings,
 // errors, the ports and their test doubles, idempotency, FIFO bookkeeping, the failure envelope.
-// The breaker, the fates, the batch's figures and the Kinesis records are named at the root; the
+// The breaker, the fates, the batch's figures and the stream records are named at the root; the
 // courier (`carry`) and the EMF lines are the sibling crates' own.
 pub use redrive_core::{
     backoff, clock, envelope, error, fifo, handler, idempotency, payload, port, processor,
-    reprocess_policy,
+    reprocess_policy, stream,
 };
 
 /// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`] and
@@ -63,10 +63,11 @@ pub use redrive_recovery::{eventbridge, reprocess};
 pub use redrive_aws::SqsQueue;
 pub use redrive_core::{
     Backoff, BatchError, BatchHandler, BatchReport, BreakerSettings, CircuitBreaker, ConfigError,
-    ErrorClass, Fate, GiveBackReason, Invocation, KinesisEvent, KinesisEventResponse,
-    KinesisRecord, Message, Meta, PayloadStore, Payloads, PortError, Processed, Processor,
-    ProcessorConfig, QueuePort, RecordError, RecordHandler, RetryPolicy, Settings, SourceQueue,
-    SqsEvent, SqsRecord, DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE,
+    DynamoDbEvent, DynamoDbRecord, ErrorClass, Fate, GiveBackReason, Invocation, KinesisEvent,
+    KinesisEventResponse, KinesisRecord, Message, Meta, PayloadStore, Payloads, PortError,
+    Processed, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler, RetryPolicy,
+    Settings, SourceQueue, SqsEvent, SqsRecord, StreamRecord, StreamsEventResponse,
+    DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE,
 };
 
 /// The README's examples compile (`cargo test --doc`).

@@ -202,8 +202,8 @@ impl PortError {
 /// that cannot be answered record by record.
 #[derive(Debug, thiserror::Error)]
 pub enum BatchError {
-    /// The event is not an SQS event.
-    #[error("the event is not an SQS event: {0}")]
+    /// The event is not an event of a source redrive reads.
+    #[error("the event is not an SQS, Kinesis or DynamoDB Streams event: {0}")]
     InvalidEvent(#[from] serde_json::Error),
     #[error(
         "record {index} has no messageId: Lambda's SQS event source always sets one, and a partial \
@@ -211,6 +211,15 @@ pub enum BatchError {
     )]
     /// A record has no `messageId`.
     MissingMessageId {
+        /// Its position in the batch.
+        index: usize,
+    },
+    #[error(
+        "stream record {index} has no sequence number: Lambda's stream event sources always set \
+         one, and the checkpoint cannot name the record, so the whole batch is failed"
+    )]
+    /// A Kinesis or DynamoDB Streams record has no sequence number.
+    MissingSequenceNumber {
         /// Its position in the batch.
         index: usize,
     },

@@ -49,4 +49,7 @@ pub use payload::{PayloadStore, Payloads};
 pub use port::QueuePort;
 pub use processor::{Processed, Processor, ProcessorConfig};
 pub use redrive_event::{SqsEvent, SqsRecord};
-pub use stream::{KinesisEvent, KinesisEventResponse, KinesisRecord};
+pub use stream::{
+    DynamoDbEvent, DynamoDbRecord, KinesisEvent, KinesisEventResponse, KinesisRecord, StreamRecord,
+    StreamsEventResponse,
+};

@@ -1647,7 +1647,7 @@ async fn events_that_are_not_sqs_events_fail_the_batch_with_a_clear_error() {
     for (json, reason) in cases {
         let error = BatchError::from(SqsEvent::parse(json).unwrap_err()).to_string();
         assert!(
-            error.starts_with("the event is not an SQS event: "),
+            error.starts_with("the event is not an SQS, Kinesis or DynamoDB Streams event: "),
             "{error}"
         );
         assert!(error.contains(reason), "{json}: {error}");

@@ -1,5 +1,5 @@
 //! The Lambda glue of redrive: the runtime loop, the settings from the environment, JSON tracing;
-//! one SQS or Kinesis batch in, the partial batch response and one EMF line out. Users reach it
+//! one SQS, Kinesis or DynamoDB Streams batch in, the partial batch response and one EMF line out. Users reach it
 //! as `redrive::lambda` (feature `lambda`, on by default).
 #![warn(missing_docs)]
 use std::future::Future;
@@ -13,7 +13,7 @@ use lambda_runtime::{
 };
 use redrive_aws::SqsQueue;
 use redrive_core::clock::{Clock, SystemClock};
-use redrive_core::stream::{KinesisEvent, KinesisEventResponse};
+use redrive_core::stream::{DynamoDbEvent, KinesisEvent, StreamsEventResponse};
 use redrive_core::{
     BatchError, Invocation, Processed, Processor, ProcessorConfig, QueuePort, RecordHandler,
     Settings, SqsEvent,
@@ -25,14 +25,14 @@ pub use bytes::Bytes;
 /// What a function's `main` returns: any error, as `lambda_runtime` takes it.
 pub use lambda_runtime::Error;
 
-/// The partial batch response of either source; both serialise as `{"batchItemFailures": [...]}`.
+/// The partial batch response of any source; each serialises as `{"batchItemFailures": [...]}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum BatchResponse {
-    /// An SQS batch's response.
+    /// An SQS batch's response: the message ids of the records given back.
     Sqs(SqsBatchResponse),
-    /// A Kinesis batch's response.
-    Kinesis(KinesisEventResponse),
+    /// A Kinesis or DynamoDB Streams batch's response: the sequence number to retry from.
+    Stream(StreamsEventResponse),
 }
 
 /// The tokio runtime a function's `main` runs on: one thread where Lambda runs one invocation at
@@ -206,7 +206,7 @@ async fn serve<H: RecordHandler + Send + 'static>(
         let invocation: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
             let (processor, handler, namespace) = &*shared;
             let context = event.context.clone();
-            let processed = handle_sqs_or_kinesis(event, processor, handler).await?;
+            let processed = handle_event(event, processor, handler).await?;
             Ok::<_, lambda_runtime::Error>(respond(processed, namespace, &context))
         });
         invocation
@@ -283,32 +283,42 @@ impl<S: Service<LambdaInvocation>> Service<LambdaInvocation> for PassBodyService
     }
 }
 
-/// Handles an SQS or a Kinesis batch, for a function that sits behind both kinds of source.
-pub async fn handle_sqs_or_kinesis<Q: QueuePort, H: RecordHandler>(
+/// Handles an SQS, Kinesis or DynamoDB Streams batch, for a function behind any of them.
+pub async fn handle_event<Q: QueuePort, H: RecordHandler>(
     event: LambdaEvent<Bytes>,
     processor: &Processor<Q>,
     handler: &H,
 ) -> Result<Processed<BatchResponse>, BatchError> {
     let (payload, context) = event.into_parts();
-    // Every record of a batch comes from one source, and both kinds of record name it. A Kinesis
-    // batch is so read twice: as SQS records first (the scanner skips their `kinesis` payloads).
+    // Every record of a batch comes from one source, and every kind of record names it. A stream
+    // batch is so read twice: as SQS records first (the scanner skips their `kinesis` and
+    // `dynamodb` payloads).
     let mut decoded = String::new();
     let sqs = SqsEvent::from_slice_in(&payload, &mut decoded)?;
-    let from_kinesis = sqs.records.first().and_then(|r| r.event_source.as_deref());
-    if from_kinesis != Some("aws:kinesis") {
-        let processed = process_sqs(&sqs, &context, processor, handler).await?;
-        return Ok(Processed {
-            response: BatchResponse::Sqs(processed.response),
-            report: processed.report,
-        });
-    }
-    let kinesis = KinesisEvent::from_slice(&payload)?;
-    let processed = processor
-        .process_stream(handler, &kinesis.records, invocation(&context))
-        .await?;
+    let stream = match sqs.records.first().and_then(|r| r.event_source.as_deref()) {
+        Some("aws:kinesis") => {
+            let kinesis = KinesisEvent::from_slice(&payload)?;
+            processor
+                .process_stream(handler, &kinesis.records, invocation(&context))
+                .await?
+        }
+        Some("aws:dynamodb") => {
+            let dynamodb = DynamoDbEvent::from_slice(&payload)?;
+            processor
+                .process_stream(handler, &dynamodb.records, invocation(&context))
+                .await?
+        }
+        _ => {
+            let processed = process_sqs(&sqs, &context, processor, handler).await?;
+            return Ok(Processed {
+                response: BatchResponse::Sqs(processed.response),
+                report: processed.report,
+            });
+        }
+    };
     Ok(Processed {
-        response: BatchResponse::Kinesis(processed.response),
-        report: processed.report,
+        response: BatchResponse::Stream(stream.response),
+        report: stream.report,
     })
 }
 

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 
+use redrive::stream::ItemChange;
 use redrive::{CircuitBreaker, Message, RecordError, RecordHandler};
 use serde::Deserialize;
 
@@ -110,6 +111,14 @@ impl<P: PaymentGateway> OrdersHandler<P> {
 
 impl<P: PaymentGateway> RecordHandler for OrdersHandler<P> {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
-        self.charge(&message.json()?, message.attempt()).await
+        match ItemChange::from_message(message)? {
+            // From the orders table's stream: a new order is charged; an update or a delete of
+            // one is not a payment.
+            Some(change) if change.event_name == "INSERT" => {
+                self.charge(&change.new_image()?, message.attempt()).await
+            }
+            Some(_) => Ok(()),
+            None => self.charge(&message.json()?, message.attempt()).await,
+        }
     }
 }

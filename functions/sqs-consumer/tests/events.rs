@@ -66,7 +66,7 @@ async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
     });
     let event = LambdaEvent::new(Bytes::from(json), context.clone());
     let response = redrive::lambda::respond(
-        redrive::lambda::handle_sqs_or_kinesis(event, &processor, &handler).await?,
+        redrive::lambda::handle_event(event, &processor, &handler).await?,
         "redrive",
         &context,
     );
@@ -266,6 +266,45 @@ async fn a_record_without_message_id_is_a_clear_whole_batch_error() {
         "record 1 has no messageId: Lambda's SQS event source always sets one, and a partial batch response cannot \
          name the record, so the whole batch is failed"
     );
+}
+
+#[tokio::test]
+async fn a_dynamodb_stream_batch_charges_new_orders_dead_letters_the_invalid_one_and_stops_at_the_timeout(
+) {
+    let outcome = invoke("dynamodb-orders.json").await.unwrap();
+    // o-6001 inserted (charged) and updated (not a payment), o-6002 dead-lettered, o-1003 times
+    // out: Lambda retries from its sequence number, so the REMOVE after it is not started.
+    assert_eq!(
+        outcome.response,
+        serde_json::json!({ "batchItemFailures": [{ "itemIdentifier": "4100000000000000001004" }] })
+    );
+    let dead = outcome.queue.sent_to(DLQ);
+    assert_eq!(dead.len(), 1);
+    let meta = meta(&dead[0]);
+    assert_eq!(
+        (
+            meta.error_class,
+            &*meta.error_kind,
+            &*meta.origin_message_id,
+            meta.attempts
+        ),
+        (
+            ErrorClass::Permanent,
+            "invalid_order",
+            "4100000000000000001003",
+            1
+        )
+    );
+    let record: serde_json::Value = serde_json::from_str(&dead[0].body).unwrap();
+    assert_eq!(
+        record["dynamodb"]["NewImage"]["orderId"]["S"], "o-6002",
+        "the dead letter is the record as the stream delivered it"
+    );
+    assert_eq!(
+        &*meta.origin_queue_arn,
+        "arn:aws:dynamodb:us-east-1:123456789012:table/redrive-orders/stream/2026-11-20T09:30:00.000"
+    );
+    assert!(outcome.retries().is_empty(), "a stream is never re-sent to");
 }
 
 #[tokio::test]

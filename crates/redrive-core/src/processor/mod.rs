@@ -29,7 +29,7 @@ use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, Re
 use crate::metrics::BatchReport;
 use crate::payload::Payloads;
 use crate::port::QueuePort;
-use crate::stream::{KinesisEventResponse, KinesisRecord};
+use crate::stream::{StreamRecord, StreamsEventResponse};
 use crate::sync::lock;
 use answer::answer;
 use payloads::Fetched;
@@ -80,7 +80,7 @@ impl Default for ProcessorConfig {
 }
 
 /// What [`Processor::process`] returns: the answer for Lambda and the figures of the batch.
-/// (`Processed<KinesisEventResponse>` for a stream batch.)
+/// (`Processed<StreamsEventResponse>` for a stream batch.)
 #[derive(Debug, Clone)]
 pub struct Processed<R = SqsBatchResponse> {
     /// The partial batch response for Lambda.
@@ -301,15 +301,15 @@ impl<Q: QueuePort> Processor<Q> {
             .await)
     }
 
-    /// Handles a Kinesis batch in order: a permanent failure is dead-lettered and the batch goes
-    /// on; any other failure, or the deadline, ends the batch at that record, whose sequence
-    /// number is the checkpoint ([`crate::stream`]).
-    pub async fn process_stream<'i, H: RecordHandler>(
+    /// Handles a Kinesis or DynamoDB Streams batch in order: a permanent failure is dead-lettered
+    /// and the batch goes on; any other failure, or the deadline, ends the batch at that record,
+    /// whose sequence number is the checkpoint ([`crate::stream`]).
+    pub async fn process_stream<'i, H: RecordHandler, R: StreamRecord>(
         &self,
         handler: &H,
-        records: &[KinesisRecord<'_>],
+        records: &[R],
         invocation: impl Into<Invocation<'i>>,
-    ) -> Result<Processed<KinesisEventResponse>, BatchError> {
+    ) -> Result<Processed<StreamsEventResponse>, BatchError> {
         self.run_stream(handler, records, &invocation.into()).await
     }
 

@@ -1,4 +1,4 @@
-//! Running a Kinesis batch: in order, one record at a time, each record's fate decided by the
+//! Running a stream batch (Kinesis, DynamoDB Streams): in order, one record at a time, each record's fate decided by the
 //! judge's stream rule and carried out before the next record starts.
 use super::{deadline_error, Item, Processed, Processor};
 use crate::carry::{Destination, Outbox};
@@ -9,18 +9,19 @@ use crate::fifo::HeadStatus;
 use crate::handler::{caught, Invocation, RecordHandler};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
-use crate::stream::{KinesisEventResponse, KinesisRecord};
+use crate::stream::sealed::AsMessage;
+use crate::stream::{StreamRecord, StreamsEventResponse};
 use redrive_event::SqsRecord;
 
 impl<Q: QueuePort> Processor<Q> {
-    /// Runs a Kinesis batch in order, deciding and carrying out each record's fate before the
+    /// Runs a stream batch in order, deciding and carrying out each record's fate before the
     /// next starts (the fates are in [`crate::stream`]'s docs).
-    pub(super) async fn run_stream<H: RecordHandler>(
+    pub(super) async fn run_stream<H: RecordHandler, R: StreamRecord>(
         &self,
         handler: &H,
-        records: &[KinesisRecord<'_>],
+        records: &[R],
         invocation: &Invocation<'_>,
-    ) -> Result<Processed<KinesisEventResponse>, BatchError> {
+    ) -> Result<Processed<StreamsEventResponse>, BatchError> {
         let failed_in = invocation.failed_in();
         let judge = self.judge(false);
         let cutoff = self.budget(invocation.deadline_ms).cutoff();
@@ -29,11 +30,11 @@ impl<Q: QueuePort> Processor<Q> {
             ..BatchReport::default()
         };
         let mut checkpoint = None;
-        for (index, kinesis) in records.iter().enumerate() {
-            let Some(sequence) = kinesis.kinesis.sequence_number.as_deref() else {
-                return Err(BatchError::MissingMessageId { index });
+        for (index, source) in records.iter().enumerate() {
+            let Some(sequence) = source.sequence_number().filter(|s| !s.is_empty()) else {
+                return Err(BatchError::MissingSequenceNumber { index });
             };
-            let (record, malformed) = kinesis.as_message();
+            let (record, malformed) = source.as_message();
             let item = Item {
                 record: &record,
                 id: sequence,
@@ -65,7 +66,7 @@ impl<Q: QueuePort> Processor<Q> {
                 StreamFate::Done => report.done += 1,
                 StreamFate::DeadLetter => match self
                     .dead_letter_now(
-                        (&item, kinesis),
+                        (&item, source),
                         outcome.error(),
                         (&failed_in, invocation.deadline_ms),
                         &mut report,
@@ -98,7 +99,7 @@ impl<Q: QueuePort> Processor<Q> {
                 }
             }
         }
-        let mut response = KinesisEventResponse::default();
+        let mut response = StreamsEventResponse::default();
         if let Some(sequence) = checkpoint {
             report.given_back = report.records - report.done - report.dead_lettered;
             response.add_failure(sequence);
@@ -111,7 +112,7 @@ impl<Q: QueuePort> Processor<Q> {
     /// record in its stream: a record that cannot be dead-lettered would hold the shard.
     async fn dead_letter_now(
         &self,
-        (item, kinesis): (&Item<'_>, &KinesisRecord<'_>),
+        (item, source): (&Item<'_>, &impl AsMessage),
         error: Option<&RecordError>,
         (failed_in, deadline_ms): (&Option<FailedIn>, u64),
         report: &mut BatchReport,
@@ -131,7 +132,7 @@ impl<Q: QueuePort> Processor<Q> {
         };
         let message = match dead_letter(item.record) {
             Ok(message) if sqs_accepts(&message.body) => message,
-            _ => match dead_letter(&kinesis.as_encoded()) {
+            _ => match dead_letter(&source.as_encoded()) {
                 Ok(message) => message,
                 Err(too_large) => {
                     tracing::warn!(
@@ -140,7 +141,7 @@ impl<Q: QueuePort> Processor<Q> {
                         "record too large for an SQS message: dead-lettered as a pointer; its data \
                          stays in the stream for the stream's retention",
                     );
-                    dead_letter(&kinesis.as_pointer()).map_err(|too_large| too_large.to_string())?
+                    dead_letter(&source.as_pointer()).map_err(|too_large| too_large.to_string())?
                 }
             },
         };
