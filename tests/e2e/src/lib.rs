@@ -231,7 +231,7 @@ impl Stack {
         let mut context = Context::default();
         context.deadline = deadline_ms;
         let event = LambdaEvent::new(Bytes::from(event), context);
-        let processed = redrive::lambda::handle_batch(event, &self.processor, handler)
+        let processed = redrive::lambda::handle_event(event, &self.processor, handler)
             .await
             .map_err(|e| e.to_string())?;
         Ok(serde_json::to_string(&processed.response).unwrap())

@@ -6,6 +6,7 @@ pub mod observe;
 pub mod poller;
 pub mod provision;
 pub mod soak;
+pub mod stream_poller;
 pub mod topology;
 
 use aws_sdk_sqs::Client;

@@ -171,6 +171,26 @@ async fn cargo_lambda_invoke_against_watch_answers_the_sample_batch() {
         "1"
     );
 
+    // The same function behind an orders table's stream: o-6002 (invalid) is dead-lettered as
+    // its record, o-1003 (flaky) stops the batch at its sequence number.
+    let response = invoke(port, "sqs-consumer", "events/dynamodb-orders.json").unwrap();
+    assert_eq!(
+        response,
+        serde_json::json!({ "batchItemFailures": [{ "itemIdentifier": "4100000000000000001004" }] })
+    );
+    let records: Vec<serde_json::Value> = dlq_bodies(&client, &dlq)
+        .await
+        .iter()
+        .map(|body| serde_json::from_str(body).unwrap())
+        .collect();
+    assert_eq!(
+        records
+            .iter()
+            .map(|record| &record["dynamodb"]["NewImage"]["orderId"]["S"])
+            .collect::<Vec<_>>(),
+        ["o-6002"]
+    );
+
     // The poller, delivering real SQS messages to the function through watch's invoke endpoint.
     let bodies = [
         r#"{"orderId":"o-7001","customerId":"c-1","amount":10.0,"currency":"EUR"}"#,

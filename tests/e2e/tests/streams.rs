@@ -1,0 +1,198 @@
+//! DynamoDB Streams on moto through the real SDK: an orders table's stream read by the local
+//! stand-in for Lambda's event source mapping (`redrive_local::stream_poller`), the orders
+//! consumer invoked in process; its dead letters redriven through the consumer's queue.
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, StreamSpecification, StreamViewType,
+};
+use redrive::config::ReprocessSettings;
+use redrive::reprocess::{ReprocessCommand, Reprocessor};
+use redrive::SqsQueue;
+use redrive_e2e::{meta, Options, Stack};
+use redrive_local::stream_poller::{StreamMapping, StreamPoll, StreamPoller};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// An orders table with a `NEW_AND_OLD_IMAGES` stream, as `infra/` makes one: its client, name
+/// and stream ARN.
+async fn orders_table(name: &str) -> (aws_sdk_dynamodb::Client, String, String) {
+    let client = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+    let table = format!("{name}-{}", std::process::id());
+    let created = client
+        .create_table()
+        .table_name(&table)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("orderId")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("orderId")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewAndOldImages)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let stream_arn = created
+        .table_description()
+        .and_then(|table| table.latest_stream_arn())
+        .expect("the table's stream")
+        .to_owned();
+    (client, table, stream_arn)
+}
+
+async fn put_order(client: &aws_sdk_dynamodb::Client, table: &str, id: &str, status: &str) {
+    let text = |value: &str| AttributeValue::S(value.to_owned());
+    client
+        .put_item()
+        .table_name(table)
+        .item("orderId", text(id))
+        .item("customerId", text("c-7"))
+        .item("amount", AttributeValue::N("19.5".into()))
+        .item("currency", text("EUR"))
+        .item("status", text(status))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Polls until every record read is checkpointed past and the stream has no more.
+async fn drain_stream(stack: &Stack, poller: &mut StreamPoller) -> Vec<StreamPoll> {
+    let started = std::time::Instant::now();
+    let mut polls = Vec::new();
+    while started.elapsed() < LIMIT {
+        let round = poller.poll(|event| stack.invoke(event)).await.unwrap();
+        if round.is_empty() && poller.pending() == 0 {
+            return polls;
+        }
+        polls.extend(round);
+    }
+    panic!("the stream did not drain in {LIMIT:?}: {polls:?}");
+}
+
+#[tokio::test]
+async fn a_poison_change_is_dead_lettered_the_shard_goes_on_and_its_redrive_charges_it_once() {
+    let outage = std::env::temp_dir().join(format!("ddb-stream-outage-{}", std::process::id()));
+    let outage_file = outage.to_str().unwrap();
+    let mut stack = Stack::new(
+        "ddb-stream",
+        Options {
+            knobs: &[
+                ("PAYMENTS_OUTAGE_FILE", outage_file),
+                ("PAYMENTS_POISON_ORDERS", "o-5"),
+            ],
+            ..Options::default()
+        },
+    )
+    .await;
+    let (client, table, stream_arn) = orders_table("orders-stream").await;
+    let orders: Vec<String> = (1..=8).map(|n| format!("o-{n}")).collect();
+    for id in &orders {
+        put_order(&client, &table, id, "NEW").await;
+    }
+    // Changes that are not payments: the consumer is done with them without a charge.
+    put_order(&client, &table, "o-2", "PAID").await;
+    client
+        .delete_item()
+        .table_name(&table)
+        .key("orderId", AttributeValue::S("o-4".into()))
+        .send()
+        .await
+        .unwrap();
+
+    let mapping = StreamMapping {
+        batch_size: 4,
+        maximum_retry_attempts: 5,
+        bisect_batch_on_function_error: true,
+        on_failure_queue_url: Some(stack.queue.dlq_url.clone()),
+    };
+    let config = redrive::sqs::sdk_config_from_env();
+    let mut poller = StreamPoller::new(&config, &stream_arn, mapping)
+        .await
+        .unwrap();
+
+    // The payment service is down: each batch stops at its first record, which Lambda retries.
+    std::fs::write(&outage, "down").unwrap();
+    for _ in 0..2 {
+        let polls = poller.poll(|event| stack.invoke(event)).await.unwrap();
+        assert_eq!(
+            polls,
+            [StreamPoll {
+                invoked: 4,
+                ..StreamPoll::default()
+            }]
+        );
+    }
+    assert!(stack.charged().is_empty());
+    std::fs::remove_file(&outage).unwrap();
+    let polls = drain_stream(&stack, &mut poller).await;
+    assert!(
+        polls
+            .iter()
+            .all(|poll| poll.checkpointed == poll.invoked && poll.discarded == 0),
+        "past the outage every batch is done: {polls:?}"
+    );
+    let in_stream_order = ["o-1", "o-2", "o-3", "o-4", "o-6", "o-7", "o-8"];
+    assert_eq!(
+        stack.charged(),
+        in_stream_order,
+        "each new order charged once, in the stream's order, past the poison one"
+    );
+
+    let dead = stack.dlq_messages().await;
+    assert_eq!(dead.len(), 1, "one dead letter, no on-failure record");
+    let record: serde_json::Value = serde_json::from_str(dead[0].body().unwrap()).unwrap();
+    assert_eq!(record["dynamodb"]["NewImage"]["orderId"]["S"], "o-5");
+    let meta = meta(&dead[0]).unwrap();
+    assert_eq!(
+        (meta.error_class, &*meta.origin_queue_arn, meta.attempts),
+        (redrive::ErrorClass::Panic, stream_arn.as_str(), 1)
+    );
+    assert_eq!(
+        &*meta.origin_message_id,
+        record["dynamodb"]["SequenceNumber"].as_str().unwrap()
+    );
+
+    // The bug is fixed; the operator redrives the DLQ into the consumer's queue, which the
+    // same function reads: the change reaches the handler as it came from the stream.
+    stack.consumer.payments_mut().heal();
+    stack.release_dlq(&dead).await;
+    let settings = ReprocessSettings::from_lookup(["REDRIVE_REPROCESS_AFTER"], |name| {
+        (name == "REDRIVE_REPROCESS_AFTER").then(|| "0s".to_owned())
+    })
+    .unwrap();
+    let plan = ReprocessCommand {
+        source: Some(stack.queue.dlq_url.clone()),
+        destination: Some(stack.queue.arn.clone()),
+        force: true,
+        ..ReprocessCommand::default()
+    }
+    .plan(&settings)
+    .unwrap();
+    let summary = Reprocessor::new(SqsQueue::with_client(stack.client.clone()), &settings)
+        .run(&plan, None, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(summary.reprocessed, 1);
+    stack.drain(LIMIT).await;
+    let mut charged = stack.charged();
+    assert_eq!(charged.pop().as_deref(), Some("o-5"));
+    assert_eq!(charged, in_stream_order, "nothing charged twice");
+    assert!(stack.dlq_messages().await.is_empty());
+    assert_eq!(stack.source_depth().await, 0);
+}
