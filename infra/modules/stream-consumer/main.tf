@@ -1,8 +1,27 @@
-# A Kinesis stream consumer: the stream, the function, and an event source mapping that bisects a
-# failing batch, retries a bounded number of times, drops records past a bounded age, and sends
-# what it gives up on to an SQS DLQ. Bisection is a stream feature: SQS mappings have none.
+# A stream consumer: of a Kinesis stream it creates, or of a DynamoDB table's stream
+# (dynamodb_stream_arn); the function, and an event source mapping that bisects a failing batch,
+# retries a bounded number of times, drops records past a bounded age, and sends what it gives up on
+# to an SQS DLQ. Bisection is a stream feature: SQS mappings have none.
+
+locals {
+  dynamodb = var.dynamodb_stream_arn != null
+  # The read actions Lambda's mapping needs on the stream, and nothing else: for DynamoDB the
+  # DynamoDB developer guide's "IAM policy to allow an AWS Lambda function to access DynamoDB
+  # stream records", on the stream's ARN.
+  read_actions = local.dynamodb ? [
+    "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams",
+    ] : [
+    "kinesis:DescribeStream", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards",
+  ]
+}
+
+moved {
+  from = aws_kinesis_stream.stream
+  to   = aws_kinesis_stream.stream[0]
+}
 
 resource "aws_kinesis_stream" "stream" {
+  count            = local.dynamodb ? 0 : 1
   name             = var.name
   retention_period = var.retention_hours
   encryption_type  = "KMS"
@@ -28,7 +47,7 @@ module "function" {
   source = "../function"
 
   name               = var.name
-  description        = "Kinesis consumer of ${var.name} (redrive)"
+  description        = "${local.dynamodb ? "DynamoDB Streams" : "Kinesis"} consumer of ${var.name} (redrive)"
   zip                = var.function_zip
   timeout_seconds    = var.function_timeout_seconds
   memory_mb          = var.function_memory_mb
@@ -39,8 +58,8 @@ module "function" {
   statements = [
     {
       sid       = "ReadStream"
-      actions   = ["kinesis:DescribeStream", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards"]
-      resources = [aws_kinesis_stream.stream.arn]
+      actions   = local.read_actions
+      resources = [local.dynamodb ? var.dynamodb_stream_arn : aws_kinesis_stream.stream[0].arn]
     },
     {
       # The function's dead letters, and Lambda's on-failure records (sent with this role).
@@ -53,7 +72,7 @@ module "function" {
 }
 
 resource "aws_lambda_event_source_mapping" "stream" {
-  event_source_arn                   = aws_kinesis_stream.stream.arn
+  event_source_arn                   = local.dynamodb ? var.dynamodb_stream_arn : aws_kinesis_stream.stream[0].arn
   function_name                      = module.function.function_arn
   starting_position                  = var.starting_position
   batch_size                         = var.batch_size
@@ -101,12 +120,19 @@ resource "aws_cloudwatch_metric_alarm" "iterator_age" {
 # The stream's own view: Lambda's IteratorAge goes silent when the mapping stops (disabled, its
 # role broken, the function deleted), and so does this metric, which only GetRecords calls write.
 # A running mapping polls an idle stream too, so no data for five minutes means nobody reads it.
+# Kinesis only: DynamoDB Streams publish no iterator age of their own (README, "Alarms").
+moved {
+  from = aws_cloudwatch_metric_alarm.stream_iterator_age
+  to   = aws_cloudwatch_metric_alarm.stream_iterator_age[0]
+}
+
 resource "aws_cloudwatch_metric_alarm" "stream_iterator_age" {
+  count               = local.dynamodb ? 0 : 1
   alarm_name          = "${var.name}-stream-iterator-age"
-  alarm_description   = "Records in ${aws_kinesis_stream.stream.name} wait longer than ${var.iterator_age_threshold_ms} ms to be read, or nobody has read the stream for 5 minutes (the mapping stopped). Runbook: docs/runbook.md, 'Stream consumer behind'."
+  alarm_description   = "Records in ${aws_kinesis_stream.stream[0].name} wait longer than ${var.iterator_age_threshold_ms} ms to be read, or nobody has read the stream for 5 minutes (the mapping stopped). Runbook: docs/runbook.md, 'Stream consumer behind'."
   namespace           = "AWS/Kinesis"
   metric_name         = "GetRecords.IteratorAgeMilliseconds"
-  dimensions          = { StreamName = aws_kinesis_stream.stream.name }
+  dimensions          = { StreamName = aws_kinesis_stream.stream[0].name }
   statistic           = "Maximum"
   period              = 60
   evaluation_periods  = 5

@@ -1,11 +1,11 @@
 output "stream_name" {
-  description = "Name of the Kinesis stream."
-  value       = aws_kinesis_stream.stream.name
+  description = "Name of the Kinesis stream (null for a DynamoDB stream)."
+  value       = one(aws_kinesis_stream.stream[*].name)
 }
 
 output "stream_arn" {
-  description = "ARN of the Kinesis stream."
-  value       = aws_kinesis_stream.stream.arn
+  description = "ARN of the stream read: the Kinesis stream, or the DynamoDB table's stream."
+  value       = local.dynamodb ? var.dynamodb_stream_arn : aws_kinesis_stream.stream[0].arn
 }
 
 output "dlq_url" {

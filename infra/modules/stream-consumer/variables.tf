@@ -1,5 +1,5 @@
 variable "name" {
-  description = "Name of the stream and the function; prefix of the DLQ and alarms."
+  description = "Name of the Kinesis stream and the function; prefix of the DLQ and alarms."
   type        = string
 
   validation {
@@ -9,8 +9,25 @@ variable "name" {
 }
 
 variable "function_zip" {
-  description = "bootstrap.zip of the consumer (functions/sqs-consumer reads Kinesis events too)."
+  description = "bootstrap.zip of the consumer (functions/sqs-consumer reads Kinesis and DynamoDB Streams events too)."
   type        = string
+}
+
+variable "dynamodb_stream_arn" {
+  description = "Consume this DynamoDB table's stream (the table's stream_arn; a view with the images your handler reads) instead of creating a Kinesis stream. DynamoDB keeps stream records for 24 hours."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.dynamodb_stream_arn == null || can(regex("^arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:[0-9]{12}:table/[a-zA-Z0-9_.-]{3,255}/stream/[^/]+$", var.dynamodb_stream_arn))
+    error_message = "dynamodb_stream_arn must be a DynamoDB table's stream ARN (arn:aws:dynamodb:<region>:<account>:table/<table>/stream/<label>), as aws_dynamodb_table's stream_arn gives it."
+  }
+  # DynamoDB Streams keep records 24 hours (DynamoDB developer guide, "Change data capture for
+  # DynamoDB Streams"): retention_hours is the Kinesis stream's.
+  validation {
+    condition     = var.dynamodb_stream_arn == null || var.retention_hours == 24
+    error_message = "retention_hours is the Kinesis stream's: with dynamodb_stream_arn it must stay 24, the retention DynamoDB Streams have."
+  }
 }
 
 variable "function_timeout_seconds" {
@@ -49,7 +66,7 @@ variable "log_retention_days" {
 }
 
 variable "retention_hours" {
-  description = "Stream retention: how long a record can still be replayed."
+  description = "Kinesis stream retention: how long a record can still be replayed (24 for a DynamoDB stream, fixed)."
   type        = number
   default     = 24
 

@@ -224,9 +224,35 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
     let main_tf = |name: &str| {
         std::fs::read_to_string(infra().join("examples").join(name).join("main.tf")).unwrap()
     };
-    for name in ["own-consumer", "redrive-only"] {
+    for name in ["own-consumer", "redrive-only", "table-stream"] {
         assert_eq!(evaluate_example(name, &main_tf(name)), Ok(()), "{name}");
     }
+    // A table's stream: a Kinesis ARN, or a retention DynamoDB Streams do not have, is refused.
+    let table_stream = |from: &str, to: &str| {
+        let changed = main_tf("table-stream").replacen(from, to, 1);
+        assert_ne!(changed, main_tf("table-stream"), "{from}");
+        evaluate_example("table-stream", &changed)
+            .expect_err(to)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let kinesis = table_stream(
+        "var.table_stream_arn",
+        "\"arn:aws:kinesis:eu-west-1:123456789012:stream/orders\"",
+    );
+    assert!(
+        kinesis.contains("dynamodb_stream_arn must be a DynamoDB table's stream ARN"),
+        "{kinesis}"
+    );
+    let retention = table_stream(
+        "batch_size                 = 100",
+        "batch_size = 100\n  retention_hours = 48",
+    );
+    assert!(
+        retention.contains("retention_hours is the Kinesis stream's"),
+        "{retention}"
+    );
     // The same consumer on a queue the team has already.
     let existing = |queue: &str| {
         let arn = |name: &str| format!("arn:aws:sqs:eu-west-1:123456789012:{name}");

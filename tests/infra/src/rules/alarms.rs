@@ -95,20 +95,27 @@ pub fn dlq_alarms(modules: &[Module]) -> Vec<String> {
 
 /// Every Kinesis stream is watched from its own side: an alarm on its
 /// `GetRecords.IteratorAgeMilliseconds` that counts missing data as breaching, so that a stopped
-/// mapping (which silences the function's `IteratorAge`) is an alarm too.
+/// mapping (which silences the function's `IteratorAge`) is an alarm too. A stream made on a
+/// condition (`count`) has its alarm on the same one.
 pub fn stream_alarms(modules: &[Module]) -> Vec<String> {
     let mut violations = Vec::new();
     for module in modules {
         for stream in module.blocks("resource", "aws_kinesis_stream") {
-            let name = format!("aws_kinesis_stream.{}.name", label(stream, 1));
+            let label_ = label(stream, 1);
+            let names = [
+                format!("aws_kinesis_stream.{label_}.name"),
+                format!("aws_kinesis_stream.{label_}[0].name"),
+            ];
             let watched = module
                 .blocks("resource", "aws_cloudwatch_metric_alarm")
                 .any(|alarm| {
                     attr(alarm, "namespace").as_deref() == Some("\"AWS/Kinesis\"")
                         && attr(alarm, "metric_name").as_deref()
                             == Some("\"GetRecords.IteratorAgeMilliseconds\"")
-                        && attr(alarm, "dimensions").is_some_and(|d| d.contains(&name))
+                        && attr(alarm, "dimensions")
+                            .is_some_and(|d| names.iter().any(|name| d.contains(name)))
                         && attr(alarm, "treat_missing_data").as_deref() == Some("\"breaching\"")
+                        && attr(alarm, "count") == attr(stream, "count")
                 });
             if !watched {
                 violations.push(format!(

@@ -246,7 +246,8 @@ pub fn service_policies(modules: &[Module]) -> Vec<String> {
 
 /// The IAM actions of each service whose Rust SDK is in the workspace's lock file: the SDK's
 /// operations (`src/operation/<snake_case>.rs`), which are the service's API actions, plus the
-/// IAM names that differ from an operation's (Lambda's `Invoke` is `lambda:InvokeFunction`).
+/// IAM names that differ from an operation's (Lambda's `Invoke` is `lambda:InvokeFunction`), by
+/// IAM namespace (DynamoDB Streams' SDK in `dynamodb`).
 /// Only the host's packages are asked for: the build fetched those, while the lock file's other
 /// platforms' crates are not in a new machine's cargo home and `--offline` cannot fetch them.
 pub fn sdk_actions() -> BTreeMap<String, BTreeSet<String>> {
@@ -266,6 +267,12 @@ pub fn sdk_actions() -> BTreeMap<String, BTreeSet<String>> {
     for package in metadata["packages"].as_array().unwrap() {
         let Some(service) = package["name"].as_str().unwrap().strip_prefix("aws-sdk-") else {
             continue;
+        };
+        // DynamoDB Streams' actions are in DynamoDB's IAM namespace (`dynamodb:GetRecords`: the
+        // DynamoDB developer guide's policy for a Lambda function reading a table's stream).
+        let service = match service {
+            "dynamodbstreams" => "dynamodb",
+            other => other,
         };
         let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap());
         let operations = manifest.parent().unwrap().join("src/operation");

@@ -1,0 +1,16 @@
+# A consumer of a DynamoDB table the team has already: the orders function reads the table's
+# stream (modules/stream-consumer in its DynamoDB mode) in order per shard; a change it refuses
+# for good is dead-lettered as the stream record, with its failure context, and the shard goes on.
+
+module "orders_changes" {
+  source = "../../modules/stream-consumer"
+
+  name                       = "warehouse-orders-changes"
+  function_zip               = startswith(var.function_zip, "/") ? var.function_zip : "${path.root}/${var.function_zip}"
+  dynamodb_stream_arn        = var.table_stream_arn
+  batch_size                 = 100
+  maximum_retry_attempts     = 5
+  maximum_record_age_seconds = 3600
+  parallelization_factor     = 2
+  alarm_topic_arn            = var.alarm_topic_arn
+}
