@@ -7,6 +7,7 @@ pub mod poller;
 pub mod provision;
 pub mod soak;
 pub mod stream_poller;
+pub mod stream_soak;
 pub mod topology;
 
 use aws_sdk_sqs::Client;

@@ -6,7 +6,7 @@ use crate::topology::Topology;
 use crate::Error;
 
 /// A source queue and its DLQ.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct QueuePair {
     pub key: String,
     pub fifo: bool,

@@ -361,3 +361,32 @@ async fn a_held_groups_backlog_past_the_scan_window_stalls_the_other_groups() {
         "{stalled}"
     );
 }
+
+/// A DynamoDB stream on moto: 400 changes of 60 items on two seeds, with outages, flaky changes,
+/// crashed invocations and poison changes redriven: each change takes effect once, each item's in
+/// the stream's order, and the faults really happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dynamodb_stream_keeps_every_change_once_and_in_order_on_moto() {
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok(),
+        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
+    );
+    for seed in [3, 4] {
+        let prefix = format!("t{}-streams-{seed}", std::process::id());
+        let config = redrive_local::stream_soak::StreamSoakConfig {
+            changes: 400,
+            items: 60,
+            seed,
+        };
+        let report = redrive_local::stream_soak::run_on_moto(&prefix, &config)
+            .await
+            .unwrap();
+        assert!(report.holds(), "seed {seed}: {report}");
+        assert!(
+            report.dead_lettered > 0
+                && report.whole_batch_failures > 0
+                && report.stopped_batches > 0,
+            "seed {seed}: the faults happened: {report}"
+        );
+    }
+}

@@ -8,7 +8,10 @@
 //! throttling, idempotency store failures, whole batches failed or timed out, throttled
 //! invocations and batches delivered to two containers at once.
 //!
-//! Usage: redrive-soak [--memory N] [--moto N] [--seeds 1,2,3] (`--help` says more)
+//! Per seed too, on moto: a DynamoDB stream's changes through the stand-in for Lambda's mapping,
+//! with outages, flaky changes, crashed invocations and poison changes redriven.
+//!
+//! Usage: redrive-soak [--memory N] [--moto N] [--streams N] [--seeds 1,2,3] (`--help` says more)
 use std::process::ExitCode;
 
 use redrive_local::soak::{run_in_memory, run_on_localstack, run_on_moto, SoakConfig, SoakReport};
@@ -26,6 +29,9 @@ struct Args {
     /// Messages per seed on LocalStack, when `tools/with-local-aws` started it (0 skips those runs).
     #[arg(long, default_value_t = 2_000)]
     localstack: usize,
+    /// Changes per seed on a DynamoDB stream on moto (0 skips those runs).
+    #[arg(long, default_value_t = 2_000)]
+    streams: usize,
     /// Seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3])]
     seeds: Vec<u64>,
@@ -101,6 +107,32 @@ async fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 };
                 broken |= !holds;
+            }
+        }
+    }
+    for &seed in &args.seeds {
+        if args.streams == 0 {
+            break;
+        }
+        println!(
+            "== a DynamoDB stream on moto, {} changes of {} items, seed {seed}",
+            args.streams,
+            args.streams / 10
+        );
+        let config = redrive_local::stream_soak::StreamSoakConfig {
+            changes: args.streams,
+            items: (args.streams / 10).max(1),
+            seed,
+        };
+        let prefix = format!("soak-streams-{}-{seed}", std::process::id());
+        match redrive_local::stream_soak::run_on_moto(&prefix, &config).await {
+            Ok(report) => {
+                println!("{report}\n");
+                broken |= !report.holds();
+            }
+            Err(error) => {
+                eprintln!("redrive-soak: {error}");
+                return ExitCode::FAILURE;
             }
         }
     }
