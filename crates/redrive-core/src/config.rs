@@ -25,6 +25,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "(optional) URL of the source queue; looked up from the event source ARN otherwise",
     ),
     (
+        "REDRIVE_KAFKA_LANE_URL",
+        "(unset: none) URL of the SQS FIFO queue a Kafka record that fails transiently goes to, instead of holding its partition; the same function reads it",
+    ),
+    (
         "REDRIVE_SOURCE_RETENTION",
         "4d: the source queue's MessageRetentionPeriod (Terraform sets it); a FIFO record is dead-lettered an hour before it would expire instead of waiting in place",
     ),
@@ -444,6 +448,17 @@ impl Settings {
         };
 
         let dlq_url = get("REDRIVE_DLQ_URL");
+        let kafka_lane_url = get("REDRIVE_KAFKA_LANE_URL");
+        if let Some(url) = &kafka_lane_url {
+            // A lane keeps a key's records in order only as a FIFO queue's message group.
+            if !url.ends_with(".fifo") || !url.contains("://") {
+                return Err(ConfigError::new(
+                    "REDRIVE_KAFKA_LANE_URL",
+                    url,
+                    "expected the URL of an SQS FIFO queue (https://sqs.<region>.amazonaws.com/<account>/<name>.fifo): the lane keeps each key's records in order",
+                ));
+            }
+        }
         let backoff = match get("REDRIVE_RETRY_SEQUENCE") {
             Some(text) => Backoff::Sequence(parse_sequence(&text).ok_or_else(|| {
                 ConfigError::new(
@@ -535,6 +550,7 @@ impl Settings {
                 concurrency: NonZeroUsize::new(concurrency as usize).unwrap_or(NonZeroUsize::MIN),
                 fifo_on_dead_letter,
                 source,
+                kafka_lane_url,
             },
             breaker: BreakerSettings {
                 threshold,

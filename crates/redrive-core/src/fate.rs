@@ -217,6 +217,21 @@ pub(crate) enum StreamFate {
     Checkpoint,
 }
 
+/// A Kafka record's fate. A partition is read in order, and a record that fails transiently
+/// leaves it for the retry lane (an SQS FIFO queue the same function reads) instead of holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KafkaFate {
+    /// Handled: done.
+    Done,
+    /// Send to the retry lane with the failure metadata (its first attempt spent); the partition
+    /// goes on.
+    Lane,
+    /// Send to the DLQ with the failure metadata; the partition goes on.
+    DeadLetter,
+    /// Name it in the partial batch response: Lambda delivers its partition again from it.
+    GiveBack,
+}
+
 /// What earlier deliveries of a record left behind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct History {
@@ -372,6 +387,23 @@ impl<'p> Judge<'p> {
                 StreamFate::DeadLetter
             }
             _ => StreamFate::Checkpoint,
+        }
+    }
+
+    /// A Kafka record's fate: a permanent failure or a panic is dead-lettered, a transient one
+    /// (or a deferral) goes to the retry lane (`lane`: there is one) while the policy allows
+    /// another attempt, else to the DLQ; without a DLQ (report-only), or a record not started
+    /// before the deadline, is given back.
+    pub fn decide_kafka(&self, outcome: &Outcome, lane: bool) -> KafkaFate {
+        match outcome {
+            Outcome::Succeeded => KafkaFate::Done,
+            Outcome::Failed(_) if self.report_only => KafkaFate::GiveBack,
+            Outcome::Failed(error) if error.class() != ErrorClass::Transient => {
+                KafkaFate::DeadLetter
+            }
+            Outcome::Failed(_) if self.policy.max_attempts <= 1 => KafkaFate::DeadLetter,
+            Outcome::Failed(_) if lane => KafkaFate::Lane,
+            _ => KafkaFate::GiveBack,
         }
     }
 

@@ -184,6 +184,17 @@ impl<'r> Message<'r> {
             .map(|(name, value)| (&**name, value))
     }
 
+    /// Where a Kafka record came from (topic, partition, offset, timestamp, key, headers), on
+    /// the record read from Kafka and on its copies in the retry lane and the DLQ; `None` for any
+    /// other message. Its value is [`Message::body`] (or [`Message::data`]).
+    pub fn kafka(&self) -> Option<crate::kafka::KafkaOrigin> {
+        let origin = self
+            .attribute(crate::kafka::KAFKA_ATTRIBUTE)?
+            .string_value
+            .as_deref()?;
+        serde_json::from_str(origin).ok()
+    }
+
     /// The failure context this message carries from earlier attempts, if any.
     pub fn meta(&self) -> Option<&'r Meta<'r>> {
         self.meta

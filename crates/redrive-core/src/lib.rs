@@ -23,6 +23,7 @@ pub mod fate;
 pub mod fifo;
 pub mod handler;
 pub mod idempotency;
+pub mod kafka;
 /// The batch's figures as EMF lines: [`BatchReport`] is the API, the lines are shared with
 /// `redrive-recovery`.
 #[doc(hidden)]

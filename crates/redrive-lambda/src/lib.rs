@@ -1,5 +1,5 @@
 //! The Lambda glue of redrive: the runtime loop, the settings from the environment, JSON tracing;
-//! one SQS, Kinesis or DynamoDB Streams batch in, the partial batch response and one EMF line out. Users reach it
+//! one SQS, Kinesis, DynamoDB Streams or Kafka batch in, the partial batch response and one EMF line out. Users reach it
 //! as `redrive::lambda` (feature `lambda`, on by default).
 #![warn(missing_docs)]
 use std::future::Future;
@@ -13,6 +13,7 @@ use lambda_runtime::{
 };
 use redrive_aws::SqsQueue;
 use redrive_core::clock::{Clock, SystemClock};
+use redrive_core::kafka::{KafkaEvent, KafkaEventResponse};
 use redrive_core::stream::{DynamoDbEvent, KinesisEvent, StreamsEventResponse};
 use redrive_core::{
     BatchError, Invocation, Processed, Processor, ProcessorConfig, QueuePort, RecordHandler,
@@ -33,6 +34,8 @@ pub enum BatchResponse {
     Sqs(SqsBatchResponse),
     /// A Kinesis or DynamoDB Streams batch's response: the sequence number to retry from.
     Stream(StreamsEventResponse),
+    /// A Kafka batch's response: each partition's offset to deliver again from.
+    Kafka(KafkaEventResponse),
 }
 
 /// The tokio runtime a function's `main` runs on: one thread where Lambda runs one invocation at
@@ -283,7 +286,15 @@ impl<S: Service<LambdaInvocation>> Service<LambdaInvocation> for PassBodyService
     }
 }
 
-/// Handles an SQS, Kinesis or DynamoDB Streams batch, for a function behind any of them.
+/// Whether an event is Lambda's Kafka event: from Amazon MSK or self-managed Kafka.
+fn is_kafka(event: &KafkaEvent<'_>) -> bool {
+    matches!(
+        event.event_source.as_deref(),
+        Some("aws:kafka" | "SelfManagedKafka")
+    )
+}
+
+/// Handles an SQS, Kinesis, DynamoDB Streams or Kafka batch, for a function behind any of them.
 pub async fn handle_event<Q: QueuePort, H: RecordHandler>(
     event: LambdaEvent<Bytes>,
     processor: &Processor<Q>,
@@ -294,7 +305,24 @@ pub async fn handle_event<Q: QueuePort, H: RecordHandler>(
     // batch is so read twice: as SQS records first (the scanner skips their `kinesis` and
     // `dynamodb` payloads).
     let mut decoded = String::new();
-    let sqs = SqsEvent::from_slice_in(&payload, &mut decoded)?;
+    let sqs = match SqsEvent::from_slice_in(&payload, &mut decoded) {
+        Ok(sqs) => sqs,
+        // A Kafka event has no `Records`: its records are grouped by partition under `records`.
+        Err(not_sqs) => {
+            return match KafkaEvent::from_slice(&payload) {
+                Ok(kafka) if is_kafka(&kafka) => {
+                    let processed = processor
+                        .process_kafka(handler, &kafka, invocation(&context))
+                        .await?;
+                    Ok(Processed {
+                        response: BatchResponse::Kafka(processed.response),
+                        report: processed.report,
+                    })
+                }
+                _ => Err(not_sqs.into()),
+            };
+        }
+    };
     let stream = match sqs.records.first().and_then(|r| r.event_source.as_deref()) {
         Some("aws:kinesis") => {
             let kinesis = KinesisEvent::from_slice(&payload)?;

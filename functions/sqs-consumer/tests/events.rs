@@ -15,6 +15,7 @@ use redrive::{
 
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
 const SOURCE: &str = "https://sqs.local/123456789012/orders";
+const LANE: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-kafka-lane.fifo";
 const REQUEST_ID: &str = "8476a536-e9f4-5d5b-a3f4-0d3b6a2d4f1c";
 const TRACE_ID: &str = "Root=1-6743d1c2-5e8b3c0f1a2b3c4d5e6f7a8b;Parent=53995c3f42cd8ad8;Sampled=1";
 
@@ -49,6 +50,7 @@ async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
         source_queue_url: None,
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(2),
+        kafka_lane_url: Some(LANE.into()),
         ..ProcessorConfig::default()
     };
     let processor = Processor::new(RecordingQueue::default(), config);
@@ -305,6 +307,51 @@ async fn a_dynamodb_stream_batch_charges_new_orders_dead_letters_the_invalid_one
         "arn:aws:dynamodb:us-east-1:123456789012:table/redrive-orders/stream/2026-11-20T09:30:00.000"
     );
     assert!(outcome.retries().is_empty(), "a stream is never re-sent to");
+}
+
+#[tokio::test]
+async fn a_kafka_batch_sends_the_invalid_order_to_the_dlq_the_timeout_to_the_lane_and_their_keys_follow(
+) {
+    let outcome = invoke("kafka-orders.json").await.unwrap();
+    // Nothing holds a partition: o-7002 (invalid) is dead-lettered and o-7003, its customer's
+    // next order, follows it there untried; o-1003 times out into the retry lane and o-7005 (the
+    // same customer) follows it; o-7001 and o-7006 are charged.
+    assert_eq!(outcome.response, no_failures());
+    let kinds = |url: &str| -> Vec<(String, String)> {
+        outcome
+            .queue
+            .sent_to(url)
+            .iter()
+            .map(|message| {
+                let order: serde_json::Value = serde_json::from_str(&message.body).unwrap();
+                (
+                    order["orderId"].as_str().unwrap().to_owned(),
+                    meta(message).error_kind.to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        kinds(DLQ),
+        [
+            ("o-7002".into(), "invalid_order".into()),
+            ("o-7003".into(), "follows_dead_letter".into())
+        ]
+    );
+    assert_eq!(
+        kinds(LANE),
+        [
+            ("o-1003".into(), "payment_timeout".into()),
+            ("o-7005".into(), "follows_key".into())
+        ]
+    );
+    let lane = outcome.queue.sent_to(LANE);
+    assert_eq!(
+        lane[0].group_id.as_deref(),
+        Some("orders:Yy0y"),
+        "the key c-2's group"
+    );
+    assert_eq!(lane[0].deduplication_id.as_deref(), Some("orders-1:57"));
 }
 
 #[tokio::test]

@@ -411,6 +411,44 @@ impl<Q: QueuePort> Processor<Q> {
         Ok(message)
     }
 
+    /// A Kafka record's copy for the retry lane (an SQS FIFO queue): its body, origin and
+    /// failure metadata, in its key's message group, deduplicated by its position (a batch Lambda
+    /// delivers again sends the same copy, which SQS drops within five minutes).
+    pub(crate) fn lane_copy<'r>(
+        &self,
+        item: &'r Item<'r>,
+        failure: Failure<'_>,
+        error: &RecordError,
+        attempts: u32,
+    ) -> Result<OutgoingMessage<'r>, TooLarge> {
+        let meta = self.meta(item, failure, Some(error), attempts, None);
+        let mut message = carry(item.record, meta, None)?;
+        message.group_id = item.group().map(Text::from);
+        message.deduplication_id = Some(Text::from(item.id));
+        Ok(message)
+    }
+
+    /// Sends one message to `destination` now, by the carry-out's deadline: the reason when SQS
+    /// did not confirm it. The stream and Kafka runners carry out a record's fate before the
+    /// next record of its shard or partition starts.
+    pub(super) async fn send_now(
+        &self,
+        destination: Destination<'_>,
+        message: OutgoingMessage<'_>,
+        deadline_ms: u64,
+        report: &mut BatchReport,
+    ) -> Result<(), String> {
+        let mut outbox = Outbox::default();
+        outbox.push(0, message);
+        let deadline = self.budget(deadline_ms).carry_deadline();
+        let unconfirmed = self.carry.send(&[(destination, &outbox)], deadline).await;
+        report.sqs_requests += unconfirmed.requests;
+        match unconfirmed.records.into_iter().next() {
+            Some((_, reason)) => Err(reason),
+            None => Ok(()),
+        }
+    }
+
     /// The metadata a copy or a dead letter carries: the record's own, updated by this failure.
     fn meta<'r>(
         &self,

@@ -8,6 +8,7 @@ mod carry_out;
 mod decide;
 mod payloads;
 mod run;
+mod run_kafka;
 mod run_stream;
 
 use std::num::NonZeroUsize;
@@ -26,6 +27,7 @@ use crate::error::BatchError;
 use crate::fate::{History, Outcome, SourceQueue};
 use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus};
 use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
+use crate::kafka::{KafkaEvent, KafkaEventResponse};
 use crate::metrics::BatchReport;
 use crate::payload::Payloads;
 use crate::port::QueuePort;
@@ -54,6 +56,9 @@ pub struct ProcessorConfig {
     pub fifo_on_dead_letter: FifoOnDeadLetter,
     /// The source queue's retention and visibility timeout, which bound FIFO waits in place.
     pub source: SourceQueue,
+    /// Kafka: the SQS FIFO queue a record that fails transiently goes to instead of holding its
+    /// partition ([`crate::kafka`]); `None` gives it back to Lambda.
+    pub kafka_lane_url: Option<String>,
 }
 
 /// The default bound on records in flight: a whole batch of Lambda's default size (10) and any
@@ -75,6 +80,7 @@ impl Default for ProcessorConfig {
             concurrency: DEFAULT_CONCURRENCY,
             fifo_on_dead_letter: FifoOnDeadLetter::Continue,
             source: SourceQueue::default(),
+            kafka_lane_url: None,
         }
     }
 }
@@ -311,6 +317,19 @@ impl<Q: QueuePort> Processor<Q> {
         invocation: impl Into<Invocation<'i>>,
     ) -> Result<Processed<StreamsEventResponse>, BatchError> {
         self.run_stream(handler, records, &invocation.into()).await
+    }
+
+    /// Handles a Kafka batch: each partition in offset order; a record that fails transiently goes
+    /// to the retry lane and the partition goes on, a later record of its key follows it there,
+    /// a permanent failure goes to the DLQ, and what cannot be sent is given back with the rest
+    /// of its partition ([`crate::kafka`]).
+    pub async fn process_kafka<'i, H: RecordHandler>(
+        &self,
+        handler: &H,
+        event: &KafkaEvent<'_>,
+        invocation: impl Into<Invocation<'i>>,
+    ) -> Result<Processed<KafkaEventResponse>, BatchError> {
+        Ok(self.run_kafka(handler, event, &invocation.into()).await)
     }
 
     /// The phases after running: every fate decided, carried out, and the answer for Lambda.

@@ -1,7 +1,7 @@
 //! Running a stream batch (Kinesis, DynamoDB Streams): in order, one record at a time, each record's fate decided by the
 //! judge's stream rule and carried out before the next record starts.
 use super::{deadline_error, Item, Processed, Processor};
-use crate::carry::{Destination, Outbox};
+use crate::carry::Destination;
 use crate::envelope::{sqs_accepts, FailedIn, OutgoingMessage};
 use crate::error::{BatchError, RecordError};
 use crate::fate::{Outcome, StreamFate};
@@ -145,17 +145,8 @@ impl<Q: QueuePort> Processor<Q> {
                 }
             },
         };
-        let mut outbox = Outbox::default();
-        outbox.push(0, message);
-        let deadline = self.budget(deadline_ms).carry_deadline();
-        let unconfirmed = self
-            .carry
-            .send(&[(Destination::Dlq, &outbox)], deadline)
-            .await;
-        report.sqs_requests += unconfirmed.requests;
-        if let Some((_, reason)) = unconfirmed.records.into_iter().next() {
-            return Err(reason);
-        }
+        self.send_now(Destination::Dlq, message, deadline_ms, report)
+            .await?;
         let error = error.expect("a dead letter has an error");
         tracing::error!(
             sequence_number = item.id,

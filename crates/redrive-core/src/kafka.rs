@@ -1,0 +1,279 @@
+//! Kafka (Amazon MSK and self-managed Apache Kafka): Lambda's Kafka event, its records as the
+//! messages handlers see, and where a record came from ([`KafkaOrigin`]) on every copy of it.
+//!
+//! A partition is read in order. A record that fails transiently does not hold its partition: it
+//! goes to the **retry lane**, an SQS FIFO queue the same function reads
+//! (`REDRIVE_KAFKA_LANE_URL`), in a message group of its topic and key, with the failure context
+//! and its origin, and the partition goes on; the lane retries it with redrive's backoff, in
+//! order per key. A later record of a key that has a record in the lane (or in the DLQ) this
+//! batch follows it there untried, so that a key's records take effect in the partition's order.
+//! A permanent failure goes to the DLQ. What cannot be sent is given back: the partial batch
+//! response names it, and the rest of its partition is left for Lambda to deliver again.
+//! [`Processor::process_kafka`] runs a batch.
+//!
+//! [`Processor::process_kafka`]: crate::processor::Processor::process_kafka
+
+use std::collections::BTreeMap;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::envelope::DATA_ENCODING_ATTRIBUTE;
+use redrive_event::{Body, MessageAttribute, SqsRecord, Text};
+
+/// The message attribute that carries a Kafka record's origin ([`KafkaOrigin`], JSON) on its
+/// message and on every copy of it.
+pub const KAFKA_ATTRIBUTE: &str = "kafka";
+
+/// A Kafka event as Lambda delivers it, for Amazon MSK (`aws:kafka`) and self-managed Kafka
+/// (`SelfManagedKafka`) alike (Lambda developer guide, "Using Lambda with Amazon MSK", the
+/// example event).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaEvent<'a> {
+    /// `aws:kafka` or `SelfManagedKafka`.
+    #[serde(borrow, default)]
+    pub event_source: Option<Text<'a>>,
+    /// The MSK cluster (none for self-managed Kafka).
+    #[serde(borrow, default)]
+    pub event_source_arn: Option<Text<'a>>,
+    /// The records of each partition (`"<topic>-<partition>"`), in offset order.
+    #[serde(borrow, default)]
+    pub records: BTreeMap<Text<'a>, Vec<KafkaRecord<'a>>>,
+}
+
+impl<'a> KafkaEvent<'a> {
+    /// Reads an event from its JSON.
+    pub fn from_slice(json: &'a [u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(json)
+    }
+}
+
+/// One Kafka record: where it is, its key, value and headers (base64 in the event).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaRecord<'a> {
+    /// The topic.
+    #[serde(borrow, default)]
+    pub topic: Text<'a>,
+    /// The partition.
+    #[serde(default)]
+    pub partition: i64,
+    /// The offset in the partition.
+    #[serde(default)]
+    pub offset: i64,
+    /// Milliseconds since the epoch (`timestamp_type` says whose).
+    #[serde(default)]
+    pub timestamp: Option<i64>,
+    /// `CREATE_TIME` or `LOG_APPEND_TIME`.
+    #[serde(borrow, default)]
+    pub timestamp_type: Option<Text<'a>>,
+    /// The key, base64; none for a record without one.
+    #[serde(borrow, default)]
+    pub key: Option<Text<'a>>,
+    /// The value, base64.
+    #[serde(borrow, default)]
+    pub value: Option<Text<'a>>,
+    /// The headers: each an object of one name and its bytes.
+    #[serde(default)]
+    pub headers: Vec<BTreeMap<String, HeaderValue>>,
+}
+
+/// A header's bytes. Lambda writes them as a list of numbers (the example event:
+/// `"headerKey":[104,101,...]`); a signed byte (-128..-1) is read as its unsigned value, and a
+/// base64 string is taken too.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct HeaderValue(pub Vec<u8>);
+
+impl<'de> Deserialize<'de> for HeaderValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Numbers(Vec<i16>),
+            Base64(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Numbers(numbers) => numbers
+                .into_iter()
+                .map(|n| match n {
+                    0..=255 => Ok(n as u8),
+                    -128..=-1 => Ok((n + 256) as u8),
+                    _ => Err(serde::de::Error::custom(format!("{n} is not a byte"))),
+                })
+                .collect::<Result<_, _>>()
+                .map(HeaderValue),
+            Raw::Base64(text) => BASE64
+                .decode(text)
+                .map(HeaderValue)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Where a Kafka record came from, as every message and copy of it carries it
+/// ([`KAFKA_ATTRIBUTE`]): what `Message::kafka` gives a handler.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaOrigin {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i64,
+    /// The offset.
+    pub offset: i64,
+    /// Milliseconds since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<i64>,
+    /// The key's bytes, base64 (none for a record without a key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The headers, each a name and its bytes as base64, in the record's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+}
+
+impl KafkaOrigin {
+    /// The key's bytes.
+    pub fn key(&self) -> Option<Vec<u8>> {
+        self.key.as_deref().and_then(|key| BASE64.decode(key).ok())
+    }
+
+    /// The key as text, when it is UTF-8.
+    pub fn key_text(&self) -> Option<String> {
+        self.key().and_then(|bytes| String::from_utf8(bytes).ok())
+    }
+
+    /// The first header named `name`, as bytes.
+    pub fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.headers
+            .iter()
+            .find(|(header, _)| header == name)
+            .and_then(|(_, value)| BASE64.decode(value).ok())
+    }
+
+    /// `<topic>-<partition>`, the name Lambda gives the partition in the event and in the
+    /// partial batch response.
+    pub fn topic_partition(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+}
+
+impl KafkaRecord<'_> {
+    /// Where the record came from.
+    pub fn origin(&self) -> KafkaOrigin {
+        let headers = self
+            .headers
+            .iter()
+            .flat_map(|header| header.iter())
+            .map(|(name, value)| (name.clone(), BASE64.encode(&value.0)))
+            .collect();
+        KafkaOrigin {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            offset: self.offset,
+            timestamp: self.timestamp,
+            key: self.key.as_deref().map(str::to_owned),
+            headers,
+        }
+    }
+
+    /// The record's id: `<topic>-<partition>:<offset>`, unique in the cluster, and the
+    /// deduplication id of its lane copies (a digest past SQS's 128 characters).
+    pub fn id(&self) -> String {
+        within_128(format!("{}-{}:{}", self.topic, self.partition, self.offset))
+    }
+
+    /// The message group of its copies in the lane: its topic and key, so that a key's records
+    /// keep their order there; a record without a key keeps its partition's
+    /// (`<topic>-<partition>`). A digest past SQS's 128 characters.
+    pub fn lane_group(&self) -> String {
+        within_128(match self.key.as_deref() {
+            Some(key) => format!("{}:{key}", self.topic),
+            None => format!("{}-{}", self.topic, self.partition),
+        })
+    }
+
+    /// The record as the handlers see messages: the value decoded as the body (a value that is
+    /// not UTF-8 keeps its base64, marked by [`DATA_ENCODING_ATTRIBUTE`] `base64`, which
+    /// `Message::data` decodes), its id, its origin in [`KAFKA_ATTRIBUTE`]. A value that is not
+    /// base64 is kept as it came, marked `base64`, and `Message::data` gives its text.
+    pub(crate) fn as_message(&self, id: String, source_arn: Option<&str>) -> SqsRecord<'static> {
+        let value = self.value.as_deref().unwrap_or_default();
+        let (body, binary) = match BASE64.decode(value).map(String::from_utf8) {
+            Ok(Ok(text)) => (text, false),
+            _ => (value.to_owned(), true),
+        };
+        let mut record = SqsRecord {
+            message_id: Some(Text::from(id)),
+            body: Some(Body::from(body)),
+            event_source_arn: source_arn.map(|arn| Text::from(arn.to_owned())),
+            ..SqsRecord::default()
+        };
+        record.attributes.sent_timestamp =
+            self.timestamp.map(|ms| Text::from(ms.max(0).to_string()));
+        record.attributes.message_group_id = Some(Text::from(self.lane_group()));
+        let origin = serde_json::to_string(&self.origin()).expect("an origin serialises");
+        record
+            .message_attributes
+            .insert(Text::from(KAFKA_ATTRIBUTE), string_attribute(origin));
+        if binary {
+            record.message_attributes.insert(
+                Text::from(DATA_ENCODING_ATTRIBUTE),
+                string_attribute("base64".to_owned()),
+            );
+        }
+        record
+    }
+}
+
+/// `text`, or past SQS's 128-character limit on group and deduplication ids, its first 100
+/// characters and a 64-bit FNV-1a digest of the whole (two texts that share a digest only share
+/// a group: their order is kept together).
+fn within_128(text: String) -> String {
+    if text.len() <= 128 {
+        return text;
+    }
+    let digest = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut end = 100;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}#{digest:016x}", &text[..end])
+}
+
+fn string_attribute(value: String) -> MessageAttribute<'static> {
+    MessageAttribute {
+        string_value: Some(Text::from(value)),
+        binary_value: None,
+        data_type: Text::from("String"),
+    }
+}
+
+/// The partial batch response of a Kafka batch: each partition's first record not done, by
+/// `<topic>-<partition>` and offset, from which Lambda delivers the partition again.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaEventResponse {
+    /// The records to deliver again from.
+    pub batch_item_failures: Vec<KafkaBatchItemFailure>,
+}
+
+/// One record to deliver a partition again from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaBatchItemFailure {
+    /// The record.
+    pub item_identifier: KafkaItemIdentifier,
+}
+
+/// A record in a partial batch response: `{"partition": "<topic>-<partition>", "offset": n}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaItemIdentifier {
+    /// `<topic>-<partition>`.
+    pub partition: String,
+    /// The offset.
+    pub offset: i64,
+}

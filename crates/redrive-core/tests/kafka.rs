@@ -1,0 +1,343 @@
+//! Kafka batches on an in-memory queue: a partition goes on past a failed record, which goes to
+//! the retry lane (or the DLQ) with its origin; a later record of its key follows it untried;
+//! without a lane, or when the copy cannot be sent, the partition is given back from the record.
+use std::sync::Mutex;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+
+use redrive_core::envelope::{Meta, DATA_ENCODING_ATTRIBUTE};
+use redrive_core::kafka::{KafkaEvent, KafkaEventResponse, KafkaOrigin, KAFKA_ATTRIBUTE};
+use redrive_core::port::RecordingQueue;
+use redrive_core::{
+    Message, Processed, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent,
+};
+
+const DLQ: &str = "https://sqs.local/123456789012/orders-kafka-dlq";
+const LANE: &str = "https://sqs.local/123456789012/orders-kafka-lane.fifo";
+const LATER: u64 = u64::MAX / 2;
+
+/// `(partition, offset, key, value)` records of the topic `orders`, grouped by partition as
+/// Lambda groups them; each with a header `trace` of bytes Lambda writes as numbers.
+fn event(records: &[(i64, i64, Option<&str>, &str)]) -> String {
+    let mut partitions = serde_json::Map::new();
+    for (partition, offset, key, value) in records {
+        let record = serde_json::json!({
+            "topic": "orders",
+            "partition": partition,
+            "offset": offset,
+            "timestamp": 1_763_791_800_000_i64 + offset,
+            "timestampType": "CREATE_TIME",
+            "key": key.map(|key| BASE64.encode(key)),
+            "value": BASE64.encode(value),
+            "headers": [{ "trace": [116, 45, 0xff - 256] }],
+        });
+        partitions
+            .entry(format!("orders-{partition}"))
+            .or_insert_with(|| serde_json::json!([]))
+            .as_array_mut()
+            .unwrap()
+            .push(record);
+    }
+    serde_json::json!({
+        "eventSource": "aws:kafka",
+        "eventSourceArn": "arn:aws:kafka:us-east-1:123456789012:cluster/orders/abcd",
+        "bootstrapServers": "b-1.orders.kafka.us-east-1.amazonaws.com:9092",
+        "records": partitions,
+    })
+    .to_string()
+}
+
+/// Fails a value that says `bad` for good and `slow` transiently; keeps what it handled.
+#[derive(Default)]
+struct Orders(Mutex<Vec<(String, Option<KafkaOrigin>)>>);
+impl RecordHandler for Orders {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        self.0
+            .lock()
+            .unwrap()
+            .push((message.body().to_owned(), message.kafka()));
+        match message.body() {
+            value if value.starts_with("bad") => {
+                Err(RecordError::permanent("invalid", "bad order"))
+            }
+            value if value.starts_with("slow") => Err(RecordError::transient("timeout", "slow")),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn processor(lane: Option<&str>) -> Processor<RecordingQueue> {
+    Processor::new(
+        RecordingQueue::default(),
+        ProcessorConfig {
+            dlq_url: Some(DLQ.to_owned()),
+            kafka_lane_url: lane.map(str::to_owned),
+            deadline_margin: std::time::Duration::ZERO,
+            ..ProcessorConfig::default()
+        },
+    )
+}
+
+async fn run(
+    processor: &Processor<RecordingQueue>,
+    handler: &Orders,
+    json: &str,
+) -> Processed<KafkaEventResponse> {
+    let event = KafkaEvent::from_slice(json.as_bytes()).unwrap();
+    processor
+        .process_kafka(handler, &event, LATER)
+        .await
+        .unwrap()
+}
+
+fn handled(handler: &Orders) -> Vec<String> {
+    handler
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(body, _)| body.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_failed_record_leaves_its_partition_for_the_lane_and_its_keys_later_records_follow() {
+    let processor = processor(Some(LANE));
+    let handler = Orders::default();
+    let json = event(&[
+        (0, 10, Some("c-1"), "ok 10"),
+        (0, 11, Some("c-1"), "slow 11"),
+        (0, 12, Some("c-2"), "ok 12"),
+        (0, 13, Some("c-1"), "ok 13"),
+        (0, 14, Some("c-3"), "bad 14"),
+        (0, 15, Some("c-3"), "ok 15"),
+        (1, 7, Some("c-4"), "ok 7"),
+    ]);
+    let processed = run(&processor, &handler, &json).await;
+    assert!(
+        processed.response.batch_item_failures.is_empty(),
+        "nothing holds a partition"
+    );
+    assert_eq!(
+        handled(&handler),
+        ["ok 10", "slow 11", "ok 12", "bad 14", "ok 7"],
+        "13 follows 11 of its key to the lane, 15 follows 14 to the DLQ, untried"
+    );
+    let report = &processed.report;
+    assert_eq!(
+        (
+            report.done,
+            report.retried,
+            report.dead_lettered,
+            report.given_back
+        ),
+        (3, 2, 2, 0)
+    );
+
+    let lane = processor.queue().sent_to(LANE);
+    let bodies: Vec<&str> = lane.iter().map(|m| &*m.body).collect();
+    assert_eq!(bodies, ["slow 11", "ok 13"], "in the partition's order");
+    let group = BASE64.encode("c-1");
+    assert!(lane
+        .iter()
+        .all(|m| m.group_id.as_deref() == Some(&*format!("orders:{group}"))));
+    assert_eq!(lane[0].deduplication_id.as_deref(), Some("orders-0:11"));
+    let meta: Meta<'_> = serde_json::from_str(lane[1].attribute("redrive").unwrap()).unwrap();
+    assert_eq!((&*meta.error_kind, meta.attempts), ("follows_key", 1));
+    let origin: KafkaOrigin =
+        serde_json::from_str(lane[0].attribute(KAFKA_ATTRIBUTE).unwrap()).unwrap();
+    assert_eq!(
+        (
+            origin.topic.as_str(),
+            origin.partition,
+            origin.offset,
+            origin.key_text().as_deref()
+        ),
+        ("orders", 0, 11, Some("c-1"))
+    );
+    assert_eq!(
+        origin.header("trace"),
+        Some(vec![116, 45, 0xff]),
+        "a signed byte read unsigned"
+    );
+
+    let dead = processor.queue().sent_to(DLQ);
+    let dead: Vec<(String, String)> = dead
+        .iter()
+        .map(|m| {
+            let meta: Meta<'_> = serde_json::from_str(m.attribute("redrive").unwrap()).unwrap();
+            (m.body.to_string(), meta.error_kind.to_string())
+        })
+        .collect();
+    assert_eq!(
+        dead,
+        [
+            ("bad 14".to_owned(), "invalid".to_owned()),
+            ("ok 15".to_owned(), "follows_dead_letter".to_owned())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn without_a_lane_a_transient_failure_gives_its_partition_back_from_it_and_others_go_on() {
+    let processor = processor(None);
+    let handler = Orders::default();
+    let json = event(&[
+        (0, 10, Some("c-1"), "ok 10"),
+        (0, 11, Some("c-1"), "slow 11"),
+        (0, 12, Some("c-2"), "ok 12"),
+        (1, 7, None, "bad 7"),
+        (1, 8, None, "ok 8"),
+    ]);
+    let processed = run(&processor, &handler, &json).await;
+    assert_eq!(
+        serde_json::to_value(&processed.response).unwrap(),
+        serde_json::json!({ "batchItemFailures": [
+            { "itemIdentifier": { "partition": "orders-0", "offset": 11 } }
+        ] })
+    );
+    assert_eq!(handled(&handler), ["ok 10", "slow 11", "bad 7", "ok 8"]);
+    assert_eq!(
+        (
+            processed.report.done,
+            processed.report.dead_lettered,
+            processed.report.given_back
+        ),
+        (2, 1, 2)
+    );
+}
+
+#[tokio::test]
+async fn a_record_the_deadline_comes_before_is_given_back_untried() {
+    let processor = processor(Some(LANE));
+    let handler = Orders::default();
+    let json = event(&[(0, 10, Some("c-1"), "ok 10"), (1, 3, None, "ok 3")]);
+    let event = KafkaEvent::from_slice(json.as_bytes()).unwrap();
+    let processed = processor.process_kafka(&handler, &event, 0).await.unwrap();
+    let given_back: Vec<(String, i64)> = processed
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|f| {
+            (
+                f.item_identifier.partition.clone(),
+                f.item_identifier.offset,
+            )
+        })
+        .collect();
+    assert_eq!(
+        given_back,
+        [("orders-0".into(), 10), ("orders-1".into(), 3)]
+    );
+    assert!(handled(&handler).is_empty());
+    assert!(processor.queue().calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_copy_the_lane_does_not_confirm_gives_the_partition_back_from_its_record() {
+    let processor = processor(Some(LANE));
+    processor.queue().fail_calls_to(LANE);
+    let handler = Orders::default();
+    let json = event(&[
+        (0, 10, Some("c-1"), "slow 10"),
+        (0, 11, Some("c-2"), "ok 11"),
+    ]);
+    let processed = run(&processor, &handler, &json).await;
+    assert_eq!(
+        processed.response.batch_item_failures[0]
+            .item_identifier
+            .offset,
+        10
+    );
+    assert_eq!(handled(&handler), ["slow 10"], "nothing after it starts");
+    assert_eq!(
+        (processed.report.send_failures, processed.report.given_back),
+        (1, 2)
+    );
+}
+
+/// Keeps each message's bytes and origin; fails the first `fail` of them transiently.
+struct Seen {
+    fail: usize,
+    seen: Mutex<Vec<(Vec<u8>, Option<KafkaOrigin>)>>,
+}
+impl RecordHandler for Seen {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        let mut seen = self.seen.lock().unwrap();
+        seen.push((message.data().into_owned(), message.kafka()));
+        if seen.len() <= self.fail {
+            return Err(RecordError::transient("timeout", "slow"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_lane_copy_reaches_the_handler_with_its_bytes_and_origin() {
+    let processor = processor(Some(LANE));
+    let handler = Seen {
+        fail: 1,
+        seen: Mutex::default(),
+    };
+    let mut json: serde_json::Value =
+        serde_json::from_str(&event(&[(3, 40, Some("c-9"), "")])).unwrap();
+    json["records"]["orders-3"][0]["value"] =
+        serde_json::json!(BASE64.encode([0x1f_u8, 0x8b, 0x00]));
+    let json = json.to_string();
+    let event = KafkaEvent::from_slice(json.as_bytes()).unwrap();
+    processor
+        .process_kafka(&handler, &event, LATER)
+        .await
+        .unwrap();
+    let copy = processor.queue().sent_to(LANE).remove(0);
+    assert_eq!(copy.attribute(DATA_ENCODING_ATTRIBUTE), Some("base64"));
+
+    // The lane delivers the copy as an SQS record of a FIFO queue.
+    let attributes: serde_json::Map<String, serde_json::Value> = copy
+        .attributes
+        .iter()
+        .map(|(name, value)| {
+            (
+                name.to_string(),
+                serde_json::json!({ "stringValue": value.string_value.as_deref(), "dataType": "String" }),
+            )
+        })
+        .collect();
+    let sqs = serde_json::json!({ "Records": [{
+        "messageId": "m-1", "receiptHandle": "r-1", "body": &*copy.body,
+        "attributes": { "ApproximateReceiveCount": "1", "SentTimestamp": "1763791800000",
+                        "MessageGroupId": copy.group_id.as_deref() },
+        "messageAttributes": attributes, "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders-kafka-lane.fifo",
+    }]})
+    .to_string();
+    let sqs = SqsEvent::from_slice(sqs.as_bytes()).unwrap();
+    let processed = processor
+        .process(&handler, &sqs.records, LATER)
+        .await
+        .unwrap();
+    assert!(processed.response.batch_item_failures.is_empty());
+    let seen = handler.seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[1].0,
+        [0x1f_u8, 0x8b, 0x00],
+        "the value's bytes, from the lane"
+    );
+    assert_eq!(seen[1].1, seen[0].1, "the same origin from the lane");
+    assert_eq!(seen[1].1.as_ref().map(|origin| origin.offset), Some(40));
+}
+
+#[test]
+fn a_lane_that_is_not_a_fifo_queue_is_refused_at_start() {
+    let error = redrive_core::Settings::from_lookup(["REDRIVE_KAFKA_LANE_URL"], |name| {
+        (name == "REDRIVE_KAFKA_LANE_URL")
+            .then(|| "https://sqs.us-east-1.amazonaws.com/123456789012/orders-lane".to_owned())
+    })
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("REDRIVE_KAFKA_LANE_URL"),
+        "{error}"
+    );
+}
