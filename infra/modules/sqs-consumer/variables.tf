@@ -92,6 +92,18 @@ variable "environment" {
   }
 }
 
+variable "kafka_lane" {
+  description = "The queue is a Kafka consumer's retry lane (modules/kafka-consumer): the function gets REDRIVE_KAFKA_LANE_URL, its own queue, where a Kafka record that fails transiently goes. FIFO only."
+  type        = bool
+  default     = false
+  nullable    = false
+
+  validation {
+    condition     = !var.kafka_lane || var.fifo
+    error_message = "kafka_lane needs fifo = true: the lane keeps each key's records in order as a message group."
+  }
+}
+
 variable "extra_statements" {
   description = "IAM statements the function needs beyond its queues (its downstream: a table, a bucket), each with actions and resources named."
   type = list(object({

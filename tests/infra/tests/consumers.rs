@@ -47,6 +47,25 @@ fn a_mapping_without_item_failures_or_with_the_wrong_arguments_is_caught() {
         mappings(&no_destination),
         ["modules/stream-consumer: stream: no on-failure destination"]
     );
+    let kafka = "modules/kafka-consumer/main.tf";
+    let on_demand = broken(
+        kafka,
+        "  provisioned_poller_config {\n    minimum_pollers = var.pollers.minimum\n    maximum_pollers = var.pollers.maximum\n  }\n",
+        "",
+    );
+    assert_eq!(
+        mappings(&on_demand),
+        ["modules/kafka-consumer: kafka: a Kafka mapping needs provisioned mode (provisioned_poller_config) for its error controls"]
+    );
+    let unbounded = broken(
+        kafka,
+        "maximum_retry_attempts             = var.maximum_retry_attempts",
+        "maximum_retry_attempts             = -1",
+    );
+    assert_eq!(
+        mappings(&unbounded),
+        ["modules/kafka-consumer: kafka: maximum_retry_attempts must be set and bounded"]
+    );
 }
 
 #[test]

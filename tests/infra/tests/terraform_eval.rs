@@ -224,7 +224,7 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
     let main_tf = |name: &str| {
         std::fs::read_to_string(infra().join("examples").join(name).join("main.tf")).unwrap()
     };
-    for name in ["own-consumer", "redrive-only", "table-stream"] {
+    for name in ["own-consumer", "redrive-only", "table-stream", "kafka-orders"] {
         assert_eq!(evaluate_example(name, &main_tf(name)), Ok(()), "{name}");
     }
     // A table's stream: a Kinesis ARN, or a retention DynamoDB Streams do not have, is refused.
@@ -245,6 +245,23 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
         kinesis.contains("dynamodb_stream_arn must be a DynamoDB table's stream ARN"),
         "{kinesis}"
     );
+    // Kafka: one cluster, one topic.
+    let kafka = |from: &str, to: &str| {
+        let changed = main_tf("kafka-orders").replacen(from, to, 1);
+        assert_ne!(changed, main_tf("kafka-orders"), "{from}");
+        evaluate_example("kafka-orders", &changed)
+            .expect_err(to)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let both = kafka(
+        "{ msk_cluster_arn = var.msk_cluster_arn }",
+        "{ msk_cluster_arn = var.msk_cluster_arn, bootstrap_servers = [\"b-1:9092\"] }",
+    );
+    assert!(both.contains("exactly one of them"), "{both}");
+    let topics = kafka("[\"orders\"]", "[\"orders\", \"refunds\"]");
+    assert!(topics.contains("names exactly one topic"), "{topics}");
     let retention = table_stream(
         "batch_size                 = 100",
         "batch_size = 100\n  retention_hours = 48",

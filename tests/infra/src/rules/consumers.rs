@@ -21,9 +21,11 @@ pub fn present(block: &Block, name: &str) -> bool {
     block.body().attributes().any(|a| a.key() == name) || child(block, name).is_some()
 }
 
-/// Every mapping reports item failures. A mapping on a stream bisects, retries and ages out
-/// records a bounded number of times and has an on-failure destination; any other mapping is an
-/// SQS mapping and carries no stream-only argument.
+/// Every mapping reports item failures. A mapping on a stream (Kinesis, DynamoDB Streams, or
+/// Kafka: one that reads `topics`) bisects, retries and ages out records a bounded number of times
+/// and has an on-failure destination; a Kafka mapping runs in provisioned mode, which those error
+/// controls need (Lambda developer guide, "Configuring error handling controls for Kafka event
+/// sources"); any other mapping is an SQS mapping and carries no stream-only argument.
 pub fn mappings(modules: &[Module]) -> Vec<String> {
     let mut violations = Vec::new();
     for module in modules {
@@ -34,13 +36,20 @@ pub fn mappings(modules: &[Module]) -> Vec<String> {
             {
                 violations.push(format!("{name}: no ReportBatchItemFailures"));
             }
-            let stream = attr(mapping, "event_source_arn")
-                .is_some_and(|arn| arn.contains("aws_kinesis_stream."));
+            let kafka = present(mapping, "topics");
+            let stream = kafka
+                || attr(mapping, "event_source_arn")
+                    .is_some_and(|arn| arn.contains("aws_kinesis_stream."));
             if !stream {
                 for arg in STREAM_ONLY.iter().filter(|arg| present(mapping, arg)) {
                     violations.push(format!("{name}: {arg} is for stream sources only"));
                 }
                 continue;
+            }
+            if kafka && child(mapping, "provisioned_poller_config").is_none() {
+                violations.push(format!(
+                    "{name}: a Kafka mapping needs provisioned mode (provisioned_poller_config) for its error controls"
+                ));
             }
             if attr(mapping, "bisect_batch_on_function_error").as_deref() != Some("true") {
                 violations.push(format!(

@@ -1,0 +1,140 @@
+# A Kafka consumer (Amazon MSK, or self-managed Kafka): the function reads its topics through an
+# event source mapping in provisioned mode (the mode Lambda's error controls and partial batch
+# responses for Kafka need: Lambda developer guide, "Configuring error handling controls for
+# Kafka event sources"), and a record that fails transiently goes to the retry lane, an SQS FIFO
+# queue the same function reads (modules/sqs-consumer with kafka_lane), instead of holding its
+# partition. A record the lane gives up on, or a permanent failure, is in the lane's DLQ.
+
+locals {
+  msk = var.source_cluster.msk_cluster_arn != null
+  # arn:aws:kafka:<region>:<account>:cluster/<name>/<uuid>: its topics and groups are named under
+  # topic/<name>/<uuid>/ and group/<name>/<uuid>/ (MSK developer guide, IAM access control).
+  cluster_path       = local.msk ? join("/", slice(split("/", var.source_cluster.msk_cluster_arn), 1, 3)) : ""
+  cluster_arn_prefix = local.msk ? split(":cluster/", var.source_cluster.msk_cluster_arn)[0] : ""
+  msk_statements = local.msk ? [
+    {
+      # The mapping finds the brokers (Lambda developer guide, MSK event source permissions).
+      sid       = "DescribeCluster"
+      actions   = ["kafka:DescribeClusterV2", "kafka:GetBootstrapBrokers"]
+      resources = [var.source_cluster.msk_cluster_arn]
+    },
+    {
+      # IAM access control: connect, read the topics, and commit the consumer group's offsets.
+      sid     = "ReadTopics"
+      actions = ["kafka-cluster:Connect", "kafka-cluster:DescribeClusterDynamicConfiguration", "kafka-cluster:DescribeTopic", "kafka-cluster:ReadData", "kafka-cluster:DescribeGroup", "kafka-cluster:AlterGroup"]
+      resources = concat(
+        [var.source_cluster.msk_cluster_arn],
+        [for topic in var.topics : "${local.cluster_arn_prefix}:topic/${local.cluster_path}/${topic}"],
+        ["${local.cluster_arn_prefix}:group/${local.cluster_path}/${var.consumer_group_id}"],
+      )
+    },
+  ] : []
+  secret_statements = var.source_cluster.sasl_scram_secret_arn == null ? [] : [
+    {
+      # SASL/SCRAM credentials of a self-managed cluster.
+      sid       = "ReadCredentials"
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = [var.source_cluster.sasl_scram_secret_arn]
+    },
+  ]
+}
+
+# The lane, its DLQ, the function and the lane's own mapping, with their alarms.
+module "consumer" {
+  source = "../sqs-consumer"
+
+  name                     = var.name
+  fifo                     = true
+  kafka_lane               = true
+  function_zip             = var.function_zip
+  function_timeout_seconds = var.function_timeout_seconds
+  function_memory_mb       = var.function_memory_mb
+  environment              = var.environment
+  extra_statements = concat(local.msk_statements, local.secret_statements, [
+    {
+      # Lambda sends a discarded batch's record with the function's role.
+      sid       = "RecordDiscarded"
+      actions   = ["sqs:SendMessage"]
+      resources = [aws_sqs_queue.discarded.arn]
+    },
+  ], var.extra_statements)
+  max_attempts               = var.max_attempts
+  visibility_timeout_seconds = var.lane_visibility_timeout_seconds
+  message_retention_seconds  = var.lane_message_retention_seconds
+  batch_size                 = 1
+  batching_window_seconds    = 0
+  log_retention_days         = var.log_retention_days
+  alarm_topic_arn            = var.alarm_topic_arn
+  tags                       = var.tags
+}
+
+# What Lambda itself gives up on (a batch whose retries ran out: the function failed as a whole,
+# or could not send a record to the lane) is recorded here; Kafka keeps the records.
+resource "aws_sqs_queue" "discarded" {
+  name                      = "${var.name}-discarded"
+  message_retention_seconds = 1209600
+  sqs_managed_sse_enabled   = true
+  tags                      = var.tags
+}
+
+resource "aws_lambda_event_source_mapping" "kafka" {
+  function_name                      = module.consumer.function_arn
+  event_source_arn                   = var.source_cluster.msk_cluster_arn
+  topics                             = var.topics
+  starting_position                  = var.starting_position
+  batch_size                         = var.batch_size
+  maximum_batching_window_in_seconds = var.batching_window_seconds
+  function_response_types            = ["ReportBatchItemFailures"]
+  bisect_batch_on_function_error     = true
+  maximum_retry_attempts             = var.maximum_retry_attempts
+  maximum_record_age_in_seconds      = var.maximum_record_age_seconds
+
+  provisioned_poller_config {
+    minimum_pollers = var.pollers.minimum
+    maximum_pollers = var.pollers.maximum
+  }
+
+  dynamic "amazon_managed_kafka_event_source_config" {
+    for_each = local.msk ? [var.consumer_group_id] : []
+    content {
+      consumer_group_id = amazon_managed_kafka_event_source_config.value
+    }
+  }
+
+  dynamic "self_managed_event_source" {
+    for_each = local.msk ? [] : [join(",", var.source_cluster.bootstrap_servers)]
+    content {
+      endpoints = { KAFKA_BOOTSTRAP_SERVERS = self_managed_event_source.value }
+    }
+  }
+
+  dynamic "self_managed_kafka_event_source_config" {
+    for_each = local.msk ? [] : [var.consumer_group_id]
+    content {
+      consumer_group_id = self_managed_kafka_event_source_config.value
+    }
+  }
+
+  dynamic "source_access_configuration" {
+    for_each = var.source_cluster.sasl_scram_secret_arn == null ? [] : [var.source_cluster.sasl_scram_secret_arn]
+    content {
+      type = "SASL_SCRAM_512_AUTH"
+      uri  = source_access_configuration.value
+    }
+  }
+
+  destination_config {
+    on_failure {
+      destination_arn = aws_sqs_queue.discarded.arn
+    }
+  }
+  tags = var.tags
+}
+
+module "discarded_alarm" {
+  source          = "../dlq-alarm"
+  name            = "${var.name}-discarded"
+  queue_name      = aws_sqs_queue.discarded.name
+  alarm_topic_arn = var.alarm_topic_arn
+  tags            = var.tags
+}
