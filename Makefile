@@ -48,6 +48,12 @@ demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, prin
 soak: $(STAMP) ## Fault-injection soak: 100,000 messages in memory, 2,000 on moto and 2,000 changes of a DynamoDB stream per seed (SEEDS=1,2,3)
 	tools/with-local-aws $(CARGO) run --release --locked --quiet -p redrive-local --bin redrive-soak -- --seeds $(SEEDS)
 
+# A Kafka-compatible broker for the Kafka end-to-end test (Apache Kafka's jars are on no reachable
+# registry). The dev profile without debug info builds in about half the release build's time.
+TANSU := .cache/tools/bin/tansu
+$(TANSU):
+	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) install tansu --version 0.6.0 --features dynostore --locked --debug --root .cache/tools
+
 FUZZ_SECONDS ?= 60
 CARGO_FUZZ   := .cache/tools/bin/cargo-fuzz
 $(CARGO_FUZZ):
@@ -63,7 +69,7 @@ fuzz: $(CARGO_FUZZ) ## cargo fuzz (nightly toolchain) each target for FUZZ_SECON
 	  ; [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz $$target found a crash: copy it from fuzz/artifacts/$$target into fuzz/regressions/$$target and fix"; exit 1; }; \
 	done
 
-test: $(STAMP) $(LOCALSTACK_STAMP) lint infra-check ## Lint and infra checks, then unit, fixture, contract, end-to-end (moto) and cargo-lambda watch/invoke tests
+test: $(STAMP) $(LOCALSTACK_STAMP) $(TANSU) lint infra-check ## Lint and infra checks, then unit, fixture, contract, end-to-end (moto) and cargo-lambda watch/invoke tests
 	tools/with-local-aws $(CARGO) test --workspace --locked
 
 CHECKOV_STAMP := .venv-checkov/.installed

@@ -309,6 +309,30 @@ impl Stack {
         }
     }
 
+    /// The operator's forced redrive of the DLQ, now (`REDRIVE_REPROCESS_AFTER=0s`), with
+    /// `command`'s choices (a destination, error kinds): what the reprocessor did.
+    pub async fn redrive_dlq(
+        &self,
+        command: redrive::reprocess::ReprocessCommand,
+    ) -> redrive::reprocess::ReprocessSummary {
+        let after = "REDRIVE_REPROCESS_AFTER";
+        let settings = redrive::config::ReprocessSettings::from_lookup([after], |name| {
+            (name == after).then(|| "0s".to_owned())
+        })
+        .unwrap();
+        let plan = redrive::reprocess::ReprocessCommand {
+            source: Some(self.queue.dlq_url.clone()),
+            force: true,
+            ..command
+        }
+        .plan(&settings)
+        .unwrap();
+        redrive::reprocess::Reprocessor::new(SqsQueue::with_client(self.client.clone()), &settings)
+            .run(&plan, None, |_| {})
+            .await
+            .unwrap()
+    }
+
     pub fn charged(&self) -> Vec<String> {
         self.consumer
             .payments()

@@ -8,10 +8,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_sdk_s3::Client as S3;
-use redrive::config::ReprocessSettings;
 use redrive::payload::{Pointer, SIZE_ATTRIBUTE};
-use redrive::reprocess::{ReprocessCommand, Reprocessor};
-use redrive::{Message, RecordError, RecordHandler, SqsQueue};
+use redrive::reprocess::ReprocessCommand;
+use redrive::{Message, RecordError, RecordHandler};
 use redrive_e2e::{meta, Options, Stack};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -199,24 +198,14 @@ async fn a_body_of_a_mebibyte_less_a_byte_fails_reaches_the_dlq_whole_and_is_red
     assert_eq!(read[0]["body"], body.as_str());
     assert!(read[0]["attributes"]["redrive"].is_string());
 
-    // Redriven home with its pointer, handled, and its object deleted.
-    let after = "REDRIVE_REPROCESS_AFTER";
-    let settings =
-        ReprocessSettings::from_lookup([after], |name| (name == after).then(|| "0s".into()))
-            .unwrap();
-    // The operator fixed the cause of the permanent failure and redrives it by name.
-    let plan = ReprocessCommand {
-        source: Some(stack.queue.dlq_url.clone()),
-        error_kinds: vec!["invalid_order".into()],
-        force: true,
-        ..ReprocessCommand::default()
-    }
-    .plan(&settings)
-    .unwrap();
-    let summary = Reprocessor::new(SqsQueue::with_client(stack.client.clone()), &settings)
-        .run(&plan, None, |_| {})
-        .await
-        .unwrap();
+    // Redriven home with its pointer, handled, and its object deleted: the operator fixed the
+    // cause of the permanent failure and redrives it by name.
+    let summary = stack
+        .redrive_dlq(ReprocessCommand {
+            error_kinds: vec!["invalid_order".into()],
+            ..ReprocessCommand::default()
+        })
+        .await;
     assert_eq!(summary.reprocessed, 1, "{summary:?}");
     handler
         .healed

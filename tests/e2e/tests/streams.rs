@@ -7,9 +7,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, StreamSpecification, StreamViewType,
 };
-use redrive::config::ReprocessSettings;
-use redrive::reprocess::{ReprocessCommand, Reprocessor};
-use redrive::SqsQueue;
+use redrive::reprocess::ReprocessCommand;
 use redrive_e2e::{meta, Options, Stack};
 use redrive_local::stream_poller::{StreamMapping, StreamPoll, StreamPoller};
 
@@ -172,22 +170,12 @@ async fn a_poison_change_is_dead_lettered_the_shard_goes_on_and_its_redrive_char
     // same function reads: the change reaches the handler as it came from the stream.
     stack.consumer.payments_mut().heal();
     stack.release_dlq(&dead).await;
-    let settings = ReprocessSettings::from_lookup(["REDRIVE_REPROCESS_AFTER"], |name| {
-        (name == "REDRIVE_REPROCESS_AFTER").then(|| "0s".to_owned())
-    })
-    .unwrap();
-    let plan = ReprocessCommand {
-        source: Some(stack.queue.dlq_url.clone()),
-        destination: Some(stack.queue.arn.clone()),
-        force: true,
-        ..ReprocessCommand::default()
-    }
-    .plan(&settings)
-    .unwrap();
-    let summary = Reprocessor::new(SqsQueue::with_client(stack.client.clone()), &settings)
-        .run(&plan, None, |_| {})
-        .await
-        .unwrap();
+    let summary = stack
+        .redrive_dlq(ReprocessCommand {
+            destination: Some(stack.queue.arn.clone()),
+            ..ReprocessCommand::default()
+        })
+        .await;
     assert_eq!(summary.reprocessed, 1);
     stack.drain(LIMIT).await;
     let mut charged = stack.charged();

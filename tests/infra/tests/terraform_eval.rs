@@ -224,7 +224,12 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
     let main_tf = |name: &str| {
         std::fs::read_to_string(infra().join("examples").join(name).join("main.tf")).unwrap()
     };
-    for name in ["own-consumer", "redrive-only", "table-stream", "kafka-orders"] {
+    for name in [
+        "own-consumer",
+        "redrive-only",
+        "table-stream",
+        "kafka-orders",
+    ] {
         assert_eq!(evaluate_example(name, &main_tf(name)), Ok(()), "{name}");
     }
     // A table's stream: a Kinesis ARN, or a retention DynamoDB Streams do not have, is refused.

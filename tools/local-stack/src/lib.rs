@@ -1,6 +1,7 @@
 //! redrive's local stack: the topology from the Terraform tfvars, provisioning on an SQS emulator
 //! (moto server), and a poller that does what Lambda's SQS event source mapping does.
 pub mod conformance;
+pub mod kafka_poller;
 pub mod memory;
 pub mod observe;
 pub mod poller;
