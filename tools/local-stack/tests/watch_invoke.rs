@@ -191,6 +191,28 @@ async fn cargo_lambda_invoke_against_watch_answers_the_sample_batch() {
         ["o-6002"]
     );
 
+    // And behind a Kafka topic, without a retry lane: o-7002 (invalid) is dead-lettered and its
+    // customer's next order follows it; o-1003 (flaky) gives its partition back from its offset.
+    let response = invoke(port, "sqs-consumer", "events/kafka-orders.json").unwrap();
+    assert_eq!(
+        response,
+        serde_json::json!({ "batchItemFailures": [
+            { "itemIdentifier": { "partition": "orders-1", "offset": 57 } }
+        ] })
+    );
+    let mut orders: Vec<String> = dlq_bodies(&client, &dlq)
+        .await
+        .iter()
+        .map(|body| {
+            serde_json::from_str::<serde_json::Value>(body).unwrap()["orderId"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    orders.sort();
+    assert_eq!(orders, ["o-7002", "o-7003"]);
+
     // The poller, delivering real SQS messages to the function through watch's invoke endpoint.
     let bodies = [
         r#"{"orderId":"o-7001","customerId":"c-1","amount":10.0,"currency":"EUR"}"#,
