@@ -197,8 +197,10 @@ impl KafkaRecord<'_> {
     /// The record as the handlers see messages: the value decoded as the body (a value that is
     /// not UTF-8 keeps its base64, marked by [`DATA_ENCODING_ATTRIBUTE`] `base64`, which
     /// `Message::data` decodes), its id, its origin in [`KAFKA_ATTRIBUTE`]. A value that is not
-    /// base64 is kept as it came, marked `base64`, and `Message::data` gives its text.
-    pub(crate) fn as_message(&self, id: String, source_arn: Option<&str>) -> SqsRecord<'static> {
+    /// base64 is kept as it came, marked `base64`, and `Message::data` gives its text. It names no
+    /// source queue: its copies' metadata then name no origin, and the reprocessor sends them to
+    /// the lane (a DLQ's fallback destination), the only queue that is their home.
+    pub(crate) fn as_message(&self, id: String) -> SqsRecord<'static> {
         let value = self.value.as_deref().unwrap_or_default();
         let (body, binary) = match BASE64.decode(value).map(String::from_utf8) {
             Ok(Ok(text)) => (text, false),
@@ -207,7 +209,6 @@ impl KafkaRecord<'_> {
         let mut record = SqsRecord {
             message_id: Some(Text::from(id)),
             body: Some(Body::from(body)),
-            event_source_arn: source_arn.map(|arn| Text::from(arn.to_owned())),
             ..SqsRecord::default()
         };
         record.attributes.sent_timestamp =

@@ -170,6 +170,12 @@ async fn a_failed_record_leaves_its_partition_for_the_lane_and_its_keys_later_re
             (m.body.to_string(), meta.error_kind.to_string())
         })
         .collect();
+    let first_dead = &processor.queue().sent_to(DLQ)[0];
+    let meta: Meta<'_> = serde_json::from_str(first_dead.attribute("redrive").unwrap()).unwrap();
+    assert_eq!(
+        &*meta.origin_queue_arn, "",
+        "no origin queue: the reprocessor sends it to the lane, the DLQ's fallback"
+    );
     assert_eq!(
         dead,
         [

@@ -3,9 +3,19 @@ output "lane_url" {
   value       = module.consumer.queue_url
 }
 
+output "lane_arn" {
+  description = "ARN of the retry lane: the origin_arn of the DLQ in modules/recovery, where the reprocessor sends its dead letters (they name no origin queue)."
+  value       = module.consumer.queue_arn
+}
+
 output "dlq_url" {
   description = "URL of the DLQ: permanent failures, and records whose tries in the lane ran out."
   value       = module.consumer.dlq_url
+}
+
+output "dlq_arn" {
+  description = "ARN of the DLQ."
+  value       = module.consumer.dlq_arn
 }
 
 output "discarded_url" {

@@ -168,11 +168,13 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
         assert_eq!(charged_of(&stack, &customer, key), expected, "{key}");
     }
 
-    // The poison is fixed; the DLQ is redriven into the lane, in its customer's order.
+    // The poison is fixed; the DLQ is redriven into the lane, in its customer's order: its
+    // dead letters name no origin queue, so they go to the fallback, as a schedule of
+    // modules/recovery with the lane as the DLQ's origin_arn sends them.
     stack.consumer.payments_mut().heal();
     let summary = stack
         .redrive_dlq(ReprocessCommand {
-            destination: Some(stack.queue.arn.clone()),
+            fallback_destination: Some(stack.queue.arn.clone()),
             ..ReprocessCommand::default()
         })
         .await;

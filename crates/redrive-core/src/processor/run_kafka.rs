@@ -26,7 +26,6 @@ impl<Q: QueuePort> Processor<Q> {
         let judge = self.judge(false);
         let cutoff = self.budget(invocation.deadline_ms).cutoff();
         let lane = self.config.kafka_lane_url.as_deref();
-        let source_arn = event.event_source_arn.as_deref();
         let mut report = BatchReport {
             records: u32::try_from(event.records.values().map(Vec::len).sum::<usize>())
                 .unwrap_or(u32::MAX),
@@ -39,7 +38,7 @@ impl<Q: QueuePort> Processor<Q> {
         for (partition, records) in &event.records {
             for (index, kafka) in records.iter().enumerate() {
                 let id = kafka.id();
-                let record = kafka.as_message(id.clone(), source_arn);
+                let record = kafka.as_message(id.clone());
                 let group = kafka.lane_group();
                 let item = Item {
                     record: &record,
