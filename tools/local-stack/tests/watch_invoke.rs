@@ -42,6 +42,22 @@ async fn dlq_bodies(client: &aws_sdk_sqs::Client, dlq: &str) -> Vec<String> {
         .collect()
 }
 
+/// The order ids of the DLQ's visible messages, sorted (they stay in flight a while after).
+async fn dlq_orders(client: &aws_sdk_sqs::Client, dlq: &str) -> Vec<String> {
+    let mut orders: Vec<String> = dlq_bodies(client, dlq)
+        .await
+        .iter()
+        .map(|body| {
+            serde_json::from_str::<serde_json::Value>(body).unwrap()["orderId"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    orders.sort();
+    orders
+}
+
 /// `cargo lambda invoke <function> --data-file <file>` against watch: the function's answer, or
 /// the error it reported (stdout and stderr). Given up after 10 minutes (the first invoke builds
 /// the function): a function that exits instead of answering leaves the invoke waiting.
@@ -147,18 +163,7 @@ async fn cargo_lambda_invoke_against_watch_answers_the_sample_batch() {
     assert_eq!(response, serde_json::json!({ "batchItemFailures": [] }));
 
     // o-1002 (invalid) and o-1004 (panic) are in the DLQ; o-1003 (flaky) was re-sent with a delay.
-    let mut dead_orders: Vec<String> = dlq_bodies(&client, &dlq)
-        .await
-        .iter()
-        .map(|body| {
-            serde_json::from_str::<serde_json::Value>(body).unwrap()["orderId"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
-    dead_orders.sort();
-    assert_eq!(dead_orders, ["o-1002", "o-1004"]);
+    assert_eq!(dlq_orders(&client, &dlq).await, ["o-1002", "o-1004"]);
     let delayed = client
         .get_queue_attributes()
         .queue_url(&source)
@@ -200,18 +205,7 @@ async fn cargo_lambda_invoke_against_watch_answers_the_sample_batch() {
             { "itemIdentifier": { "partition": "orders-1", "offset": 57 } }
         ] })
     );
-    let mut orders: Vec<String> = dlq_bodies(&client, &dlq)
-        .await
-        .iter()
-        .map(|body| {
-            serde_json::from_str::<serde_json::Value>(body).unwrap()["orderId"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
-    orders.sort();
-    assert_eq!(orders, ["o-7002", "o-7003"]);
+    assert_eq!(dlq_orders(&client, &dlq).await, ["o-7002", "o-7003"]);
 
     // The poller, delivering real SQS messages to the function through watch's invoke endpoint.
     let bodies = [
