@@ -392,8 +392,8 @@ impl<'p> Judge<'p> {
 
     /// A Kafka record's fate: a permanent failure or a panic is dead-lettered, a transient one
     /// (or a deferral) goes to the retry lane (`lane`: there is one) while the policy allows
-    /// another attempt, else to the DLQ; without a DLQ (report-only), or a record not started
-    /// before the deadline, is given back.
+    /// another attempt, else to the DLQ. A failure without a DLQ (report-only), a transient one
+    /// without a lane, and a record not started before the deadline are given back.
     pub fn decide_kafka(&self, outcome: &Outcome, lane: bool) -> KafkaFate {
         match outcome {
             Outcome::Succeeded => KafkaFate::Done,
