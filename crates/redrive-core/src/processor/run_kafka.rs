@@ -3,13 +3,13 @@
 //! that a key's copies reach the lane (or the DLQ) in the partition's order.
 use std::collections::HashMap;
 
-use super::{deadline_error, Item, Processed, Processor};
+use super::{Item, Processed, Processor};
 use crate::carry::Destination;
 use crate::envelope::FailedIn;
 use crate::error::RecordError;
 use crate::fate::{KafkaFate, Outcome};
 use crate::fifo::HeadStatus;
-use crate::handler::{caught, Invocation, RecordHandler};
+use crate::handler::{Invocation, RecordHandler};
 use crate::kafka::{KafkaBatchItemFailure, KafkaEvent, KafkaEventResponse, KafkaItemIdentifier};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
@@ -152,24 +152,6 @@ impl<Q: QueuePort> Processor<Q> {
             }
         }
         sent.is_ok()
-    }
-
-    /// Runs the handler on one record, unless the deadline came first.
-    async fn try_record<H: RecordHandler>(
-        &self,
-        handler: &H,
-        item: &Item<'_>,
-        invocation: &Invocation<'_>,
-        cutoff: &crate::clock::Cutoff,
-    ) -> Outcome {
-        let left = cutoff.left();
-        if left.is_zero() {
-            return Outcome::NotStarted;
-        }
-        let result = tokio::time::timeout(left, caught(handler.handle(&item.message(invocation))))
-            .await
-            .unwrap_or_else(|_| Err(deadline_error()));
-        Outcome::from(result)
     }
 }
 

@@ -2,6 +2,7 @@
 //! judge's stream rule and carried out before the next record starts.
 use super::{deadline_error, Item, Processed, Processor};
 use crate::carry::Destination;
+use crate::clock::Cutoff;
 use crate::envelope::{sqs_accepts, FailedIn, OutgoingMessage};
 use crate::error::{BatchError, RecordError};
 use crate::fate::{Outcome, StreamFate};
@@ -44,20 +45,14 @@ impl<Q: QueuePort> Processor<Q> {
                 head: HeadStatus::Free,
                 head_since_s: 0,
             };
-            let left = cutoff.left();
-            let result = match (malformed, left.is_zero()) {
-                (Some(error), _) => Err(error),
-                (None, true) => {
-                    checkpoint = Some(sequence);
-                    break;
-                }
-                (None, false) => {
-                    tokio::time::timeout(left, caught(handler.handle(&item.message(invocation))))
-                        .await
-                        .unwrap_or_else(|_| Err(deadline_error()))
-                }
+            let outcome = match malformed {
+                Some(error) => Outcome::from(Err(error)),
+                None => self.try_record(handler, &item, invocation, &cutoff).await,
             };
-            let outcome = Outcome::from(result);
+            if matches!(outcome, Outcome::NotStarted) {
+                checkpoint = Some(sequence);
+                break;
+            }
             let fate = judge.decide_stream(&outcome);
             if let Some(error) = outcome.error() {
                 report.count_error(error.class());
@@ -105,6 +100,25 @@ impl<Q: QueuePort> Processor<Q> {
             response.add_failure(sequence);
         }
         Ok(Processed { response, report })
+    }
+
+    /// Runs the handler on one record, unless the deadline came first (the stream and Kafka
+    /// runners, a record at a time).
+    pub(super) async fn try_record<H: RecordHandler>(
+        &self,
+        handler: &H,
+        item: &Item<'_>,
+        invocation: &Invocation<'_>,
+        cutoff: &Cutoff,
+    ) -> Outcome {
+        let left = cutoff.left();
+        if left.is_zero() {
+            return Outcome::NotStarted;
+        }
+        let result = tokio::time::timeout(left, caught(handler.handle(&item.message(invocation))))
+            .await
+            .unwrap_or_else(|_| Err(deadline_error()));
+        Outcome::from(result)
     }
 
     /// Sends one record to the DLQ through the carry-out; the reason when SQS did not confirm it.
