@@ -3,10 +3,7 @@
 //! consumer invoked in process; its dead letters redriven through the consumer's queue.
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, StreamSpecification, StreamViewType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use redrive::reprocess::ReprocessCommand;
 use redrive_e2e::{meta, Options, Stack};
 use redrive_local::stream_poller::{StreamMapping, StreamPoll, StreamPoller};
@@ -18,39 +15,9 @@ const LIMIT: Duration = Duration::from_secs(60);
 async fn orders_table(name: &str) -> (aws_sdk_dynamodb::Client, String, String) {
     let client = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
     let table = format!("{name}-{}", std::process::id());
-    let created = client
-        .create_table()
-        .table_name(&table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("orderId")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("orderId")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewAndOldImages)
-                .build()
-                .unwrap(),
-        )
-        .send()
+    let stream_arn = redrive_local::provision::streamed_table(&client, &table, "orderId")
         .await
         .unwrap();
-    let stream_arn = created
-        .table_description()
-        .and_then(|table| table.latest_stream_arn())
-        .expect("the table's stream")
-        .to_owned();
     (client, table, stream_arn)
 }
 

@@ -148,3 +148,50 @@ pub async fn idempotency_table(client: &aws_sdk_dynamodb::Client, name: &str) ->
         Err(error) => Err(Error::sdk(error)),
     }
 }
+
+/// A table keyed by the string attribute `key`, with a `NEW_AND_OLD_IMAGES` stream, on the
+/// DynamoDB endpoint of the emulator: its stream ARN.
+pub async fn streamed_table(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    key: &str,
+) -> Result<String, Error> {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+        StreamSpecification, StreamViewType,
+    };
+    let built = |e: aws_sdk_dynamodb::error::BuildError| Error::Emulator(e.to_string());
+    let created = client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(key)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(built)?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(key)
+                .key_type(KeyType::Hash)
+                .build()
+                .map_err(built)?,
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewAndOldImages)
+                .build()
+                .map_err(built)?,
+        )
+        .send()
+        .await
+        .map_err(Error::sdk)?;
+    created
+        .table_description()
+        .and_then(|description| description.latest_stream_arn())
+        .map(str::to_owned)
+        .ok_or_else(|| Error::Emulator(format!("{table} has no stream")))
+}

@@ -11,10 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, StreamSpecification, StreamViewType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_runtime::{Context, LambdaEvent};
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
@@ -191,7 +188,7 @@ pub async fn run_on_moto(
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let emulator = |e: String| Error::Emulator(e);
     let table = format!("{prefix}-changes");
-    let stream_arn = create_table(&dynamodb, &table).await?;
+    let stream_arn = crate::provision::streamed_table(&dynamodb, &table, "id").await?;
     let mut queue = QueuePair {
         key: "replay".into(),
         fifo: false,
@@ -358,42 +355,4 @@ pub async fn run_on_moto(
     report.twice = effects.values().filter(|&&n| n > 1).count();
     report.lost = config.changes.saturating_sub(effects.len());
     Ok(report)
-}
-
-/// A table with a `NEW_AND_OLD_IMAGES` stream: its stream ARN.
-async fn create_table(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<String, Error> {
-    let built = |e: aws_sdk_dynamodb::error::BuildError| Error::Emulator(e.to_string());
-    let created = client
-        .create_table()
-        .table_name(table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(built)?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("id")
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(built)?,
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewAndOldImages)
-                .build()
-                .map_err(built)?,
-        )
-        .send()
-        .await
-        .map_err(Error::sdk)?;
-    created
-        .table_description()
-        .and_then(|description| description.latest_stream_arn())
-        .map(str::to_owned)
-        .ok_or_else(|| Error::Emulator(format!("{table} has no stream")))
 }
