@@ -1,5 +1,5 @@
 //! The Lambda-like driver: produce, consume with faults, heal and redrive, tally.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +23,9 @@ use super::faulty::{Faulty, SoakQueues};
 use super::handler::PlannedHandler;
 use super::plan::Plan;
 use super::report::{SoakReport, LAMBDA_LOOP_LIMIT};
-use super::stores::{FaultyPayloads, FaultyStore, Latency, SharedStore, PAYLOAD_BUCKET};
+use super::stores::{
+    FaultyPayloads, FaultyStore, Latency, SharedStore, INVOCATION, PAYLOAD_BUCKET,
+};
 
 /// Runs the soak on `sqs` with the source queue `source` (URL and ARN; whose DLQ is `dlq`), and
 /// `second`, a source sharing that DLQ, if given: produce and consume with faults until the
@@ -114,6 +116,7 @@ pub async fn run<Q: SoakQueues>(
     };
     let sources = if second.is_some() { 2 } else { 1 };
     let longest_deliverable_wait = AtomicU64::new(0);
+    let invocations = Invocations::default();
     let mut drive = Driver {
         queue: &queue,
         processor: &processor,
@@ -129,6 +132,7 @@ pub async fn run<Q: SoakQueues>(
         fresh_sets: &planned.fresh_sets,
         longest_deliverable_wait: &longest_deliverable_wait,
         payloads: payloads.as_deref(),
+        invocations: &invocations,
     };
     let mut second = second
         .zip(second_processor.as_ref())
@@ -154,6 +158,12 @@ pub async fn run<Q: SoakQueues>(
     if let Some(bucket) = &payloads {
         report.payload_faults = bucket.injected.load(Ordering::Relaxed);
         report.payload_objects_left = bucket.inner.len();
+        let stopped = invocations.stopped.lock().unwrap();
+        report.payload_objects_of_stopped = bucket
+            .left_by(&stopped)
+            .into_iter()
+            .filter(|key| !report.payload_objects_pointed_at.contains(key))
+            .count();
     }
     report.duplicates_absorbed = containers.iter().map(Idempotent::duplicates).sum();
     report.store_faults = store.injected.load(Ordering::Relaxed);
@@ -258,6 +268,15 @@ struct Driver<'a, Q, H> {
     longest_deliverable_wait: &'a AtomicU64,
     /// The large messages' bucket, where the tally reads the bodies of large dead letters.
     payloads: Option<&'a FaultyPayloads>,
+    /// The invocations so far, and those Lambda stopped (their reports, orphans counted, lost).
+    invocations: &'a Invocations,
+}
+
+/// The invocations' numbers, and those Lambda stopped.
+#[derive(Default)]
+struct Invocations {
+    made: AtomicU64,
+    stopped: Mutex<HashSet<u64>>,
 }
 
 impl<'a, Q, H> Driver<'a, Q, H> {
@@ -613,11 +632,19 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         let clock = self.queue.inner().clock();
         let timeout = Duration::from_millis(5) + self.config.budget;
         let deadline = clock.now_ms() + duration_ms(timeout);
-        let processing = self.processor.process(container, records, deadline);
-        let processed = tokio::time::timeout(timeout, processing).await.ok()?;
+        let invocation = self.invocations.made.fetch_add(1, Ordering::Relaxed) + 1;
+        let processing = INVOCATION.scope(
+            invocation,
+            self.processor.process(container, records, deadline),
+        );
+        let processed = tokio::time::timeout(timeout, processing).await.ok();
         // An answer polled out only after the deadline (the timer and the answer ready together)
         // is one Lambda never got: it stopped the invocation.
-        (clock.now_ms() <= deadline).then(|| processed.expect("records carry message ids"))
+        let answered = processed.filter(|_| clock.now_ms() <= deadline);
+        if answered.is_none() {
+            self.invocations.stopped.lock().unwrap().insert(invocation);
+        }
+        answered.map(|processed| processed.expect("records carry message ids"))
     }
 
     /// What the event source mapping does with an invocation's answer: deletes what did not fail;

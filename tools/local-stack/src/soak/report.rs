@@ -8,8 +8,9 @@ pub struct SoakReport {
     pub messages: usize,
     /// Large messages: copies offloaded to the bucket, objects left in it at the end, dead
     /// letters pointing into it, those whose object is gone, failed bucket calls injected, and
-    /// orphans the batches counted (a delete that failed). Every object left is pointed at or
-    /// counted: `unaccounted_objects`.
+    /// orphans the batches counted (a delete that failed), and objects last written by an
+    /// invocation Lambda stopped (whose report, and count, was lost: the lifecycle rule's). Every
+    /// object left is pointed at or counted: `unaccounted_objects`.
     pub payloads_offloaded: u64,
     pub payload_objects_left: usize,
     pub payload_objects_pointed_at: std::collections::BTreeSet<String>,
@@ -17,6 +18,7 @@ pub struct SoakReport {
     pub payload_missing_after_effect: usize,
     pub payload_faults: u64,
     pub payload_orphans: u64,
+    pub payload_objects_of_stopped: usize,
     pub processed: usize,
     pub in_dlq: usize,
     pub in_dlq_without_metadata: usize,
@@ -167,8 +169,11 @@ impl SoakReport {
     /// Objects in the payload bucket that no dead letter points at and no batch counted as an
     /// orphan: a body redrive forgot.
     pub fn unaccounted_objects(&self) -> usize {
-        self.payload_objects_left
-            .saturating_sub(self.payload_objects_pointed_at.len() + self.payload_orphans as usize)
+        self.payload_objects_left.saturating_sub(
+            self.payload_objects_pointed_at.len()
+                + self.payload_orphans as usize
+                + self.payload_objects_of_stopped,
+        )
     }
 }
 
@@ -185,11 +190,12 @@ impl fmt::Display for SoakReport {
         if self.payloads_offloaded + self.payload_objects_left as u64 > 0 {
             writeln!(
                 f,
-                "  large: offloaded copies     {:>8}  ({} objects left: {} pointed at by dead letters, {} orphans counted, {} unaccounted; dead letters whose body is gone: {} after their effect, {} before; {} bucket calls failed)",
+                "  large: offloaded copies     {:>8}  ({} objects left: {} pointed at by dead letters, {} orphans counted, {} written by stopped invocations, {} unaccounted; dead letters whose body is gone: {} after their effect, {} before; {} bucket calls failed)",
                 self.payloads_offloaded,
                 self.payload_objects_left,
                 self.payload_objects_pointed_at.len(),
                 self.payload_orphans,
+                self.payload_objects_of_stopped,
                 self.unaccounted_objects(),
                 self.payload_missing_after_effect,
                 self.payload_bodies_missing,

@@ -1,4 +1,5 @@
 //! The idempotency store and attempt ledger the simulated containers share, with their faults.
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -239,6 +240,14 @@ pub(super) struct FaultyPayloads {
     rng: Mutex<fastrand::Rng>,
     share: f64,
     pub(super) injected: AtomicU64,
+    /// Each key written, and the invocation (`INVOCATION`) whose put wrote it last.
+    last_put_by: Mutex<HashMap<String, u64>>,
+}
+
+tokio::task_local! {
+    /// The invocation a bucket call is made in: a put made by one that Lambda stopped has no
+    /// report to count its orphan.
+    pub(super) static INVOCATION: u64;
 }
 
 /// The soak's bucket.
@@ -251,7 +260,20 @@ impl FaultyPayloads {
             rng: Mutex::new(fastrand::Rng::with_seed(seed ^ 0x5335)),
             share,
             injected: AtomicU64::new(0),
+            last_put_by: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The keys of the objects left whose last put came from one of the invocations `stopped`.
+    pub(super) fn left_by(&self, stopped: &HashSet<u64>) -> Vec<String> {
+        let last_put_by = self.last_put_by.lock().unwrap();
+        last_put_by
+            .iter()
+            .filter(|(key, by)| {
+                stopped.contains(by) && self.inner.object(PAYLOAD_BUCKET, key).is_some()
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
     }
 
     fn fault(&self) -> Result<(), redrive::payload::PayloadError> {
@@ -295,7 +317,13 @@ impl redrive::PayloadStore for FaultyPayloads {
     ) -> BoxFuture<'a, Result<(), redrive::payload::PayloadError>> {
         Box::pin(async move {
             self.fault()?;
-            self.inner.put(pointer, body).await
+            self.inner.put(pointer, body).await?;
+            let by = INVOCATION.try_with(|id| *id).unwrap_or_default();
+            self.last_put_by
+                .lock()
+                .unwrap()
+                .insert(pointer.key.to_string(), by);
+            Ok(())
         })
     }
 
