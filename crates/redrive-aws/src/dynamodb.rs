@@ -14,11 +14,16 @@
 //! an operator's release), `head_since` (when it began to wait in place at its group's head), the
 //! hold (`held_since`, `held_receive`, `held_receipt`, `held_queue`, `held_error_kind`,
 //! `held_error`, `held_release`) and `expires_at`; the item `holds#index` lists the held heads'
-//! message ids (`held`), so that `dlq held` reads them without a scan.
+//! message ids (`held`), so that `dlq held` reads them without a scan. A Kafka key's item
+//! (`attempts#kafka#<topic>-<partition>#<key>`) holds `key_left`, `key_place` and `key_home`
+//! ([`redrive_core::kafka::KeyOffsets`]), each written only upwards (a condition on the offset).
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, ReturnValuesOnConditionCheckFailure,
 };
@@ -31,6 +36,7 @@ use redrive_core::fifo::{
     ledger_key, AttemptLedger, BoxFuture, Hold, LedgerEntry, Release, LEDGER_KEEP,
 };
 use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
+use redrive_core::kafka::{KeyOffsets, KeyPlace};
 
 const HELD: &str = "IN_PROGRESS";
 const DONE: &str = "DONE";
@@ -212,6 +218,8 @@ const HELD_INDEX: &str = "holds#index";
 
 /// The first wait before asking again for the ledger keys a BatchGetItem left unprocessed.
 const UNPROCESSED_FIRST_WAIT: Duration = Duration::from_millis(50);
+/// The items one BatchGetItem reads at most (DynamoDB API reference, BatchGetItem).
+const BATCH_GET_LIMIT: usize = 100;
 
 impl AttemptLedger for DynamoDbStore {
     fn entries<'a>(
@@ -221,32 +229,36 @@ impl AttemptLedger for DynamoDbStore {
         Box::pin(async move {
             let keys: Vec<String> = message_ids.iter().map(|id| ledger_key(id)).collect();
             let mut found: HashMap<String, LedgerEntry> = HashMap::new();
-            let mut pending = keys.clone();
-            // BatchGetItem answers part of a request when the table throttles, the rest in
-            // `UnprocessedKeys`, to be asked again with exponential backoff (DynamoDB API
-            // reference, BatchGetItem). What three calls leave unread is reported as not
-            // answered; what they read is kept.
-            let mut wait = UNPROCESSED_FIRST_WAIT;
-            for call in 0..3 {
-                if pending.is_empty() {
-                    break;
-                }
-                if call > 0 {
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-                match self.read_ledger(&pending).await {
-                    Ok((items, unprocessed)) => {
-                        found.extend(items);
-                        pending = unprocessed;
+            let mut unread: Vec<String> = Vec::new();
+            // BatchGetItem reads at most 100 items a call, and answers part of a request when the
+            // table throttles, the rest in `UnprocessedKeys`, to be asked again with exponential
+            // backoff (DynamoDB API reference, BatchGetItem). What three calls leave unread is
+            // reported as not answered; what they read is kept.
+            for chunk in keys.chunks(BATCH_GET_LIMIT) {
+                let mut pending = chunk.to_vec();
+                let mut wait = UNPROCESSED_FIRST_WAIT;
+                for call in 0..3 {
+                    if pending.is_empty() {
+                        break;
                     }
-                    Err(error) if call == 0 => return Err(error),
-                    Err(_) => break,
+                    if call > 0 {
+                        tokio::time::sleep(wait).await;
+                        wait *= 2;
+                    }
+                    match self.read_ledger(&pending).await {
+                        Ok((items, unprocessed)) => {
+                            found.extend(items);
+                            pending = unprocessed;
+                        }
+                        Err(error) if call == 0 => return Err(error),
+                        Err(_) => break,
+                    }
                 }
+                unread.extend(pending);
             }
             Ok(keys
                 .iter()
-                .map(|key| (!pending.contains(key)).then(|| found.remove(key).unwrap_or_default()))
+                .map(|key| (!unread.contains(key)).then(|| found.remove(key).unwrap_or_default()))
                 .collect())
         })
     }
@@ -405,7 +417,7 @@ impl AttemptLedger for DynamoDbStore {
                 .and_then(|item| item.get("held")?.as_ss().ok().cloned())
                 .unwrap_or_default();
             let mut held = Vec::new();
-            for chunk in ids.chunks(100) {
+            for chunk in ids.chunks(BATCH_GET_LIMIT) {
                 let keys: Vec<String> = chunk.iter().map(|id| ledger_key(id)).collect();
                 let (mut items, unread) = self.read_ledger(&keys).await?;
                 if !unread.is_empty() {
@@ -437,6 +449,42 @@ impl AttemptLedger for DynamoDbStore {
             );
             sent(request.send().await)?;
             self.list_held(message_id, false).await
+        })
+    }
+
+    fn record_key_left<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+        place: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            let request = self
+                .ledger_update(key_id)
+                .await
+                .update_expression(
+                    "SET key_left = :offset, key_place = :place, expires_at = :expires",
+                )
+                .condition_expression("attribute_not_exists(key_left) OR key_left < :offset")
+                .expression_attribute_values(":offset", AttributeValue::N(offset.to_string()))
+                .expression_attribute_values(":place", text(place.as_str()));
+            later_kept(request.send().await)
+        })
+    }
+
+    fn record_key_home<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            let request = self
+                .ledger_update(key_id)
+                .await
+                .update_expression("SET key_home = :offset, expires_at = :expires")
+                .condition_expression("attribute_not_exists(key_home) OR key_home < :offset")
+                .expression_attribute_values(":offset", AttributeValue::N(offset.to_string()));
+            later_kept(request.send().await)
         })
     }
 }
@@ -534,7 +582,18 @@ fn entry_of(item: &HashMap<String, AttributeValue>) -> LedgerEntry {
         attempts_from: numeric(item, "attempts_from").unwrap_or(0) as u32,
         hold: hold_of(item),
         head_since_ms: numeric(item, "head_since"),
+        key: key_offsets_of(item),
     }
+}
+
+/// A Kafka key's offsets, if the item records any.
+fn key_offsets_of(item: &HashMap<String, AttributeValue>) -> Option<KeyOffsets> {
+    let signed = |name: &str| item.get(name)?.as_n().ok()?.parse::<i64>().ok();
+    Some(KeyOffsets {
+        left: signed("key_left")?,
+        place: KeyPlace::parse(item.get("key_place")?.as_s().ok()?)?,
+        home: signed("key_home"),
+    })
 }
 
 /// The hold a ledger item records, if any.
@@ -558,6 +617,23 @@ fn hold_of(item: &HashMap<String, AttributeValue>) -> Option<Hold> {
 
 fn numeric(item: &HashMap<String, AttributeValue>, name: &str) -> Option<u64> {
     item.get(name)?.as_n().ok()?.parse().ok()
+}
+
+/// A key offset's UpdateItem answer as the ledger's: its condition failing means a later offset
+/// is written already, which it keeps.
+fn later_kept<T>(
+    answer: Result<T, SdkError<UpdateItemError, HttpResponse>>,
+) -> Result<(), PortError> {
+    match answer {
+        Err(error)
+            if error
+                .as_service_error()
+                .is_some_and(UpdateItemError::is_conditional_check_failed_exception) =>
+        {
+            Ok(())
+        }
+        answer => sent(answer),
+    }
 }
 
 /// An UpdateItem's answer as the ledger's.

@@ -529,6 +529,13 @@ impl Settings {
         let ledger_table = get("REDRIVE_LEDGER_TABLE")
             .or_else(|| get("REDRIVE_IDEMPOTENCY_TABLE"))
             .filter(|table| !table.is_empty());
+        if kafka_lane_url.is_some() && ledger_table.is_none() {
+            return Err(ConfigError::new(
+                "REDRIVE_KAFKA_LANE_URL",
+                "set",
+                "the lane keeps a key's order across batches in the attempt ledger: set REDRIVE_LEDGER_TABLE (or REDRIVE_IDEMPOTENCY_TABLE)",
+            ));
+        }
         let source = source_queue(&env)?;
         let fifo_on_dead_letter = fifo_on_dead_letter(&env, ledger_table.is_some())?;
         if let FifoOnDeadLetter::Hold { max_age } = fifo_on_dead_letter {

@@ -1,12 +1,17 @@
 //! Kafka batches on an in-memory queue: a partition goes on past a failed record, which goes to
 //! the retry lane (or the DLQ) with its origin; a later record of its key follows it untried;
 //! without a lane, or when the copy cannot be sent, the partition is given back from the record.
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 
-use redrive_core::envelope::{Meta, DATA_ENCODING_ATTRIBUTE};
+use redrive_core::envelope::{Meta, OutgoingMessage, DATA_ENCODING_ATTRIBUTE};
+use redrive_core::error::PortError;
+use redrive_core::fifo::{
+    AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
+};
+use redrive_core::kafka::KeyPlace;
 use redrive_core::kafka::{KafkaEvent, KafkaEventResponse, KafkaOrigin, KAFKA_ATTRIBUTE};
 use redrive_core::port::RecordingQueue;
 use redrive_core::{
@@ -263,6 +268,190 @@ async fn a_copy_the_lane_does_not_confirm_gives_the_partition_back_from_its_reco
     );
 }
 
+/// The lane's delivery of `copies`, as SQS records of a FIFO queue.
+fn lane_event(copies: &[OutgoingMessage<'_>]) -> String {
+    let records: Vec<serde_json::Value> = copies
+        .iter()
+        .enumerate()
+        .map(|(n, copy)| {
+            let attributes: serde_json::Map<String, serde_json::Value> = copy
+                .attributes
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        name.to_string(),
+                        serde_json::json!({ "stringValue": value.string_value.as_deref(), "dataType": "String" }),
+                    )
+                })
+                .collect();
+            serde_json::json!({
+                "messageId": format!("m-{n}"), "receiptHandle": format!("r-{n}"), "body": &*copy.body,
+                "attributes": { "ApproximateReceiveCount": "1", "SentTimestamp": "1763791800000",
+                                "MessageGroupId": copy.group_id.as_deref() },
+                "messageAttributes": attributes, "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders-kafka-lane.fifo",
+            })
+        })
+        .collect();
+    serde_json::json!({ "Records": records }).to_string()
+}
+
+#[tokio::test]
+async fn a_key_with_records_out_from_an_earlier_batch_follows_them_until_they_are_done() {
+    let ledger = Arc::new(Counted::new(MemoryLedger::new()));
+    let processor = processor(Some(LANE)).with_ledger(ledger.clone());
+    let handler = Orders::default();
+    let first = event(&[
+        (0, 10, Some("c-1"), "slow 10"),
+        (0, 11, Some("c-3"), "bad 11"),
+        (0, 12, Some("c-2"), "ok 12"),
+    ]);
+    run(&processor, &handler, &first).await;
+    let second = event(&[
+        (0, 13, Some("c-1"), "ok 13"),
+        (0, 14, Some("c-3"), "ok 14"),
+        (0, 15, Some("c-2"), "ok 15"),
+        (0, 16, None, "ok 16"),
+    ]);
+    let processed = run(&processor, &handler, &second).await;
+    assert!(processed.response.batch_item_failures.is_empty());
+    assert_eq!(
+        handled(&handler),
+        ["slow 10", "bad 11", "ok 12", "ok 15", "ok 16"],
+        "13 follows 10 to the lane and 14 follows 11 to the DLQ, from the batch before"
+    );
+    assert_eq!(ledger.reads(), 2, "one read of the keys per batch");
+    let dead: Vec<String> = processor
+        .queue()
+        .sent_to(DLQ)
+        .iter()
+        .map(|m| m.body.to_string())
+        .collect();
+    assert_eq!(dead, ["bad 11", "ok 14"]);
+
+    // The lane (the same function, with the same ledger) takes both c-1 records; then c-1 is
+    // tried at once again, while c-3 waits on its dead letters.
+    let lane = lane_event(&processor.queue().sent_to(LANE));
+    let lane = SqsEvent::from_slice(lane.as_bytes()).unwrap();
+    let processed = processor
+        .process(
+            &Seen {
+                fail: 0,
+                seen: Mutex::default(),
+            },
+            &lane.records,
+            LATER,
+        )
+        .await
+        .unwrap();
+    assert!(processed.response.batch_item_failures.is_empty());
+    let third = event(&[(0, 17, Some("c-1"), "ok 17"), (0, 18, Some("c-3"), "ok 18")]);
+    run(&processor, &handler, &third).await;
+    assert_eq!(
+        handled(&handler)[5..],
+        ["ok 17"],
+        "18 follows c-3's to the DLQ"
+    );
+}
+
+/// A ledger DynamoDB does not answer (a brownout): every call fails.
+struct Down;
+fn down<'a, T: Send + 'a>() -> BoxFuture<'a, Result<T, PortError>> {
+    Box::pin(async { Err(PortError::new("BatchGetItem", "ServiceUnavailable")) })
+}
+impl AttemptLedger for Down {
+    fn entries<'a>(
+        &'a self,
+        _: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
+        down()
+    }
+    fn record_untried<'a>(&'a self, _: &'a str, _: u32) -> BoxFuture<'a, Result<(), PortError>> {
+        down()
+    }
+    fn record_head_wait<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, Result<(), PortError>> {
+        down()
+    }
+    fn hold<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a Hold,
+        _: bool,
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
+        down()
+    }
+    fn release_hold<'a>(
+        &'a self,
+        _: &'a str,
+        _: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        down()
+    }
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        down()
+    }
+    fn clear_hold<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        down()
+    }
+    fn record_key_left<'a>(
+        &'a self,
+        _: &'a str,
+        _: i64,
+        _: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        down()
+    }
+    fn record_key_home<'a>(&'a self, _: &'a str, _: i64) -> BoxFuture<'a, Result<(), PortError>> {
+        down()
+    }
+}
+
+#[tokio::test]
+async fn a_ledger_that_cannot_say_which_keys_wait_gives_the_batch_back_untried() {
+    let processor = processor(Some(LANE)).with_ledger(Arc::new(Down));
+    let handler = Orders::default();
+    let json = event(&[
+        (0, 10, Some("c-1"), "ok 10"),
+        (0, 11, Some("c-2"), "ok 11"),
+        (1, 7, Some("c-4"), "ok 7"),
+    ]);
+    let processed = run(&processor, &handler, &json).await;
+    let given_back: Vec<(&str, i64)> = processed
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|failure| {
+            (
+                failure.item_identifier.partition.as_str(),
+                failure.item_identifier.offset,
+            )
+        })
+        .collect();
+    assert_eq!(given_back, [("orders-0", 10), ("orders-1", 7)]);
+    assert!(handled(&handler).is_empty(), "no record tried");
+    assert_eq!(processed.report.given_back, 3);
+}
+
+#[test]
+fn a_lane_without_the_attempt_ledger_is_refused_at_start() {
+    let lane = |table: bool| {
+        let names = ["REDRIVE_KAFKA_LANE_URL", "REDRIVE_LEDGER_TABLE"];
+        redrive_core::Settings::from_lookup(names, move |name| match name {
+            "REDRIVE_KAFKA_LANE_URL" => {
+                Some(LANE.replace("https://sqs.local", "https://sqs.us-east-1.amazonaws.com"))
+            }
+            "REDRIVE_LEDGER_TABLE" if table => Some("orders-ledger".to_owned()),
+            _ => None,
+        })
+    };
+    let error = lane(false).unwrap_err();
+    assert!(
+        error.to_string().contains("REDRIVE_LEDGER_TABLE"),
+        "{error}"
+    );
+    assert!(lane(true).is_ok());
+}
+
 /// Keeps each message's bytes and origin; fails the first `fail` of them transiently.
 struct Seen {
     fail: usize,
@@ -296,28 +485,9 @@ async fn a_lane_copy_reaches_the_handler_with_its_bytes_and_origin() {
         .process_kafka(&handler, &event, LATER)
         .await
         .unwrap();
-    let copy = processor.queue().sent_to(LANE).remove(0);
-    assert_eq!(copy.attribute(DATA_ENCODING_ATTRIBUTE), Some("base64"));
-
-    // The lane delivers the copy as an SQS record of a FIFO queue.
-    let attributes: serde_json::Map<String, serde_json::Value> = copy
-        .attributes
-        .iter()
-        .map(|(name, value)| {
-            (
-                name.to_string(),
-                serde_json::json!({ "stringValue": value.string_value.as_deref(), "dataType": "String" }),
-            )
-        })
-        .collect();
-    let sqs = serde_json::json!({ "Records": [{
-        "messageId": "m-1", "receiptHandle": "r-1", "body": &*copy.body,
-        "attributes": { "ApproximateReceiveCount": "1", "SentTimestamp": "1763791800000",
-                        "MessageGroupId": copy.group_id.as_deref() },
-        "messageAttributes": attributes, "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders-kafka-lane.fifo",
-    }]})
-    .to_string();
+    let copies = processor.queue().sent_to(LANE);
+    assert_eq!(copies[0].attribute(DATA_ENCODING_ATTRIBUTE), Some("base64"));
+    let sqs = lane_event(&copies);
     let sqs = SqsEvent::from_slice(sqs.as_bytes()).unwrap();
     let processed = processor
         .process(&handler, &sqs.records, LATER)

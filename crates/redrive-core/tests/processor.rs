@@ -10,6 +10,7 @@ use redrive_core::error::PortError;
 use redrive_core::fifo::{
     AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
 };
+use redrive_core::kafka::KeyPlace;
 use redrive_core::port::{Call, RecordingQueue};
 use redrive_core::{
     BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig,
@@ -913,6 +914,21 @@ impl AttemptLedger for Scripted {
     }
     fn clear_hold<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         self.inner.clear_hold(id)
+    }
+    fn record_key_left<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+        place: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.record_key_left(key_id, offset, place)
+    }
+    fn record_key_home<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.record_key_home(key_id, offset)
     }
 }
 

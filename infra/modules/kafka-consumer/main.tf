@@ -39,6 +39,15 @@ locals {
   ]
 }
 
+# The attempt ledger: each key with records out of its partition (in the lane or the DLQ), so
+# that a later batch's records of that key follow them there (REDRIVE_LEDGER_TABLE).
+module "ledger" {
+  source = "../idempotency-table"
+
+  name = "${var.name}-ledger"
+  tags = var.tags
+}
+
 # The lane, its DLQ, the function and the lane's own mapping, with their alarms.
 module "consumer" {
   source = "../sqs-consumer"
@@ -49,8 +58,8 @@ module "consumer" {
   function_zip             = var.function_zip
   function_timeout_seconds = var.function_timeout_seconds
   function_memory_mb       = var.function_memory_mb
-  environment              = var.environment
-  extra_statements = concat(local.msk_statements, local.secret_statements, [
+  environment              = merge(var.environment, { REDRIVE_LEDGER_TABLE = module.ledger.table_name })
+  extra_statements = concat(local.msk_statements, local.secret_statements, [module.ledger.access_statement], [
     {
       # Lambda sends a discarded batch's record with the function's role.
       sid       = "RecordDiscarded"

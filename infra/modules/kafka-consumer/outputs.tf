@@ -23,6 +23,11 @@ output "discarded_url" {
   value       = aws_sqs_queue.discarded.url
 }
 
+output "ledger_table_name" {
+  description = "Name of the attempt ledger's table (REDRIVE_LEDGER_TABLE): which keys have records in the lane or the DLQ."
+  value       = module.ledger.table_name
+}
+
 output "function_name" {
   description = "Name of the consumer function."
   value       = module.consumer.function_name

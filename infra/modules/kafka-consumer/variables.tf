@@ -162,7 +162,7 @@ variable "function_memory_mb" {
 }
 
 variable "environment" {
-  description = "Extra environment (REDRIVE_*); REDRIVE_KAFKA_LANE_URL and the lane's settings are added."
+  description = "Extra environment (REDRIVE_*); REDRIVE_KAFKA_LANE_URL, REDRIVE_LEDGER_TABLE and the lane's settings are added."
   type        = map(string)
   nullable    = false
   default     = {}

@@ -37,6 +37,8 @@ pub struct Stack {
     pub timeout: Duration,
     pub batch_size: u32,
     pub payloads: Option<Payloads>,
+    /// The attempt ledger's table, when the options asked for one (kept by `reconfigure`).
+    pub ledger: Option<std::sync::Arc<redrive::dynamodb::DynamoDbStore>>,
 }
 
 pub struct Options<'a> {
@@ -121,18 +123,19 @@ impl Stack {
             ),
             &payloads,
         );
-        let processor = if options.ledger {
+        let ledger = if options.ledger {
             let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
             let table = format!("{}-{key}-idempotency", topology.name_prefix);
             redrive_local::provision::idempotency_table(&dynamodb, &table)
                 .await
                 .unwrap();
-            processor.with_ledger(std::sync::Arc::new(
+            Some(std::sync::Arc::new(
                 redrive::dynamodb::DynamoDbStore::with_client(dynamodb, table),
             ))
         } else {
-            processor
+            None
         };
+        let processor = with_ledger(processor, &ledger);
         let timeout =
             Duration::from_secs(u64::from(topology.consumers[key].function_timeout_seconds));
         Self {
@@ -144,22 +147,30 @@ impl Stack {
             timeout,
             batch_size: options.batch_size,
             payloads,
+            ledger,
         }
     }
 
     /// Replaces the consumer's `REDRIVE_*` overrides (a fix deployed mid-test).
     pub fn reconfigure(&mut self, overrides: &[(&str, &str)]) {
+        let table = self.ledger.as_ref().map(|ledger| ledger.table().to_owned());
+        let overrides: Vec<(&str, &str)> = table
+            .iter()
+            .map(|table| ("REDRIVE_LEDGER_TABLE", table.as_str()))
+            .chain(overrides.iter().copied())
+            .collect();
         let settings = self
             .topology
-            .settings(&self.queue.key, &self.queue.dlq_url, overrides)
+            .settings(&self.queue.key, &self.queue.dlq_url, &overrides)
             .unwrap();
-        self.processor = with_payloads(
+        let processor = with_payloads(
             Processor::new(
                 SqsQueue::with_client(self.client.clone()),
                 ProcessorConfig::from(&settings),
             ),
             &self.payloads,
         );
+        self.processor = with_ledger(processor, &self.ledger);
     }
 
     /// Sends orders (or raw bodies) to the source queue; FIFO messages go to `group`.
@@ -364,6 +375,16 @@ fn with_payloads(
 ) -> Processor<SqsQueue> {
     match payloads {
         Some(payloads) => processor.with_payloads(payloads.clone()),
+        None => processor,
+    }
+}
+
+fn with_ledger(
+    processor: Processor<SqsQueue>,
+    ledger: &Option<std::sync::Arc<redrive::dynamodb::DynamoDbStore>>,
+) -> Processor<SqsQueue> {
+    match ledger {
+        Some(ledger) => processor.with_ledger(ledger.clone()),
         None => processor,
     }
 }

@@ -2,8 +2,9 @@
 //! Lambda's Kafka mapping (`redrive_local::kafka_poller`), the orders consumer invoked in process,
 //! its retry lane and DLQ SQS FIFO queues on moto: an outage sends every key's first record to the
 //! lane and its later ones after it, a poison order is dead-lettered with its key's later orders,
-//! a flaky order leaves its partition while other keys are charged; after the outage the lane
-//! charges each customer's orders in order, and the DLQ's redrive into the lane the poison key's.
+//! a flaky order leaves its partition while other keys are charged, and a later batch's order of a
+//! key still in the lane follows it there; after the outage the lane charges each customer's
+//! orders in order, and the DLQ's redrive into the lane the poison key's.
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -95,6 +96,7 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
                 ("PAYMENTS_FLAKY_ORDERS", "o-40:1"),
             ],
             batch_size: 1,
+            ledger: true,
             ..Options::default()
         },
     )
@@ -125,7 +127,12 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
         ("c-3", "o-32"),
         ("c-6", "o-62"),
     ];
-    let later = [("c-4", "o-40"), ("c-5", "o-50"), ("c-4", "o-41")];
+    let later = [
+        ("c-4", "o-40"),
+        ("c-5", "o-50"),
+        ("c-1", "o-13"),
+        ("c-4", "o-41"),
+    ];
     produce(&client, 0, &partition_0).await;
     produce(&client, 1, &partition_1).await;
     let customer: BTreeMap<&str, &str> = partition_0
@@ -150,8 +157,9 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
     assert_eq!(dead_orders, ["o-61", "o-62"]);
     stack.release_dlq(&dead).await;
 
-    // A flaky order of a new customer leaves its partition; the other customer's order is
-    // charged in the same batch, before the lane is read at all.
+    // A flaky order of a new customer leaves its partition; the other new customer's order is
+    // charged in the same batch, before the lane is read at all; c-1's third follows its first
+    // two, which wait in the lane since the batch before (the attempt ledger remembers).
     produce(&client, 0, &later).await;
     std::fs::remove_file(&outage).unwrap();
     drain_topic(&stack, &mut poller).await;
@@ -160,7 +168,7 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
     // The lane, the same function: each customer's orders in the order Kafka had them.
     stack.drain(LIMIT).await;
     for (key, expected) in [
-        ("c-1", vec!["o-11", "o-12"]),
+        ("c-1", vec!["o-11", "o-12", "o-13"]),
         ("c-2", vec!["o-21", "o-22"]),
         ("c-3", vec!["o-31", "o-32"]),
         ("c-4", vec!["o-40", "o-41"]),
@@ -187,7 +195,7 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
     all.dedup();
     assert_eq!(
         (before, all.len()),
-        (11, 11),
+        (12, 12),
         "every order charged once: {all:?}"
     );
     assert!(stack.dlq_messages().await.is_empty());

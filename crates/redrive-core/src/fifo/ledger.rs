@@ -1,5 +1,6 @@
 //! The attempt ledger: the port where a FIFO record's untried deliveries and its group's hold are
-//! written down, with one implementation in memory (tests, the soak) and one that counts calls.
+//! written down (and a Kafka key's records out of their partition, [`KeyOffsets`]), with one
+//! implementation in memory (tests, the soak) and one that counts calls.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,6 +10,7 @@ use std::time::Duration;
 pub use futures_util::future::BoxFuture;
 
 use crate::error::PortError;
+use crate::kafka::{KeyOffsets, KeyPlace};
 use crate::sync::lock;
 
 /// How long a ledger entry is kept: a FIFO queue keeps a message at most 14 days.
@@ -33,6 +35,9 @@ pub struct LedgerEntry {
     /// age counts from then, not from its first receive, which it shares with the head it
     /// arrived behind.
     pub head_since_ms: Option<u64>,
+    /// A Kafka key's records out of their partition (the entry of a key id,
+    /// [`crate::kafka::KafkaOrigin::key_id`]).
+    pub key: Option<KeyOffsets>,
 }
 
 impl LedgerEntry {
@@ -153,6 +158,24 @@ pub trait AttemptLedger: Send + Sync {
     /// Ends the hold on `message_id`, whose head has gone to the DLQ (released there by an
     /// operator, or held too long): `dlq held` no longer lists it.
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
+
+    /// Writes down that the record at `offset` of Kafka key `key_id` left for `place` (before it
+    /// is sent: a key never looks free while a record of it is out). An earlier offset than the
+    /// one written (a retried batch) changes nothing.
+    fn record_key_left<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+        place: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>>;
+
+    /// Writes down that the record at `offset` of Kafka key `key_id` took effect from the lane.
+    /// An earlier offset than the one written changes nothing.
+    fn record_key_home<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>>;
 }
 
 impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
@@ -196,6 +219,21 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
     }
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         (**self).clear_hold(message_id)
+    }
+    fn record_key_left<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+        place: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        (**self).record_key_left(key_id, offset, place)
+    }
+    fn record_key_home<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        (**self).record_key_home(key_id, offset)
     }
 }
 
@@ -318,6 +356,40 @@ impl AttemptLedger for MemoryLedger {
         }
         ready(())
     }
+
+    fn record_key_left<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+        place: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        let mut entries = lock(&self.entries);
+        let key = &mut entries.entry(key_id.to_owned()).or_default().key;
+        match key {
+            Some(key) if key.left >= offset => {}
+            Some(key) => (key.left, key.place) = (offset, place),
+            None => {
+                *key = Some(KeyOffsets {
+                    left: offset,
+                    place,
+                    home: None,
+                })
+            }
+        }
+        ready(())
+    }
+
+    fn record_key_home<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        let mut entries = lock(&self.entries);
+        if let Some(key) = &mut entries.entry(key_id.to_owned()).or_default().key {
+            key.home = key.home.max(Some(offset));
+        }
+        ready(())
+    }
 }
 
 /// A ledger that counts the calls made of the one it wraps (the demo and the bench report them).
@@ -401,6 +473,23 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.inner.clear_hold(message_id)
+    }
+    fn record_key_left<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+        place: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_key_left(key_id, offset, place)
+    }
+    fn record_key_home<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_key_home(key_id, offset)
     }
 }
 

@@ -117,6 +117,7 @@ impl<Q: QueuePort> Processor<Q> {
         }
         if self.ledger.is_some() {
             Box::pin(self.clear_finished_holds(items, rulings, deadline)).await;
+            Box::pin(self.write_keys_home(items, rulings, invocation, deadline)).await;
             report.held_heads = Box::pin(self.count_held_heads(items, rulings, deadline)).await;
         }
     }

@@ -1,16 +1,21 @@
 //! Running a Kafka batch: each partition in offset order, one record at a time, each record's fate
 //! decided by the judge's Kafka rule and carried out before the next record of the partition, so
 //! that a key's copies reach the lane (or the DLQ) in the partition's order.
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
+use super::decide::Ruling;
 use super::{Item, Processed, Processor};
 use crate::carry::Destination;
+use crate::clock::by_deadline;
 use crate::envelope::FailedIn;
+use crate::error::PortError;
 use crate::error::RecordError;
-use crate::fate::{KafkaFate, Outcome};
+use crate::fate::{Fate, KafkaFate, Outcome};
 use crate::fifo::HeadStatus;
 use crate::handler::{Invocation, RecordHandler};
-use crate::kafka::{KafkaBatchItemFailure, KafkaEvent, KafkaEventResponse, KafkaItemIdentifier};
+use crate::kafka::{
+    KafkaBatchItemFailure, KafkaEvent, KafkaEventResponse, KafkaItemIdentifier, KeyPlace,
+};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
 
@@ -32,14 +37,31 @@ impl<Q: QueuePort> Processor<Q> {
             ..BatchReport::default()
         };
         let mut response = KafkaEventResponse::default();
-        // The keys (lane groups) whose record left for the lane or the DLQ in this batch: their
-        // later records follow it there untried.
-        let mut left_for: HashMap<String, KafkaFate> = HashMap::new();
+        // The keys with records in the lane or the DLQ, from earlier batches and this one: their
+        // later records follow there untried.
+        let mut waiting = match self.waiting_keys(event).await {
+            Ok(waiting) => waiting,
+            Err(error) => {
+                tracing::error!(%error, "the attempt ledger did not say which keys wait in the lane: the batch is given back untried");
+                for (partition, records) in &event.records {
+                    if let Some(first) = records.first() {
+                        give_back(
+                            &mut response,
+                            &mut report,
+                            partition,
+                            first.offset,
+                            records.len(),
+                        );
+                    }
+                }
+                return Processed { response, report };
+            }
+        };
         for (partition, records) in &event.records {
             for (index, kafka) in records.iter().enumerate() {
                 let id = kafka.id();
                 let record = kafka.as_message(id.clone());
-                let group = kafka.lane_group();
+                let key_id = kafka.key_id();
                 let item = Item {
                     record: &record,
                     id: &id,
@@ -49,9 +71,9 @@ impl<Q: QueuePort> Processor<Q> {
                     head: HeadStatus::Free,
                     head_since_s: 0,
                 };
-                let followed = kafka.key.is_some().then(|| left_for.get(&group)).flatten();
+                let followed = key_id.as_ref().and_then(|key| waiting.get(key));
                 let (fate, error) = match followed {
-                    Some(&fate) => (fate, Some(follows(fate))),
+                    Some(&place) => (fate_of(place), Some(follows(place))),
                     None => {
                         let outcome = self.try_record(handler, &item, invocation, &cutoff).await;
                         if let Some(error) = outcome.error() {
@@ -74,7 +96,16 @@ impl<Q: QueuePort> Processor<Q> {
                     (KafkaFate::DeadLetter, _) => Some(Destination::Dlq),
                     _ => None,
                 };
+                let place = match fate {
+                    KafkaFate::Lane => KeyPlace::Lane,
+                    _ => KeyPlace::Dlq,
+                };
                 let sent = match (destination, error.as_deref()) {
+                    (Some(_), Some(_))
+                        if !self.key_left(key_id.as_deref(), kafka.offset, place).await =>
+                    {
+                        false
+                    }
                     (Some(destination), Some(error)) => {
                         let failure = (self.now_ms(), &failed_in);
                         self.leave(
@@ -103,12 +134,82 @@ impl<Q: QueuePort> Processor<Q> {
                     KafkaFate::Lane => report.retried += 1,
                     _ => report.dead_lettered += 1,
                 }
-                if kafka.key.is_some() {
-                    left_for.insert(group, fate);
+                if let Some(key_id) = key_id {
+                    waiting.insert(key_id, place);
                 }
             }
         }
         Processed { response, report }
+    }
+
+    /// The keys of `event` that the attempt ledger knows to have records in the lane or the DLQ
+    /// (none without a ledger: a key's order is then kept within a batch only). An error when
+    /// the ledger did not answer for all of them: a key it could not say for may be waiting.
+    async fn waiting_keys(
+        &self,
+        event: &KafkaEvent<'_>,
+    ) -> Result<HashMap<String, KeyPlace>, PortError> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(HashMap::new());
+        };
+        let keys: BTreeSet<String> = event
+            .records
+            .values()
+            .flatten()
+            .filter_map(|record| record.key_id())
+            .collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let entries = ledger.entries(&keys).await?;
+        let mut waiting = HashMap::new();
+        for (key, entry) in keys.iter().zip(entries) {
+            let entry = entry.ok_or_else(|| {
+                PortError::new("BatchGetItem", "keys left unprocessed (throttled)")
+            })?;
+            if let Some(place) = entry.key.and_then(|offsets| offsets.waiting()) {
+                waiting.insert((*key).to_owned(), place);
+            }
+        }
+        Ok(waiting)
+    }
+
+    /// Writes down, before the copy is sent, that the record at `offset` of `key_id` leaves for
+    /// `place`: whether it may be sent (always, without a ledger or a key).
+    async fn key_left(&self, key_id: Option<&str>, offset: i64, place: KeyPlace) -> bool {
+        let (Some(ledger), Some(key_id)) = (&self.ledger, key_id) else {
+            return true;
+        };
+        match ledger.record_key_left(key_id, offset, place).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(key = key_id, offset, %error, "the attempt ledger did not write down the key's record leaving: given back, with the rest of its partition");
+                false
+            }
+        }
+    }
+
+    /// The lane's side: writes down the offset of each Kafka record done here, so that its key's
+    /// later records stop following once none is out. A write that fails or is cut off at
+    /// `deadline` leaves the key following until its next record is done here.
+    pub(super) async fn write_keys_home(
+        &self,
+        items: &[Item<'_>],
+        rulings: &[Ruling],
+        invocation: &Invocation<'_>,
+        deadline: Option<tokio::time::Instant>,
+    ) {
+        let Some(ledger) = &self.ledger else { return };
+        let home = items
+            .iter()
+            .zip(rulings)
+            .filter(|(_, ruling)| matches!(ruling.fate, Fate::Done))
+            .filter_map(|(item, _)| item.message(invocation).kafka())
+            .filter_map(|origin| Some((origin.key_id()?, origin.offset)));
+        let writes = futures_util::future::join_all(home.map(|(key_id, offset)| async move {
+            if let Err(error) = ledger.record_key_home(&key_id, offset).await {
+                tracing::warn!(key = key_id, offset, %error, "the Kafka key's record home not written down: its later records follow it to the lane until the next one is done");
+            }
+        }));
+        let _ = by_deadline(deadline, writes).await;
     }
 
     /// Sends a record's copy to the lane or the DLQ now: whether SQS confirmed it.
@@ -155,11 +256,19 @@ impl<Q: QueuePort> Processor<Q> {
     }
 }
 
+/// The fate of a record that follows its key's earlier records to `place`.
+fn fate_of(place: KeyPlace) -> KafkaFate {
+    match place {
+        KeyPlace::Lane => KafkaFate::Lane,
+        KeyPlace::Dlq => KafkaFate::DeadLetter,
+    }
+}
+
 /// Why a record follows an earlier one of its key untried.
-fn follows(fate: KafkaFate) -> Box<RecordError> {
-    let (kind, place) = match fate {
-        KafkaFate::Lane => ("follows_key", "the retry lane"),
-        _ => ("follows_dead_letter", "the DLQ"),
+fn follows(place: KeyPlace) -> Box<RecordError> {
+    let (kind, place) = match place {
+        KeyPlace::Lane => ("follows_key", "the retry lane"),
+        KeyPlace::Dlq => ("follows_dead_letter", "the DLQ"),
     };
     Box::new(RecordError::transient(
         kind,

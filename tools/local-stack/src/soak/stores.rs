@@ -7,6 +7,7 @@ use std::time::Duration;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::fifo::{AttemptLedger, BoxFuture, Hold, LedgerEntry, MemoryLedger, Release};
 use redrive::idempotency::{Claim, IdempotencyStore, MemoryStore};
+use redrive::kafka::KeyPlace;
 use redrive::PortError;
 
 use super::duration_ms;
@@ -206,6 +207,27 @@ impl AttemptLedger for FaultyStore {
     }
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(self.call("UpdateItem", self.inner.ledger().clear_hold(message_id)))
+    }
+    fn record_key_left<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+        place: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(self.call(
+            "UpdateItem",
+            self.inner.ledger().record_key_left(key_id, offset, place),
+        ))
+    }
+    fn record_key_home<'a>(
+        &'a self,
+        key_id: &'a str,
+        offset: i64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(self.call(
+            "UpdateItem",
+            self.inner.ledger().record_key_home(key_id, offset),
+        ))
     }
 }
 
