@@ -354,6 +354,61 @@ async fn a_key_with_records_out_from_an_earlier_batch_follows_them_until_they_ar
     );
 }
 
+/// Counts the records in its hands at once; each waits a turn of the runtime before it is done.
+#[derive(Default)]
+struct InFlight {
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    order: Mutex<Vec<String>>,
+}
+impl RecordHandler for InFlight {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::task::yield_now().await;
+        self.order.lock().unwrap().push(message.body().to_owned());
+        self.now.fetch_sub(1, SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn partitions_run_side_by_side_and_each_keeps_its_order() {
+    let processor = processor(Some(LANE));
+    let handler = InFlight::default();
+    let json = event(&[
+        (0, 1, Some("c-1"), "p0 1"),
+        (0, 2, Some("c-1"), "p0 2"),
+        (0, 3, Some("c-2"), "p0 3"),
+        (1, 1, Some("c-3"), "p1 1"),
+        (1, 2, Some("c-3"), "p1 2"),
+        (2, 1, Some("c-4"), "p2 1"),
+    ]);
+    let event = KafkaEvent::from_slice(json.as_bytes()).unwrap();
+    let processed = processor
+        .process_kafka(&handler, &event, LATER)
+        .await
+        .unwrap();
+    assert_eq!((processed.report.records, processed.report.done), (6, 6));
+    use std::sync::atomic::Ordering::SeqCst;
+    assert_eq!(
+        handler.most.load(SeqCst),
+        3,
+        "one record of each partition at once"
+    );
+    let order = handler.order.lock().unwrap();
+    for partition in ["p0", "p1", "p2"] {
+        let mine: Vec<&String> = order
+            .iter()
+            .filter(|body| body.starts_with(partition))
+            .collect();
+        let mut sorted = mine.clone();
+        sorted.sort();
+        assert_eq!(mine, sorted, "{partition} in offset order");
+    }
+}
+
 /// A ledger DynamoDB does not answer (a brownout): every call fails.
 struct Down;
 fn down<'a, T: Send + 'a>() -> BoxFuture<'a, Result<T, PortError>> {

@@ -1,145 +1,177 @@
-//! Running a Kafka batch: each partition in offset order, one record at a time, each record's fate
-//! decided by the judge's Kafka rule and carried out before the next record of the partition, so
-//! that a key's copies reach the lane (or the DLQ) in the partition's order.
+//! Running a Kafka batch: its partitions side by side, each in offset order, one record at a time,
+//! each record's fate decided by the judge's Kafka rule and carried out before the next record of
+//! the partition, so that a key's copies reach the lane (or the DLQ) in the partition's order.
 use std::collections::{BTreeSet, HashMap};
+
+use futures_util::stream::{self, StreamExt};
 
 use super::decide::Ruling;
 use super::{Item, Processed, Processor};
 use crate::carry::Destination;
-use crate::clock::by_deadline;
+use crate::clock::{by_deadline, Cutoff};
 use crate::envelope::FailedIn;
 use crate::error::PortError;
 use crate::error::RecordError;
-use crate::fate::{Fate, KafkaFate, Outcome};
+use crate::fate::{Fate, Judge, KafkaFate, Outcome};
 use crate::fifo::HeadStatus;
 use crate::handler::{Invocation, RecordHandler};
 use crate::kafka::{
-    KafkaBatchItemFailure, KafkaEvent, KafkaEventResponse, KafkaItemIdentifier, KeyPlace,
+    KafkaBatchItemFailure, KafkaEvent, KafkaEventResponse, KafkaItemIdentifier, KafkaRecord,
+    KeyPlace,
 };
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
 
 impl<Q: QueuePort> Processor<Q> {
-    /// Runs a Kafka batch (the fates are in [`crate::kafka`]'s docs).
+    /// Runs a Kafka batch (the fates are in [`crate::kafka`]'s docs): its partitions side by
+    /// side (at most `REDRIVE_CONCURRENCY` at once), each in offset order.
     pub(super) async fn run_kafka<H: RecordHandler>(
         &self,
         handler: &H,
         event: &KafkaEvent<'_>,
         invocation: &Invocation<'_>,
     ) -> Processed<KafkaEventResponse> {
-        let failed_in = invocation.failed_in();
-        let judge = self.judge(false);
-        let cutoff = self.budget(invocation.deadline_ms).cutoff();
-        let lane = self.config.kafka_lane_url.as_deref();
-        let mut report = BatchReport {
-            records: u32::try_from(event.records.values().map(Vec::len).sum::<usize>())
-                .unwrap_or(u32::MAX),
-            ..BatchReport::default()
-        };
         let mut response = KafkaEventResponse::default();
-        // The keys with records in the lane or the DLQ, from earlier batches and this one: their
-        // later records follow there untried.
-        let mut waiting = match self.waiting_keys(event).await {
+        let mut report = BatchReport::default();
+        // The keys with records in the lane or the DLQ from earlier batches: their records here
+        // follow them there untried.
+        let waiting = match self.waiting_keys(event).await {
             Ok(waiting) => waiting,
             Err(error) => {
                 tracing::error!(%error, "the attempt ledger did not say which keys wait in the lane: the batch is given back untried");
                 for (partition, records) in &event.records {
                     if let Some(first) = records.first() {
-                        give_back(
-                            &mut response,
+                        response.batch_item_failures.push(give_back(
                             &mut report,
                             partition,
                             first.offset,
                             records.len(),
-                        );
+                        ));
                     }
                 }
+                report.records = report.given_back;
                 return Processed { response, report };
             }
         };
-        for (partition, records) in &event.records {
-            for (index, kafka) in records.iter().enumerate() {
-                let id = kafka.id();
-                let record = kafka.as_message(id.clone());
-                let key_id = kafka.key_id();
-                let item = Item {
-                    record: &record,
-                    id: &id,
-                    meta: None,
-                    attempts_before: 0,
-                    receive_count: 0,
-                    head: HeadStatus::Free,
-                    head_since_s: 0,
-                };
-                let followed = key_id.as_ref().and_then(|key| waiting.get(key));
-                let (fate, error) = match followed {
-                    Some(&place) => (fate_of(place), Some(follows(place))),
-                    None => {
-                        let outcome = self.try_record(handler, &item, invocation, &cutoff).await;
-                        if let Some(error) = outcome.error() {
-                            report.count_error(error.class());
-                        }
-                        let fate = judge.decide_kafka(&outcome, lane.is_some());
-                        let error = match outcome {
-                            Outcome::Failed(error) => Some(error),
-                            _ => None,
-                        };
-                        (fate, error)
-                    }
-                };
-                let destination = match (fate, lane) {
-                    (KafkaFate::Done, _) => {
-                        report.done += 1;
-                        continue;
-                    }
-                    (KafkaFate::Lane, Some(lane)) => Some(Destination::Url(lane)),
-                    (KafkaFate::DeadLetter, _) => Some(Destination::Dlq),
-                    _ => None,
-                };
-                let place = match fate {
-                    KafkaFate::Lane => KeyPlace::Lane,
-                    _ => KeyPlace::Dlq,
-                };
-                let sent = match (destination, error.as_deref()) {
-                    (Some(_), Some(_))
-                        if !self.key_left(key_id.as_deref(), kafka.offset, place).await =>
-                    {
-                        false
-                    }
-                    (Some(destination), Some(error)) => {
-                        let failure = (self.now_ms(), &failed_in);
-                        self.leave(
-                            destination,
-                            (fate, error),
-                            &item,
-                            failure,
-                            invocation.deadline_ms,
-                            &mut report,
-                        )
-                        .await
-                    }
-                    _ => false,
-                };
-                if !sent {
-                    give_back(
-                        &mut response,
-                        &mut report,
-                        partition,
-                        kafka.offset,
-                        records.len() - index,
-                    );
-                    break;
-                }
-                match fate {
-                    KafkaFate::Lane => report.retried += 1,
-                    _ => report.dead_lettered += 1,
-                }
-                if let Some(key_id) = key_id {
-                    waiting.insert(key_id, place);
-                }
-            }
+        let run = PartitionRun {
+            handler,
+            invocation,
+            failed_in: invocation.failed_in(),
+            judge: self.judge(false),
+            cutoff: self.budget(invocation.deadline_ms).cutoff(),
+            lane: self.config.kafka_lane_url.as_deref(),
+            waiting: &waiting,
+        };
+        // Made first, then run: a stream that makes them from the borrowed event leaves the
+        // batch's future short of `Send`.
+        let partitions: Vec<_> = event
+            .records
+            .iter()
+            .map(|(partition, records)| self.run_partition(&run, partition, records))
+            .collect();
+        let ran: Vec<(Option<KafkaBatchItemFailure>, BatchReport)> = stream::iter(partitions)
+            .buffered(self.config.concurrency.get())
+            .collect()
+            .await;
+        for (given_back, partition_report) in ran {
+            response.batch_item_failures.extend(given_back);
+            report.absorb(&partition_report);
         }
         Processed { response, report }
+    }
+
+    /// Runs one partition's records in offset order; the record it is given back from, if any.
+    async fn run_partition<H: RecordHandler>(
+        &self,
+        run: &PartitionRun<'_, H>,
+        partition: &str,
+        records: &[KafkaRecord<'_>],
+    ) -> (Option<KafkaBatchItemFailure>, BatchReport) {
+        let mut report = BatchReport {
+            records: u32::try_from(records.len()).unwrap_or(u32::MAX),
+            ..BatchReport::default()
+        };
+        // This partition's keys with records out: from earlier batches, and from here on.
+        let mut left_here: HashMap<String, KeyPlace> = HashMap::new();
+        for (index, kafka) in records.iter().enumerate() {
+            let id = kafka.id();
+            let record = kafka.as_message(id.clone());
+            let key_id = kafka.key_id();
+            let item = Item {
+                record: &record,
+                id: &id,
+                meta: None,
+                attempts_before: 0,
+                receive_count: 0,
+                head: HeadStatus::Free,
+                head_since_s: 0,
+            };
+            let followed = key_id
+                .as_ref()
+                .and_then(|key| left_here.get(key).or_else(|| run.waiting.get(key)));
+            let (fate, error) = match followed {
+                Some(&place) => (fate_of(place), Some(follows(place))),
+                None => {
+                    let outcome = self
+                        .try_record(run.handler, &item, run.invocation, &run.cutoff)
+                        .await;
+                    if let Some(error) = outcome.error() {
+                        report.count_error(error.class());
+                    }
+                    let fate = run.judge.decide_kafka(&outcome, run.lane.is_some());
+                    let error = match outcome {
+                        Outcome::Failed(error) => Some(error),
+                        _ => None,
+                    };
+                    (fate, error)
+                }
+            };
+            let destination = match (fate, run.lane) {
+                (KafkaFate::Done, _) => {
+                    report.done += 1;
+                    continue;
+                }
+                (KafkaFate::Lane, Some(lane)) => Some(Destination::Url(lane)),
+                (KafkaFate::DeadLetter, _) => Some(Destination::Dlq),
+                _ => None,
+            };
+            let place = match fate {
+                KafkaFate::Lane => KeyPlace::Lane,
+                _ => KeyPlace::Dlq,
+            };
+            let sent = match (destination, error.as_deref()) {
+                (Some(_), Some(_))
+                    if !self.key_left(key_id.as_deref(), kafka.offset, place).await =>
+                {
+                    false
+                }
+                (Some(destination), Some(error)) => {
+                    let failure = (self.now_ms(), &run.failed_in);
+                    self.leave(
+                        destination,
+                        (fate, error),
+                        &item,
+                        failure,
+                        run.invocation.deadline_ms,
+                        &mut report,
+                    )
+                    .await
+                }
+                _ => false,
+            };
+            if !sent {
+                let from = give_back(&mut report, partition, kafka.offset, records.len() - index);
+                return (Some(from), report);
+            }
+            match fate {
+                KafkaFate::Lane => report.retried += 1,
+                _ => report.dead_lettered += 1,
+            }
+            if let Some(key_id) = key_id {
+                left_here.insert(key_id, place);
+            }
+        }
+        (None, report)
     }
 
     /// The keys of `event` that the attempt ledger knows to have records in the lane or the DLQ
@@ -256,6 +288,18 @@ impl<Q: QueuePort> Processor<Q> {
     }
 }
 
+/// What every partition of a batch runs with.
+struct PartitionRun<'a, H> {
+    handler: &'a H,
+    invocation: &'a Invocation<'a>,
+    failed_in: Option<FailedIn>,
+    judge: Judge<'a>,
+    cutoff: Cutoff,
+    lane: Option<&'a str>,
+    /// The keys with records out from earlier batches.
+    waiting: &'a HashMap<String, KeyPlace>,
+}
+
 /// The fate of a record that follows its key's earlier records to `place`.
 fn fate_of(place: KeyPlace) -> KafkaFate {
     match place {
@@ -279,17 +323,16 @@ fn follows(place: KeyPlace) -> Box<RecordError> {
 /// Names `offset` in the response: Lambda delivers `partition` again from it, and the records
 /// left of the partition (`left`, the record too) are not done here.
 fn give_back(
-    response: &mut KafkaEventResponse,
     report: &mut BatchReport,
     partition: &str,
     offset: i64,
     left: usize,
-) {
-    response.batch_item_failures.push(KafkaBatchItemFailure {
+) -> KafkaBatchItemFailure {
+    report.given_back += u32::try_from(left).unwrap_or(u32::MAX);
+    KafkaBatchItemFailure {
         item_identifier: KafkaItemIdentifier {
             partition: partition.to_owned(),
             offset,
         },
-    });
-    report.given_back += u32::try_from(left).unwrap_or(u32::MAX);
+    }
 }
