@@ -150,11 +150,7 @@ impl KafkaPoller {
         let mut records: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         let mut last: BTreeMap<usize, i64> = BTreeMap::new();
         for (index, partition) in self.partitions.iter().enumerate() {
-            let (fetched, _) = partition
-                .client
-                .fetch_records(partition.committed, 1..10_000_000, 10)
-                .await
-                .map_err(|e| Error::Emulator(format!("fetch: {e}")))?;
+            let fetched = fetch_from(&partition.client, partition.committed).await?;
             let batch: Vec<Value> = fetched
                 .into_iter()
                 .filter(|r| r.offset >= partition.committed)
@@ -206,6 +202,30 @@ impl KafkaPoller {
             partition.committed = next;
         }
         Ok(Some(poll))
+    }
+}
+
+/// The records of `client`'s partition from `offset` on. Asked for an offset inside a record batch,
+/// `tansu` 0.6 answers from the next batch (Kafka answers with the batch that holds it, and the
+/// client skips what is before): the records between would never be delivered, so the fetch steps
+/// back, twice as far each time, until the answer holds `offset`.
+async fn fetch_from(
+    client: &PartitionClient,
+    offset: i64,
+) -> Result<Vec<rskafka::record::RecordAndOffset>, Error> {
+    let mut from = offset;
+    let mut step = 1;
+    loop {
+        let (fetched, high_watermark) = client
+            .fetch_records(from, 1..10_000_000, 10)
+            .await
+            .map_err(|e| Error::Emulator(format!("fetch: {e}")))?;
+        let holds_offset = fetched.first().is_none_or(|first| first.offset <= offset);
+        if (holds_offset && (!fetched.is_empty() || offset >= high_watermark)) || from == 0 {
+            return Ok(fetched);
+        }
+        from = (offset - step).max(0);
+        step *= 2;
     }
 }
 
