@@ -15,12 +15,7 @@ pub fn generate_event(records: usize, fifo_groups: Option<usize>) -> String {
         .map(|i| {
             let fails = i % FAIL_EVERY == FAIL_EVERY - 1 && fifo_groups.is_none();
             let status = if fails { "fail" } else { "ok" };
-            let body = format!(
-                r#"{{"orderId":"o-{i:06}","customerId":"c-{}","status":"{status}","amount":{}.{:02},"currency":"EUR"}}"#,
-                i % 977,
-                10 + i % 90,
-                i % 100
-            );
+            let body = order_body(i, status);
             let mut record = serde_json::json!({
                 "messageId": format!("{:08x}-1f2e-4d3c-8b7a-{i:012}", i * 7919),
                 "receiptHandle": format!("AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a{i:08}/AE6QY/ZpGgmyLqZ4uAQIlR2BJu0uVnJ5fTWf5Y0lzNVvsG+Jyc=="),
@@ -48,6 +43,16 @@ pub fn generate_event(records: usize, fifo_groups: Option<usize>) -> String {
         })
         .collect();
     serde_json::json!({ "Records": records }).to_string()
+}
+
+/// The body of order `i` (the Kafka rows' values too).
+pub fn order_body(i: usize, status: &str) -> String {
+    format!(
+        r#"{{"orderId":"o-{i:06}","customerId":"c-{}","status":"{status}","amount":{}.{:02},"currency":"EUR"}}"#,
+        i % 977,
+        10 + i % 90,
+        i % 100
+    )
 }
 
 /// An order's body, as every peer parses it.

@@ -65,7 +65,7 @@ pub const SCENARIOS: &[Scenario] = &[
 /// lone 5 ms sleep takes about 6.1 ms here), which a real downstream call does not pay. The peers
 /// wait on their own event loop's timers. The thread is woken only by a call due before every
 /// other, so that a thousand calls do not cost a thousand wake-ups.
-struct Downstream {
+pub(crate) struct Downstream {
     shared: Arc<(Mutex<Calls>, Condvar)>,
 }
 
@@ -99,7 +99,7 @@ impl PartialEq for Call {
 impl Eq for Call {}
 
 impl Downstream {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let shared = Arc::new((Mutex::new(Calls::default()), Condvar::new()));
         let answering = Arc::clone(&shared);
         std::thread::spawn(move || {
@@ -119,7 +119,7 @@ impl Downstream {
         Self { shared }
     }
 
-    async fn call(&self, latency: Duration) {
+    pub(crate) async fn call(&self, latency: Duration) {
         let (answer, answered) = oneshot::channel();
         let due = Instant::now() + latency;
         {
@@ -144,9 +144,9 @@ impl Drop for Downstream {
 }
 
 /// The handler: the benchmark's order check, with the downstream call in the middle.
-struct AwaitsDownstream<'d> {
-    downstream: &'d Downstream,
-    latency: Duration,
+pub(crate) struct AwaitsDownstream<'d> {
+    pub(crate) downstream: &'d Downstream,
+    pub(crate) latency: Duration,
 }
 
 impl RecordHandler for AwaitsDownstream<'_> {

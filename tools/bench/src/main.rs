@@ -5,6 +5,7 @@ mod claim_check;
 mod event;
 mod fifo_cycle;
 mod io_bound;
+mod kafka;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
@@ -394,6 +395,11 @@ fn main() -> Result<(), String> {
     let throughput = throughput(&runtime, &args, event.as_bytes(), &event_path)?;
     let references = references(event.as_bytes(), expected_failures);
     let io_measured = io_bound_rows(&runtime, &args)?;
+    let kafka_peer = args.python_peer.with_file_name("powertools_kafka.py");
+    eprintln!("Kafka: CPU-bound, I/O-bound, the drain through one partition");
+    let kafka_cpu = kafka::cpu(&runtime, &args.out, &args.python, &kafka_peer)?;
+    let kafka_io = kafka::io(&runtime, &args.out, &args.python, &kafka_peer)?;
+    let kafka_drain = kafka::drain()?;
     let bootstrap = args
         .bootstrap
         .to_str()
@@ -410,6 +416,7 @@ fn main() -> Result<(), String> {
     let mut table = Table::default();
     table.throughput(&throughput, references);
     table.io_bound(&io_measured);
+    table.kafka(&kafka_cpu, &kafka_io, &kafka_drain);
     table.function(&throughput, startup_ms, &function, &zips);
     table.managed_instances(&managed);
     table.managed_cpu(&managed_cpu);
@@ -867,6 +874,67 @@ impl Table {
                 );
             }
         }
+    }
+
+    fn kafka(&mut self, cpu: &kafka::Cpu, io: &kafka::Io, drain: &kafka::Drain) {
+        let (python_name, python_ms, python_ratio) = &cpu.python;
+        self.row(
+            "Kafka, 10,000 records in 4 partitions: redrive, 1% to the retry lane (median)",
+            format!("{:.2} ms", cpu.ours_ms),
+            "-",
+            true,
+        );
+        self.row(
+            &format!("Kafka: {python_name}, 1% reported (median)"),
+            format!("{python_ms:.1} ms"),
+            "-",
+            true,
+        );
+        self.row(
+            "Kafka: speed-up over Powertools Python (median of runs' ratios to ours around each)",
+            format!("{python_ratio:.1}x"),
+            "-",
+            true,
+        );
+        let floor = io.floor_ms();
+        self.row(
+            &format!("I/O {}: redrive, partitions side by side (median)", kafka::Io::label()),
+            format!(
+                "{:.1} ms = {:.2}x the floor {floor:.1} ms (a partition's waits in turn + {:.2} ms CPU)",
+                io.ours_ms,
+                io.ours_ms / floor,
+                io.cpu_ms
+            ),
+            "-",
+            true,
+        );
+        for (name, peer_ms) in &io.peers {
+            let kept = if name.contains("Async") {
+                "order not kept"
+            } else {
+                "in turn"
+            };
+            self.row(
+                &format!("I/O {}: {name}, {kept} (median)", kafka::Io::label()),
+                format!("{peer_ms:.1} ms ({:.2}x redrive)", peer_ms / io.ours_ms),
+                "-",
+                true,
+            );
+        }
+        self.row(
+            &kafka::Drain::label(),
+            format!(
+                "{:.0} with the retry lane ({} invocations, {} records to the lane) / {:.0} without, the partition given back and retried ({} invocations): {:.1}x",
+                drain.with_lane,
+                drain.invocations.0,
+                drain.to_lane,
+                drain.without_lane,
+                drain.invocations.1,
+                drain.with_lane / drain.without_lane
+            ),
+            "-",
+            true,
+        );
     }
 
     fn managed_instances(&mut self, managed: &Managed) {
