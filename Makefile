@@ -45,7 +45,7 @@ demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, prin
 	@start=$$(date +%s); $(CARGO) build --locked -p redrive-local --bin redrive-demo && echo "demo build took $$(( $$(date +%s) - start ))s"
 	tools/with-local-aws $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
 
-soak: $(STAMP) ## Fault-injection soak: 100,000 messages in memory, 2,000 on moto and 2,000 changes of a DynamoDB stream per seed (SEEDS=1,2,3)
+soak: $(STAMP) $(TANSU) ## Fault-injection soak: 100,000 messages in memory, 2,000 on moto, 2,000 changes of a DynamoDB stream and 2,000 Kafka orders per seed (SEEDS=1,2,3)
 	tools/with-local-aws $(CARGO) run --release --locked --quiet -p redrive-local --bin redrive-soak -- --seeds $(SEEDS)
 
 # A Kafka-compatible broker for the Kafka end-to-end test (Apache Kafka's jars are on no reachable

@@ -68,6 +68,7 @@ module "consumer" {
     },
   ], var.extra_statements)
   max_attempts               = var.max_attempts
+  fifo_on_dead_letter        = var.lane_on_dead_letter
   visibility_timeout_seconds = var.lane_visibility_timeout_seconds
   message_retention_seconds  = var.lane_message_retention_seconds
   batch_size                 = 1

@@ -137,6 +137,17 @@ variable "max_attempts" {
   default     = 5
 }
 
+variable "lane_on_dead_letter" {
+  description = "What a lane record that would be dead-lettered means for its key (REDRIVE_FIFO_ON_DEAD_LETTER of the lane). hold: it stays at the head of its key's group in the lane, the key's later records wait behind it (alarmed: Held) until an operator runs `dlq release`; each key's order is kept. continue: it goes to the DLQ and the key's later records pass it."
+  type        = string
+  default     = "hold"
+
+  validation {
+    condition     = contains(["hold", "continue"], var.lane_on_dead_letter)
+    error_message = "lane_on_dead_letter must be \"hold\" or \"continue\"."
+  }
+}
+
 variable "lane_visibility_timeout_seconds" {
   description = "The lane's visibility timeout (validated by modules/sqs-consumer: at least 6 x the function timeout)."
   type        = number

@@ -92,7 +92,7 @@ impl fmt::Display for StreamSoakReport {
 
 /// Seeded dice: SplitMix64 of the seed and what is being decided, so that a decision does not
 /// depend on the order the run asks for it.
-fn dice(seed: u64, what: &str) -> u64 {
+pub(crate) fn dice(seed: u64, what: &str) -> u64 {
     let mut x = seed
         ^ what.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
@@ -161,13 +161,23 @@ impl RecordHandler for Changes {
 }
 
 /// Invokes the function in process as Lambda would, with 30 seconds to go.
-async fn invoke<H: RecordHandler>(
+pub(crate) async fn invoke<H: RecordHandler>(
     processor: &Processor<SqsQueue>,
     handler: &H,
     event: String,
 ) -> Result<String, String> {
+    invoke_with(processor, handler, event, Duration::from_secs(30)).await
+}
+
+/// [`invoke`] with `left` to go.
+pub(crate) async fn invoke_with<H: RecordHandler>(
+    processor: &Processor<SqsQueue>,
+    handler: &H,
+    event: String,
+    left: Duration,
+) -> Result<String, String> {
     let mut context = Context::default();
-    context.deadline = SystemClock.now_ms() + 30_000;
+    context.deadline = SystemClock.now_ms() + left.as_millis() as u64;
     let processed = redrive::lambda::handle_event(
         LambdaEvent::new(Bytes::from(event), context),
         processor,

@@ -9,9 +9,12 @@
 //! invocations and batches delivered to two containers at once.
 //!
 //! Per seed too, on moto: a DynamoDB stream's changes through the stand-in for Lambda's mapping,
-//! with outages, flaky changes, crashed invocations and poison changes redriven.
+//! with outages, flaky changes, crashed invocations and poison changes redriven; and a Kafka topic
+//! on `tansu` with its retry lane and DLQ on moto, with outages, flaky orders, crashed and short
+//! invocations, poison orders held in the lane or redriven from the DLQ.
 //!
-//! Usage: redrive-soak [--memory N] [--moto N] [--streams N] [--seeds 1,2,3] (`--help` says more)
+//! Usage: redrive-soak [--memory N] [--moto N] [--streams N] [--kafka N] [--seeds 1,2,3]
+//! (`--help` says more)
 use std::process::ExitCode;
 
 use redrive_local::soak::{run_in_memory, run_on_localstack, run_on_moto, SoakConfig, SoakReport};
@@ -32,6 +35,10 @@ struct Args {
     /// Changes per seed on a DynamoDB stream on moto (0 skips those runs).
     #[arg(long, default_value_t = 2_000)]
     streams: usize,
+    /// Orders per seed on a Kafka topic on `tansu` (built by `make`), the lane on moto (0 skips
+    /// those runs).
+    #[arg(long, default_value_t = 2_000)]
+    kafka: usize,
     /// Seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3])]
     seeds: Vec<u64>,
@@ -126,6 +133,33 @@ async fn main() -> ExitCode {
         };
         let prefix = format!("soak-streams-{}-{seed}", std::process::id());
         match redrive_local::stream_soak::run_on_moto(&prefix, &config).await {
+            Ok(report) => {
+                println!("{report}\n");
+                broken |= !report.holds();
+            }
+            Err(error) => {
+                eprintln!("redrive-soak: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    for &seed in &args.seeds {
+        if args.kafka == 0 {
+            break;
+        }
+        let customers = (args.kafka / 3).max(1);
+        println!(
+            "== a Kafka topic on tansu, 3 partitions, {} orders of {customers} customers, seed {seed}",
+            args.kafka
+        );
+        let config = redrive_local::kafka_soak::KafkaSoakConfig {
+            orders: args.kafka,
+            customers,
+            partitions: 3,
+            seed,
+        };
+        let prefix = format!("soak-kafka-{}-{seed}", std::process::id());
+        match redrive_local::kafka_soak::run(&prefix, &config).await {
             Ok(report) => {
                 println!("{report}\n");
                 broken |= !report.holds();
