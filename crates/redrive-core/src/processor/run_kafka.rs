@@ -10,8 +10,7 @@ use super::{Item, Processed, Processor};
 use crate::carry::Destination;
 use crate::clock::{by_deadline, Cutoff};
 use crate::envelope::FailedIn;
-use crate::error::PortError;
-use crate::error::RecordError;
+use crate::error::{PortError, RecordError};
 use crate::fate::{Fate, Judge, KafkaFate, Outcome};
 use crate::fifo::HeadStatus;
 use crate::handler::{Invocation, RecordHandler};
@@ -91,7 +90,8 @@ impl<Q: QueuePort> Processor<Q> {
             records: u32::try_from(records.len()).unwrap_or(u32::MAX),
             ..BatchReport::default()
         };
-        // This partition's keys with records out: from earlier batches, and from here on.
+        // The keys whose records left this partition in this batch (earlier batches':
+        // `run.waiting`).
         let mut left_here: HashMap<String, KeyPlace> = HashMap::new();
         for (index, kafka) in records.iter().enumerate() {
             let id = kafka.id();
