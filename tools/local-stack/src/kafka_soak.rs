@@ -110,7 +110,8 @@ impl RecordHandler for Orders {
         let order: serde_json::Value = message.json()?;
         let n = order["n"].as_u64().unwrap_or_default();
         let customer = order["customer"].as_str().unwrap_or_default().to_owned();
-        if !self.healed.load(Ordering::SeqCst) && dice(self.seed, &format!("poison {n}")) % 60 == 0
+        if !self.healed.load(Ordering::SeqCst)
+            && dice(self.seed, &format!("poison {n}")).is_multiple_of(60)
         {
             return Err(RecordError::permanent("poison", format!("order {n}")));
         }
