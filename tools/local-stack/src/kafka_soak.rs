@@ -13,17 +13,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::fifo::{release_head, AttemptLedger, Release};
 use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
-use redrive::reprocess::{ReprocessCommand, Reprocessor};
 use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler, SqsQueue};
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 
 use crate::kafka_poller::{Broker, KafkaPoller};
 use crate::poller::Poller;
-use crate::stream_soak::{dice, invoke, invoke_with};
+use crate::stream_soak::{dice, invoke, invoke_with, redrive_and_drain};
 use crate::topology::{self, Topology};
 use crate::Error;
 
@@ -342,35 +340,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
             .await
             .map_err(port)?;
     }
-    let settings = ReprocessSettings::from_lookup(["REDRIVE_REPROCESS_AFTER"], |name| {
-        (name == "REDRIVE_REPROCESS_AFTER").then(|| "0s".to_owned())
-    })
-    .map_err(|e| emulator(e.to_string()))?;
-    let plan = ReprocessCommand {
-        source: Some(lane.dlq_url.clone()),
-        fallback_destination: Some(lane.arn.clone()),
-        force: true,
-        ..ReprocessCommand::default()
-    }
-    .plan(&settings)
-    .map_err(|e| emulator(e.to_string()))?;
-    let summary = Reprocessor::new(SqsQueue::with_client(sqs.clone()), &settings)
-        .run(&plan, None, |_| {})
-        .await
-        .map_err(|e| emulator(e.to_string()))?;
-    report.redriven = summary.reprocessed as usize;
-    let drained = Instant::now();
-    while drained.elapsed() < Duration::from_secs(120) {
-        let poll = lane_poller
-            .poll(Duration::from_secs(1), |event| {
-                Box::pin(invoke(&processor, &handler, event))
-            })
-            .await?;
-        let (visible, in_flight, delayed) = crate::provision::depth(&sqs, &lane.url).await?;
-        if poll.received == 0 && visible + in_flight + delayed == 0 {
-            break;
-        }
-    }
+    report.redriven = redrive_and_drain(&sqs, &lane.dlq_url, &lane, &processor, &handler).await?;
 
     let applied = orders.applied.lock().unwrap().clone();
     let mut effects: HashMap<u64, usize> = HashMap::new();

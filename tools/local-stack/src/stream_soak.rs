@@ -326,12 +326,35 @@ pub async fn run_on_moto(
     // The poison is fixed: the DLQ's dead letters go through the queue the same function reads.
     changes.healed.store(true, Ordering::SeqCst);
     changes.down.store(false, Ordering::SeqCst);
+    report.dead_lettered =
+        redrive_and_drain(&sqs, &queue.dlq_url, &queue, &processor, &handler).await?;
+
+    let mut effects: HashMap<String, usize> = HashMap::new();
+    for (_, sequence) in changes.applied.lock().unwrap().iter() {
+        *effects.entry(sequence.clone()).or_default() += 1;
+    }
+    report.once = effects.values().filter(|&&n| n == 1).count();
+    report.twice = effects.values().filter(|&&n| n > 1).count();
+    report.lost = config.changes.saturating_sub(effects.len());
+    Ok(report)
+}
+
+/// Redrives every dead letter of `dlq_url` into `queue` (whatever origin it names) and drains
+/// `queue` through the function, for two minutes at most: the dead letters redriven.
+pub(crate) async fn redrive_and_drain<H: RecordHandler>(
+    sqs: &aws_sdk_sqs::Client,
+    dlq_url: &str,
+    queue: &QueuePair,
+    processor: &Processor<SqsQueue>,
+    handler: &H,
+) -> Result<usize, Error> {
+    let emulator = |e: String| Error::Emulator(e);
     let settings = ReprocessSettings::from_lookup(["REDRIVE_REPROCESS_AFTER"], |name| {
         (name == "REDRIVE_REPROCESS_AFTER").then(|| "0s".to_owned())
     })
     .map_err(|e| emulator(e.to_string()))?;
     let plan = ReprocessCommand {
-        source: Some(queue.dlq_url.clone()),
+        source: Some(dlq_url.to_owned()),
         destination: Some(queue.arn.clone()),
         force: true,
         ..ReprocessCommand::default()
@@ -342,27 +365,19 @@ pub async fn run_on_moto(
         .run(&plan, None, |_| {})
         .await
         .map_err(|e| emulator(e.to_string()))?;
-    report.dead_lettered = summary.reprocessed as usize;
-    let replay = Poller::new(sqs.clone(), &queue, 10, Duration::ZERO);
+    let replay = Poller::new(sqs.clone(), queue, 10, Duration::ZERO);
     let drained = Instant::now();
     while drained.elapsed() < Duration::from_secs(120) {
+        // Boxed: the invocation's future nests too deeply to sit inside the poll's.
         let poll = replay
             .poll(Duration::from_secs(1), |event| {
-                invoke(&processor, &handler, event)
+                Box::pin(invoke(processor, handler, event))
             })
             .await?;
-        let (visible, in_flight, delayed) = crate::provision::depth(&sqs, &queue.url).await?;
+        let (visible, in_flight, delayed) = crate::provision::depth(sqs, &queue.url).await?;
         if poll.received == 0 && visible + in_flight + delayed == 0 {
             break;
         }
     }
-
-    let mut effects: HashMap<String, usize> = HashMap::new();
-    for (_, sequence) in changes.applied.lock().unwrap().iter() {
-        *effects.entry(sequence.clone()).or_default() += 1;
-    }
-    report.once = effects.values().filter(|&&n| n == 1).count();
-    report.twice = effects.values().filter(|&&n| n > 1).count();
-    report.lost = config.changes.saturating_sub(effects.len());
-    Ok(report)
+    Ok(summary.reprocessed as usize)
 }
