@@ -9,7 +9,6 @@
 //! effect exactly once, each customer's orders in the order the topic has them, none lost.
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use rskafka::client::partition::{Compression, UnknownTopicHandling};
 
 use crate::kafka_poller::{Broker, KafkaPoller};
 use crate::poller::Poller;
-use crate::stream_soak::{dice, invoke, invoke_with, redrive_and_drain};
+use crate::stream_soak::{dice, invoke, invoke_with, redrive_and_drain, Faults};
 use crate::topology::{self, Topology};
 use crate::Error;
 
@@ -92,13 +91,9 @@ impl fmt::Display for KafkaSoakReport {
     }
 }
 
-/// The downstream: applies an order (`{"n": .., "customer": ..}`) unless it is poison, the
-/// downstream is down, or the order still has transient failures to go.
+/// The downstream: applies an order (`{"n": .., "customer": ..}`) unless its faults say otherwise.
 struct Orders {
-    seed: u64,
-    healed: AtomicBool,
-    down: AtomicBool,
-    tries: Mutex<HashMap<u64, u64>>,
+    faults: Faults,
     /// Each order applied: (customer, n, from the lane), in the order applied.
     applied: Mutex<Vec<(String, u64, bool)>>,
 }
@@ -108,26 +103,12 @@ impl RecordHandler for Orders {
         let order: serde_json::Value = message.json()?;
         let n = order["n"].as_u64().unwrap_or_default();
         let customer = order["customer"].as_str().unwrap_or_default().to_owned();
-        if !self.healed.load(Ordering::SeqCst)
-            && dice(self.seed, &format!("poison {n}")).is_multiple_of(60)
-        {
-            return Err(RecordError::permanent("poison", format!("order {n}")));
-        }
-        if self.down.load(Ordering::SeqCst) {
-            return Err(RecordError::transient(
-                "downstream_down",
-                "the downstream is down",
-            ));
-        }
-        let tries = {
-            let mut tries = self.tries.lock().unwrap();
-            let count = tries.entry(n).or_default();
-            *count += 1;
-            *count
-        };
-        if tries <= dice(self.seed, &format!("flaky {n}")) % 8 / 7 {
-            return Err(RecordError::transient("flaky", format!("order {n}")));
-        }
+        let seed = self.faults.seed;
+        self.faults.meet(
+            &format!("order {n}"),
+            dice(seed, &format!("poison {n}")).is_multiple_of(60),
+            dice(seed, &format!("flaky {n}")) % 8 / 7,
+        )?;
         let from_lane = message.kafka().is_some() && message.meta().is_some();
         self.applied.lock().unwrap().push((customer, n, from_lane));
         Ok(())
@@ -242,10 +223,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
     )
     .with_ledger(ledger.clone());
     let orders = Orders {
-        seed: config.seed,
-        healed: AtomicBool::new(false),
-        down: AtomicBool::new(false),
-        tries: Mutex::default(),
+        faults: Faults::new(config.seed),
         applied: Mutex::default(),
     };
     // A batch Lambda delivers again after a crash runs its orders again: the guard keeps their
@@ -268,12 +246,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
     let mut idle_rounds = 0;
     loop {
         round += 1;
-        // An outage starts on one round in ten and lasts until one in three ends it.
-        let down = orders.down.load(Ordering::SeqCst);
-        let roll = dice(config.seed, &format!("outage {round}")) % 30;
-        orders
-            .down
-            .store(if down { roll >= 10 } else { roll < 3 }, Ordering::SeqCst);
+        orders.faults.roll_outage(round);
         let crash = dice(config.seed, &format!("crash {round}")).is_multiple_of(8);
         // One invocation in four meets its deadline soon: past the 2 s margin, up to 60 ms to
         // handle records in; the rest of each partition is given back.
@@ -310,7 +283,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
                 .await?
                 .received;
         }
-        if poll.is_none() && from_lane == 0 && !orders.down.load(Ordering::SeqCst) {
+        if poll.is_none() && from_lane == 0 && !orders.faults.is_down() {
             // Done when the lane is empty, or has delivered nothing for longer than its
             // visibility timeout while heads are held (their groups' messages wait behind them).
             idle_rounds += 1;
@@ -333,7 +306,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
 
     // The poison is fixed: the held heads are released to be tried again, and the DLQ's dead
     // letters go to the lane, the same function.
-    orders.healed.store(true, Ordering::SeqCst);
+    orders.faults.heal();
     let queue = SqsQueue::with_client(sqs.clone());
     for (id, _) in ledger.held().await.map_err(port)? {
         release_head(ledger.as_ref(), &queue, &id, Release::Retry)

@@ -103,21 +103,80 @@ pub(crate) fn dice(seed: u64, what: &str) -> u64 {
     x ^ (x >> 31)
 }
 
-/// The downstream of the soak: applies a change (by its sequence number) unless the change is
-/// poison, the downstream is down, or the change still has transient failures to go.
-struct Changes {
-    seed: u64,
+/// A downstream's seeded faults, as the stream and Kafka soaks inject them: poison until healed,
+/// outages, and records that fail transiently a seeded number of tries.
+pub(crate) struct Faults {
+    /// The seed of the faults, and of the handlers' own dice.
+    pub(crate) seed: u64,
     healed: AtomicBool,
     down: AtomicBool,
     tries: Mutex<HashMap<String, u64>>,
-    /// Each change applied: (item, sequence number), in the order applied.
-    applied: Mutex<Vec<(String, String)>>,
 }
 
-impl Changes {
-    fn poison(&self, sequence: &str) -> bool {
-        !self.healed.load(Ordering::SeqCst) && dice(self.seed, sequence).is_multiple_of(50)
+impl Faults {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            healed: AtomicBool::new(false),
+            down: AtomicBool::new(false),
+            tries: Mutex::default(),
+        }
     }
+
+    /// What a try of `what` meets: a permanent failure when `poison` (until healed), the
+    /// outage, or one of its first `flaky_tries` tries failing transiently.
+    pub(crate) fn meet(
+        &self,
+        what: &str,
+        poison: bool,
+        flaky_tries: u64,
+    ) -> Result<(), RecordError> {
+        if poison && !self.healed.load(Ordering::SeqCst) {
+            return Err(RecordError::permanent("poison", what.to_owned()));
+        }
+        if self.is_down() {
+            return Err(RecordError::transient(
+                "downstream_down",
+                "the downstream is down",
+            ));
+        }
+        let tries = {
+            let mut tries = self.tries.lock().unwrap();
+            let count = tries.entry(what.to_owned()).or_default();
+            *count += 1;
+            *count
+        };
+        if tries <= flaky_tries {
+            return Err(RecordError::transient("flaky", what.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Rolls round `round`'s outage: one starts on one round in ten and lasts until one in three
+    /// ends it.
+    pub(crate) fn roll_outage(&self, round: u64) {
+        let roll = dice(self.seed, &format!("outage {round}")) % 30;
+        let down = if self.is_down() { roll >= 10 } else { roll < 3 };
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_down(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+    }
+
+    /// The poison is fixed and the downstream back.
+    pub(crate) fn heal(&self) {
+        self.healed.store(true, Ordering::SeqCst);
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The downstream of the soak: applies a change (by its sequence number) unless its faults say
+/// otherwise.
+struct Changes {
+    faults: Faults,
+    /// Each change applied: (item, sequence number), in the order applied.
+    applied: Mutex<Vec<(String, String)>>,
 }
 
 impl RecordHandler for Changes {
@@ -131,30 +190,12 @@ impl RecordHandler for Changes {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        if self.poison(&sequence) {
-            return Err(RecordError::permanent(
-                "poison",
-                format!("change {sequence}"),
-            ));
-        }
-        if self.down.load(Ordering::SeqCst) {
-            return Err(RecordError::transient(
-                "downstream_down",
-                "the downstream is down",
-            ));
-        }
-        let tries = {
-            let mut tries = self.tries.lock().unwrap();
-            let count = tries.entry(sequence.clone()).or_default();
-            *count += 1;
-            *count
-        };
-        if tries <= dice(self.seed, &format!("flaky {sequence}")) % 4 / 3 {
-            return Err(RecordError::transient(
-                "flaky",
-                format!("change {sequence}"),
-            ));
-        }
+        let seed = self.faults.seed;
+        self.faults.meet(
+            &format!("change {sequence}"),
+            dice(seed, &sequence).is_multiple_of(50),
+            dice(seed, &format!("flaky {sequence}")) % 4 / 3,
+        )?;
         self.applied.lock().unwrap().push((item, sequence));
         Ok(())
     }
@@ -238,10 +279,7 @@ pub async fn run_on_moto(
     }
 
     let changes = Changes {
-        seed: config.seed,
-        healed: AtomicBool::new(false),
-        down: AtomicBool::new(false),
-        tries: Mutex::default(),
+        faults: Faults::new(config.seed),
         applied: Mutex::default(),
     };
     // A batch Lambda retries after a crash runs its changes again: the guard keeps their effects
@@ -274,12 +312,7 @@ pub async fn run_on_moto(
     let mut round = 0_u64;
     loop {
         round += 1;
-        // An outage starts on one poll in ten and lasts until one in three ends it.
-        let down = changes.down.load(Ordering::SeqCst);
-        let roll = dice(config.seed, &format!("outage {round}")) % 30;
-        changes
-            .down
-            .store(if down { roll >= 10 } else { roll < 3 }, Ordering::SeqCst);
+        changes.faults.roll_outage(round);
         let crash = dice(config.seed, &format!("crash {round}")).is_multiple_of(20);
         let polls = poller
             .poll(|event| async {
@@ -292,7 +325,7 @@ pub async fn run_on_moto(
                 }
             })
             .await?;
-        if polls.is_empty() && poller.pending() == 0 && !changes.down.load(Ordering::SeqCst) {
+        if polls.is_empty() && poller.pending() == 0 && !changes.faults.is_down() {
             break;
         }
         for poll in &polls {
@@ -324,8 +357,7 @@ pub async fn run_on_moto(
     report.out_of_order = out_of_order.len();
 
     // The poison is fixed: the DLQ's dead letters go through the queue the same function reads.
-    changes.healed.store(true, Ordering::SeqCst);
-    changes.down.store(false, Ordering::SeqCst);
+    changes.faults.heal();
     report.dead_lettered =
         redrive_and_drain(&sqs, &queue.dlq_url, &queue, &processor, &handler).await?;
 
