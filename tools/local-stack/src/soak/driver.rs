@@ -69,6 +69,7 @@ pub async fn run<Q: SoakQueues>(
         rng: Mutex::new(fastrand::Rng::with_seed(config.seed ^ 0xd1d0)),
         share: config.store_faults,
         injected: AtomicU64::new(0),
+        in_flight: AtomicU64::new(0),
     });
     // FIFO attempts are counted with the ledger, as the tfvars' FIFO consumer does.
     let ledger: Option<Arc<dyn AttemptLedger>> = config
@@ -129,6 +130,7 @@ pub async fn run<Q: SoakQueues>(
         started_ms: clock.now_ms(),
         // The operator's calls are not the consumers': no faults injected in them.
         ledger: store.inner.ledger(),
+        store: &store,
         fresh_sets: &planned.fresh_sets,
         longest_deliverable_wait: &longest_deliverable_wait,
         payloads: payloads.as_deref(),
@@ -262,6 +264,8 @@ struct Driver<'a, Q, H> {
     started_ms: u64,
     /// The ledger the operator of a hold reads and releases held heads in.
     ledger: &'a dyn AttemptLedger,
+    /// The store the containers share, whose writes in flight land before the clock moves on.
+    store: &'a FaultyStore,
     /// Where the operator's fresh sets of attempts are counted (the handler's).
     fresh_sets: &'a Mutex<HashMap<String, u32>>,
     /// The longest a deliverable message waited for a receive, in ms, sampled at each receive.
@@ -600,6 +604,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         let second = &self.containers[self.rng.usize(..self.containers.len())];
         let (first, second) =
             tokio::join!(self.handle(first, &records), self.handle(second, &again));
+        self.store.settled().await;
         self.apply_answer(report, &records, first).await?;
         self.apply_answer(report, &again, second).await?;
         Ok(true)
