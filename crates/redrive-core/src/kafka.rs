@@ -93,27 +93,32 @@ pub struct HeaderValue(pub Vec<u8>);
 
 impl<'de> Deserialize<'de> for HeaderValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Numbers(Vec<i16>),
-            Base64(String),
+        // A visitor of its own: an untagged enum would buffer every header before trying each form.
+        struct Bytes;
+        impl<'de> serde::de::Visitor<'de> for Bytes {
+            type Value = HeaderValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of bytes or a base64 string")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<HeaderValue, A::Error> {
+                let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(n) = seq.next_element::<i16>()? {
+                    bytes.push(match n {
+                        0..=255 => n as u8,
+                        -128..=-1 => (n + 256) as u8,
+                        _ => return Err(serde::de::Error::custom(format!("{n} is not a byte"))),
+                    });
+                }
+                Ok(HeaderValue(bytes))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<HeaderValue, E> {
+                BASE64.decode(text).map(HeaderValue).map_err(E::custom)
+            }
         }
-        match Raw::deserialize(deserializer)? {
-            Raw::Numbers(numbers) => numbers
-                .into_iter()
-                .map(|n| match n {
-                    0..=255 => Ok(n as u8),
-                    -128..=-1 => Ok((n + 256) as u8),
-                    _ => Err(serde::de::Error::custom(format!("{n} is not a byte"))),
-                })
-                .collect::<Result<_, _>>()
-                .map(HeaderValue),
-            Raw::Base64(text) => BASE64
-                .decode(text)
-                .map(HeaderValue)
-                .map_err(serde::de::Error::custom),
-        }
+        deserializer.deserialize_any(Bytes)
     }
 }
 

@@ -572,3 +572,30 @@ fn a_lane_that_is_not_a_fifo_queue_is_refused_at_start() {
         "{error}"
     );
 }
+
+/// A header's bytes as Lambda writes them (numbers, a signed byte read as unsigned) or as base64;
+/// anything else is refused with the reason, not taken as empty.
+#[test]
+fn header_bytes_are_read_as_numbers_signed_bytes_or_base64() {
+    let record = |headers: &str| {
+        serde_json::from_str::<redrive_core::kafka::KafkaRecord<'_>>(&format!(
+            r#"{{"topic":"orders","partition":0,"offset":1,"headers":{headers}}}"#
+        ))
+        .map(|record| record.headers.clone())
+    };
+    let read = record(r#"[{"a":[104,105]},{"b":[-1,0]},{"c":"aGk="}]"#).unwrap();
+    let bytes: Vec<(&str, &[u8])> = read
+        .iter()
+        .flat_map(|header| header.iter())
+        .map(|(name, value)| (name.as_str(), value.0.as_slice()))
+        .collect();
+    assert_eq!(
+        bytes,
+        [("a", &b"hi"[..]), ("b", &[255, 0][..]), ("c", &b"hi"[..])]
+    );
+    let too_big = record(r#"[{"a":[300]}]"#).unwrap_err().to_string();
+    assert!(too_big.contains("300 is not a byte"), "{too_big}");
+    let not_base64 = record(r#"[{"a":"%%"}]"#).unwrap_err().to_string();
+    assert!(not_base64.contains("Invalid"), "{not_base64}");
+    assert!(record(r#"[{"a":true}]"#).is_err());
+}
