@@ -169,7 +169,7 @@ impl KafkaOrigin {
     }
 
     /// The attempt ledger's id of its key in its partition ([`KeyOffsets`]); `None` for a record
-    /// without a key, which keeps no order beyond its batch.
+    /// without a key, which follows nothing: its partition's later keyless records pass it.
     pub fn key_id(&self) -> Option<String> {
         Some(key_id(&self.topic, self.partition, self.key.as_deref()?))
     }
