@@ -45,8 +45,8 @@ pub use redrive_core::oracles;
 // The breaker, the fates, the batch's figures and the stream records are named at the root; the
 // courier (`carry`) and the EMF lines are the sibling crates' own.
 pub use redrive_core::{
-    backoff, clock, envelope, error, fifo, handler, idempotency, kafka, payload, port, processor,
-    reprocess_policy, stream,
+    backoff, clock, envelope, error, fifo, handler, idempotency, kafka, lane, payload, port,
+    processor, reprocess_policy, stream,
 };
 
 /// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`] and

@@ -14,9 +14,11 @@
 //! an operator's release), `head_since` (when it began to wait in place at its group's head), the
 //! hold (`held_since`, `held_receive`, `held_receipt`, `held_queue`, `held_error_kind`,
 //! `held_error`, `held_release`) and `expires_at`; the item `holds#index` lists the held heads'
-//! message ids (`held`), so that `dlq held` reads them without a scan. A Kafka key's item
-//! (`attempts#kafka#<topic>-<partition>#<key>`) holds `key_left`, `key_place` and `key_home`
-//! ([`redrive_core::kafka::KeyOffsets`]), each written only upwards (a condition on the offset).
+//! message ids (`held`), so that `dlq held` reads them without a scan. A key with records in the
+//! retry lane (`attempts#kafka#<topic>-<partition>#<key>`, `attempts#fifo#<queue arn>#<group>`)
+//! holds `key_left`, `key_place` and `key_home` ([`redrive_core::lane::KeyOffsets`]), positions
+//! as 39-digit strings that sort as the numbers do (an SQS sequence number has 128 bits, past a
+//! DynamoDB number's 38 digits), each written only upwards (a condition on the position).
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +38,7 @@ use redrive_core::fifo::{
     ledger_key, AttemptLedger, BoxFuture, Hold, LedgerEntry, Release, LEDGER_KEEP,
 };
 use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
-use redrive_core::kafka::{KeyOffsets, KeyPlace};
+use redrive_core::lane::{KeyOffsets, KeyPlace, Position};
 
 const HELD: &str = "IN_PROGRESS";
 const DONE: &str = "DONE";
@@ -455,7 +457,7 @@ impl AttemptLedger for DynamoDbStore {
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
         place: KeyPlace,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(async move {
@@ -463,10 +465,10 @@ impl AttemptLedger for DynamoDbStore {
                 .ledger_update(key_id)
                 .await
                 .update_expression(
-                    "SET key_left = :offset, key_place = :place, expires_at = :expires",
+                    "SET key_left = :position, key_place = :place, expires_at = :expires",
                 )
-                .condition_expression("attribute_not_exists(key_left) OR key_left < :offset")
-                .expression_attribute_values(":offset", AttributeValue::N(offset.to_string()))
+                .condition_expression("attribute_not_exists(key_left) OR key_left < :position")
+                .expression_attribute_values(":position", text(&position.to_sortable()))
                 .expression_attribute_values(":place", text(place.as_str()));
             later_kept(request.send().await)
         })
@@ -475,15 +477,15 @@ impl AttemptLedger for DynamoDbStore {
     fn record_key_home<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(async move {
             let request = self
                 .ledger_update(key_id)
                 .await
-                .update_expression("SET key_home = :offset, expires_at = :expires")
-                .condition_expression("attribute_not_exists(key_home) OR key_home < :offset")
-                .expression_attribute_values(":offset", AttributeValue::N(offset.to_string()));
+                .update_expression("SET key_home = :position, expires_at = :expires")
+                .condition_expression("attribute_not_exists(key_home) OR key_home < :position")
+                .expression_attribute_values(":position", text(&position.to_sortable()));
             later_kept(request.send().await)
         })
     }
@@ -586,13 +588,13 @@ fn entry_of(item: &HashMap<String, AttributeValue>) -> LedgerEntry {
     }
 }
 
-/// A Kafka key's offsets, if the item records any.
+/// A key's positions in the lane, if the item records any.
 fn key_offsets_of(item: &HashMap<String, AttributeValue>) -> Option<KeyOffsets> {
-    let signed = |name: &str| item.get(name)?.as_n().ok()?.parse::<i64>().ok();
+    let position = |name: &str| Position::parse(item.get(name)?.as_s().ok()?);
     Some(KeyOffsets {
-        left: signed("key_left")?,
+        left: position("key_left")?,
         place: KeyPlace::parse(item.get("key_place")?.as_s().ok()?)?,
-        home: signed("key_home"),
+        home: position("key_home"),
     })
 }
 

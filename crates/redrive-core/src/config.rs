@@ -25,7 +25,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "(optional) URL of the source queue; looked up from the event source ARN otherwise",
     ),
     (
-        "REDRIVE_KAFKA_LANE_URL",
+        "REDRIVE_LANE_URL",
         "(unset: none) URL of the SQS FIFO queue a Kafka record that fails transiently goes to, instead of holding its partition; the same function reads it",
     ),
     (
@@ -448,12 +448,12 @@ impl Settings {
         };
 
         let dlq_url = get("REDRIVE_DLQ_URL");
-        let kafka_lane_url = get("REDRIVE_KAFKA_LANE_URL");
-        if let Some(url) = &kafka_lane_url {
+        let lane_url = get("REDRIVE_LANE_URL");
+        if let Some(url) = &lane_url {
             // A lane keeps a key's records in order only as a FIFO queue's message group.
             if !url.ends_with(".fifo") || !url.contains("://") {
                 return Err(ConfigError::new(
-                    "REDRIVE_KAFKA_LANE_URL",
+                    "REDRIVE_LANE_URL",
                     url,
                     "expected the URL of an SQS FIFO queue (https://sqs.<region>.amazonaws.com/<account>/<name>.fifo): the lane keeps each key's records in order",
                 ));
@@ -529,9 +529,9 @@ impl Settings {
         let ledger_table = get("REDRIVE_LEDGER_TABLE")
             .or_else(|| get("REDRIVE_IDEMPOTENCY_TABLE"))
             .filter(|table| !table.is_empty());
-        if kafka_lane_url.is_some() && ledger_table.is_none() {
+        if lane_url.is_some() && ledger_table.is_none() {
             return Err(ConfigError::new(
-                "REDRIVE_KAFKA_LANE_URL",
+                "REDRIVE_LANE_URL",
                 "set",
                 "the lane keeps a key's order across batches in the attempt ledger: set REDRIVE_LEDGER_TABLE (or REDRIVE_IDEMPOTENCY_TABLE)",
             ));
@@ -557,7 +557,7 @@ impl Settings {
                 concurrency: NonZeroUsize::new(concurrency as usize).unwrap_or(NonZeroUsize::MIN),
                 fifo_on_dead_letter,
                 source,
-                kafka_lane_url,
+                lane_url,
             },
             breaker: BreakerSettings {
                 threshold,

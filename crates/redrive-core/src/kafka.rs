@@ -3,7 +3,7 @@
 //!
 //! A partition is read in order. A record that fails transiently does not hold its partition: it
 //! goes to the **retry lane**, an SQS FIFO queue the same function reads
-//! (`REDRIVE_KAFKA_LANE_URL`), in a message group of its topic and key, with the failure context
+//! (`REDRIVE_LANE_URL`), in a message group of its topic and key, with the failure context
 //! and its origin, and the partition goes on; the lane retries it with redrive's backoff, in
 //! order per key. A later record of a key that has a record in the lane (or in the DLQ) follows
 //! it there untried, so that a key's records take effect in the partition's order.
@@ -12,7 +12,7 @@
 //! [`Processor::process_kafka`] runs a batch.
 //!
 //! Across batches, the attempt ledger remembers each key that has records out of its partition
-//! ([`KeyOffsets`]: the last offset that left, and where, and the last that took effect from
+//! ([`KeyOffsets`](crate::lane::KeyOffsets): the last offset that left, and where, and the last that took effect from
 //! the lane): a batch reads its keys first, and a later record of a waiting key follows the
 //! earlier ones; the lane's consumer writes a record's offset back when it takes effect.
 //!
@@ -168,7 +168,7 @@ impl KafkaOrigin {
         format!("{}-{}", self.topic, self.partition)
     }
 
-    /// The attempt ledger's id of its key in its partition ([`KeyOffsets`]); `None` for a record
+    /// The attempt ledger's id of its key in its partition ([`crate::lane::KeyOffsets`]); `None` for a record
     /// without a key, which follows nothing: its partition's later keyless records pass it.
     pub fn key_id(&self) -> Option<String> {
         Some(key_id(&self.topic, self.partition, self.key.as_deref()?))
@@ -179,53 +179,6 @@ impl KafkaOrigin {
 /// (a digest past 128 characters).
 fn key_id(topic: &str, partition: i64, key: &str) -> String {
     within_128(format!("kafka#{topic}-{partition}#{key}"))
-}
-
-/// Where a key's records wait out of their partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyPlace {
-    /// In the retry lane.
-    Lane,
-    /// In the DLQ, until a redrive sends them to the lane.
-    Dlq,
-}
-
-impl KeyPlace {
-    /// The name stored in the ledger.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Lane => "lane",
-            Self::Dlq => "dlq",
-        }
-    }
-
-    /// The place named `name`.
-    pub fn parse(name: &str) -> Option<Self> {
-        [Self::Lane, Self::Dlq]
-            .into_iter()
-            .find(|place| place.as_str() == name)
-    }
-}
-
-/// What the attempt ledger remembers of a key's records that left their partition: the last
-/// offset sent out (and where), and the last that took effect from the lane. While `left` is
-/// past `home`, the key's later records follow there; a record lost on the way (never sent,
-/// given back) is passed by the next one home, so a key is never waiting for ever.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeyOffsets {
-    /// The last offset sent to the lane or the DLQ.
-    pub left: i64,
-    /// Where it went.
-    pub place: KeyPlace,
-    /// The last offset that took effect from the lane, if any.
-    pub home: Option<i64>,
-}
-
-impl KeyOffsets {
-    /// Where the key's later records go, while some of its records are out.
-    pub fn waiting(&self) -> Option<KeyPlace> {
-        (self.home < Some(self.left)).then_some(self.place)
-    }
 }
 
 impl KafkaRecord<'_> {

@@ -24,6 +24,7 @@ pub mod fifo;
 pub mod handler;
 pub mod idempotency;
 pub mod kafka;
+pub mod lane;
 /// The batch's figures as EMF lines: [`BatchReport`] is the API, the lines are shared with
 /// `redrive-recovery`.
 #[doc(hidden)]

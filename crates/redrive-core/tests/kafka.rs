@@ -11,8 +11,8 @@ use redrive_core::error::PortError;
 use redrive_core::fifo::{
     AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
 };
-use redrive_core::kafka::KeyPlace;
 use redrive_core::kafka::{KafkaEvent, KafkaEventResponse, KafkaOrigin, KAFKA_ATTRIBUTE};
+use redrive_core::lane::{KeyPlace, Position};
 use redrive_core::port::RecordingQueue;
 use redrive_core::{
     Message, Processed, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent,
@@ -77,7 +77,7 @@ fn processor(lane: Option<&str>) -> Processor<RecordingQueue> {
         RecordingQueue::default(),
         ProcessorConfig {
             dlq_url: Some(DLQ.to_owned()),
-            kafka_lane_url: lane.map(str::to_owned),
+            lane_url: lane.map(str::to_owned),
             deadline_margin: std::time::Duration::ZERO,
             ..ProcessorConfig::default()
         },
@@ -451,12 +451,16 @@ impl AttemptLedger for Down {
     fn record_key_left<'a>(
         &'a self,
         _: &'a str,
-        _: i64,
+        _: Position,
         _: KeyPlace,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         down()
     }
-    fn record_key_home<'a>(&'a self, _: &'a str, _: i64) -> BoxFuture<'a, Result<(), PortError>> {
+    fn record_key_home<'a>(
+        &'a self,
+        _: &'a str,
+        _: Position,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
         down()
     }
 }
@@ -490,9 +494,9 @@ async fn a_ledger_that_cannot_say_which_keys_wait_gives_the_batch_back_untried()
 #[test]
 fn a_lane_without_the_attempt_ledger_is_refused_at_start() {
     let lane = |table: bool| {
-        let names = ["REDRIVE_KAFKA_LANE_URL", "REDRIVE_LEDGER_TABLE"];
+        let names = ["REDRIVE_LANE_URL", "REDRIVE_LEDGER_TABLE"];
         redrive_core::Settings::from_lookup(names, move |name| match name {
-            "REDRIVE_KAFKA_LANE_URL" => {
+            "REDRIVE_LANE_URL" => {
                 Some(LANE.replace("https://sqs.local", "https://sqs.us-east-1.amazonaws.com"))
             }
             "REDRIVE_LEDGER_TABLE" if table => Some("orders-ledger".to_owned()),
@@ -562,15 +566,12 @@ async fn a_lane_copy_reaches_the_handler_with_its_bytes_and_origin() {
 
 #[test]
 fn a_lane_that_is_not_a_fifo_queue_is_refused_at_start() {
-    let error = redrive_core::Settings::from_lookup(["REDRIVE_KAFKA_LANE_URL"], |name| {
-        (name == "REDRIVE_KAFKA_LANE_URL")
+    let error = redrive_core::Settings::from_lookup(["REDRIVE_LANE_URL"], |name| {
+        (name == "REDRIVE_LANE_URL")
             .then(|| "https://sqs.us-east-1.amazonaws.com/123456789012/orders-lane".to_owned())
     })
     .unwrap_err();
-    assert!(
-        error.to_string().contains("REDRIVE_KAFKA_LANE_URL"),
-        "{error}"
-    );
+    assert!(error.to_string().contains("REDRIVE_LANE_URL"), "{error}");
 }
 
 /// A header's bytes as Lambda writes them (numbers, a signed byte read as unsigned) or as base64;

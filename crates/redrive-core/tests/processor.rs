@@ -10,7 +10,7 @@ use redrive_core::error::PortError;
 use redrive_core::fifo::{
     AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
 };
-use redrive_core::kafka::KeyPlace;
+use redrive_core::lane::{KeyPlace, Position};
 use redrive_core::port::{Call, RecordingQueue};
 use redrive_core::{
     BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig,
@@ -918,17 +918,17 @@ impl AttemptLedger for Scripted {
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
         place: KeyPlace,
     ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_key_left(key_id, offset, place)
+        self.inner.record_key_left(key_id, position, place)
     }
     fn record_key_home<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_key_home(key_id, offset)
+        self.inner.record_key_home(key_id, position)
     }
 }
 

@@ -239,6 +239,10 @@ pub struct SystemAttributes<'a> {
     /// FIFO deduplication id.
     #[serde(borrow, default)]
     pub message_deduplication_id: Option<Text<'a>>,
+    /// FIFO: the number SQS gave the message, which grows within its group (128 bits, SQS API
+    /// reference, SendMessage).
+    #[serde(borrow, default)]
+    pub sequence_number: Option<Text<'a>>,
     /// The X-Ray trace header the sender set.
     #[serde(rename = "AWSTraceHeader", borrow, default)]
     pub aws_trace_header: Option<Text<'a>>,
@@ -341,6 +345,7 @@ impl<'a> From<&'a aws_lambda_events::sqs::SqsMessage> for SqsRecord<'a> {
                 approximate_first_receive_timestamp: system("ApproximateFirstReceiveTimestamp"),
                 message_group_id: system("MessageGroupId"),
                 message_deduplication_id: system("MessageDeduplicationId"),
+                sequence_number: system("SequenceNumber"),
                 aws_trace_header: system("AWSTraceHeader"),
                 dead_letter_queue_source_arn: system("DeadLetterQueueSourceArn"),
             },

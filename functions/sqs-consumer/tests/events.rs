@@ -50,7 +50,7 @@ async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
         source_queue_url: None,
         retry: RetryPolicy::default(),
         deadline_margin: Duration::from_secs(2),
-        kafka_lane_url: Some(LANE.into()),
+        lane_url: Some(LANE.into()),
         ..ProcessorConfig::default()
     };
     let processor = Processor::new(RecordingQueue::default(), config);

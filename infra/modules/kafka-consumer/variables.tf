@@ -173,7 +173,7 @@ variable "function_memory_mb" {
 }
 
 variable "environment" {
-  description = "Extra environment (REDRIVE_*); REDRIVE_KAFKA_LANE_URL, REDRIVE_LEDGER_TABLE and the lane's settings are added."
+  description = "Extra environment (REDRIVE_*); REDRIVE_LANE_URL, REDRIVE_LEDGER_TABLE and the lane's settings are added."
   type        = map(string)
   nullable    = false
   default     = {}

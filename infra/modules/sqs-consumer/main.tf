@@ -104,7 +104,7 @@ module "function" {
     REDRIVE_SOURCE_VISIBILITY_TIMEOUT = "${var.visibility_timeout_seconds}s"
     }, {
     REDRIVE_FIFO_ON_DEAD_LETTER                  = var.fifo_on_dead_letter
-    }, var.kafka_lane ? { REDRIVE_KAFKA_LANE_URL = local.queue.url } : {}, var.fifo_on_dead_letter != "hold" ? {} : {
+    }, var.kafka_lane ? { REDRIVE_LANE_URL = local.queue.url } : {}, var.fifo_on_dead_letter != "hold" ? {} : {
     # A hold ends (the head is dead-lettered) a day before the queue's retention would drop it.
     REDRIVE_FIFO_HOLD_MAX_AGE = "${var.message_retention_seconds - 86400}s"
   })

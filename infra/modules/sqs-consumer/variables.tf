@@ -93,7 +93,7 @@ variable "environment" {
 }
 
 variable "kafka_lane" {
-  description = "The queue is a Kafka consumer's retry lane (modules/kafka-consumer): the function gets REDRIVE_KAFKA_LANE_URL, its own queue, where a Kafka record that fails transiently goes. FIFO only."
+  description = "The queue is a Kafka consumer's retry lane (modules/kafka-consumer): the function gets REDRIVE_LANE_URL, its own queue, where a Kafka record that fails transiently goes. FIFO only."
   type        = bool
   default     = false
   nullable    = false

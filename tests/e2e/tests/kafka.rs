@@ -105,7 +105,7 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
     let lane = stack.queue.url.clone();
     stack.reconfigure(&[
         ("REDRIVE_RETRY_SEQUENCE", "1s,1s,1s,1s"),
-        ("REDRIVE_KAFKA_LANE_URL", &lane),
+        ("REDRIVE_LANE_URL", &lane),
     ]);
     let client = broker.client().await.unwrap();
     client

@@ -85,7 +85,7 @@ fn processor() -> Processor<RecordingQueue> {
         RecordingQueue::default(),
         ProcessorConfig {
             dlq_url: Some(DLQ.to_owned()),
-            kafka_lane_url: Some(LANE.to_owned()),
+            lane_url: Some(LANE.to_owned()),
             deadline_margin: Duration::from_secs(2),
             ..ProcessorConfig::default()
         },

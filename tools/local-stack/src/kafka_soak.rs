@@ -205,7 +205,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
             &key,
             &lane.dlq_url,
             &[
-                ("REDRIVE_KAFKA_LANE_URL", lane.url.as_str()),
+                ("REDRIVE_LANE_URL", lane.url.as_str()),
                 ("REDRIVE_LEDGER_TABLE", table.as_str()),
                 ("REDRIVE_RETRY_SEQUENCE", "1s"),
                 // A poison order in the lane holds its customer's group there (as

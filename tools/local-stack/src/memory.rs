@@ -602,6 +602,11 @@ fn record_of(message: &Stored) -> SqsRecord<'static> {
         .first_received_ms
         .map(|ms| Text::from(ms.to_string()));
     record.attributes.message_group_id = message.group.clone().map(Text::from);
+    // A FIFO message's `SequenceNumber` grows in sending order, as its id's number does.
+    record.attributes.sequence_number = message
+        .group
+        .as_ref()
+        .map(|_| Text::from(message.id.trim_start_matches('m').to_owned()));
     record.attributes.dead_letter_queue_source_arn = message.moved_from.clone().map(Text::from);
     record
 }

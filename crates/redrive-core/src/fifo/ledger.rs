@@ -1,5 +1,5 @@
 //! The attempt ledger: the port where a FIFO record's untried deliveries and its group's hold are
-//! written down (and a Kafka key's records out of their partition, [`KeyOffsets`]), with one
+//! written down (and a key's records out in the retry lane, [`KeyOffsets`]), with one
 //! implementation in memory (tests, the soak) and one that counts calls.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,7 +10,7 @@ use std::time::Duration;
 pub use futures_util::future::BoxFuture;
 
 use crate::error::PortError;
-use crate::kafka::{KeyOffsets, KeyPlace};
+use crate::lane::{KeyOffsets, KeyPlace, Position};
 use crate::sync::lock;
 
 /// How long a ledger entry is kept: a FIFO queue keeps a message at most 14 days.
@@ -35,8 +35,8 @@ pub struct LedgerEntry {
     /// age counts from then, not from its first receive, which it shares with the head it
     /// arrived behind.
     pub head_since_ms: Option<u64>,
-    /// A Kafka key's records out of their partition (the entry of a key id,
-    /// [`crate::kafka::KafkaOrigin::key_id`]).
+    /// A key's records out in the retry lane (the entry of a Kafka key id,
+    /// [`crate::kafka::KafkaOrigin::key_id`], or of a FIFO group, [`crate::lane::group_key`]).
     pub key: Option<KeyOffsets>,
 }
 
@@ -159,22 +159,22 @@ pub trait AttemptLedger: Send + Sync {
     /// operator, or held too long): `dlq held` no longer lists it.
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
 
-    /// Writes down that the record at `offset` of Kafka key `key_id` left for `place` (before it
-    /// is sent: a key never looks free while a record of it is out). An earlier offset than the
+    /// Writes down that the record at `position` of key `key_id` left for `place` (before it is
+    /// sent: a key never looks free while a record of it is out). An earlier position than the
     /// one written (a retried batch) changes nothing.
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
         place: KeyPlace,
     ) -> BoxFuture<'a, Result<(), PortError>>;
 
-    /// Writes down that the record at `offset` of Kafka key `key_id` took effect from the lane.
-    /// An earlier offset than the one written changes nothing.
+    /// Writes down that the record at `position` of key `key_id` took effect from the lane. An
+    /// earlier position than the one written changes nothing.
     fn record_key_home<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>>;
 }
 
@@ -223,17 +223,17 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
         place: KeyPlace,
     ) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).record_key_left(key_id, offset, place)
+        (**self).record_key_left(key_id, position, place)
     }
     fn record_key_home<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).record_key_home(key_id, offset)
+        (**self).record_key_home(key_id, position)
     }
 }
 
@@ -360,17 +360,17 @@ impl AttemptLedger for MemoryLedger {
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
         place: KeyPlace,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         let mut entries = lock(&self.entries);
         let key = &mut entries.entry(key_id.to_owned()).or_default().key;
         match key {
-            Some(key) if key.left >= offset => {}
-            Some(key) => (key.left, key.place) = (offset, place),
+            Some(key) if key.left >= position => {}
+            Some(key) => (key.left, key.place) = (position, place),
             None => {
                 *key = Some(KeyOffsets {
-                    left: offset,
+                    left: position,
                     place,
                     home: None,
                 })
@@ -382,11 +382,11 @@ impl AttemptLedger for MemoryLedger {
     fn record_key_home<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         let mut entries = lock(&self.entries);
         if let Some(key) = &mut entries.entry(key_id.to_owned()).or_default().key {
-            key.home = key.home.max(Some(offset));
+            key.home = key.home.max(Some(position));
         }
         ready(())
     }
@@ -477,19 +477,19 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
         place: KeyPlace,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_key_left(key_id, offset, place)
+        self.inner.record_key_left(key_id, position, place)
     }
     fn record_key_home<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_key_home(key_id, offset)
+        self.inner.record_key_home(key_id, position)
     }
 }
 

@@ -58,7 +58,7 @@ pub struct ProcessorConfig {
     pub source: SourceQueue,
     /// Kafka: the SQS FIFO queue a record that fails transiently goes to instead of holding its
     /// partition ([`crate::kafka`]); `None` gives it back to Lambda.
-    pub kafka_lane_url: Option<String>,
+    pub lane_url: Option<String>,
 }
 
 /// The default bound on records in flight: a whole batch of Lambda's default size (10) and any
@@ -80,7 +80,7 @@ impl Default for ProcessorConfig {
             concurrency: DEFAULT_CONCURRENCY,
             fifo_on_dead_letter: FifoOnDeadLetter::Continue,
             source: SourceQueue::default(),
-            kafka_lane_url: None,
+            lane_url: None,
         }
     }
 }

@@ -16,8 +16,8 @@ use crate::fifo::HeadStatus;
 use crate::handler::{Invocation, RecordHandler};
 use crate::kafka::{
     KafkaBatchItemFailure, KafkaEvent, KafkaEventResponse, KafkaItemIdentifier, KafkaRecord,
-    KeyPlace,
 };
+use crate::lane::{KeyPlace, LaneMark, Position};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
 
@@ -58,7 +58,7 @@ impl<Q: QueuePort> Processor<Q> {
             failed_in: invocation.failed_in(),
             judge: self.judge(false),
             cutoff: self.budget(invocation.deadline_ms).cutoff(),
-            lane: self.config.kafka_lane_url.as_deref(),
+            lane: self.config.lane_url.as_deref(),
             waiting: &waiting,
         };
         // Made first, then run: a stream that makes them from the borrowed event leaves the
@@ -210,7 +210,10 @@ impl<Q: QueuePort> Processor<Q> {
         let (Some(ledger), Some(key_id)) = (&self.ledger, key_id) else {
             return true;
         };
-        match ledger.record_key_left(key_id, offset, place).await {
+        match ledger
+            .record_key_left(key_id, Position::offset(offset), place)
+            .await
+        {
             Ok(()) => true,
             Err(error) => {
                 tracing::error!(key = key_id, offset, %error, "the attempt ledger did not write down the key's record leaving: given back, with the rest of its partition");
@@ -219,9 +222,10 @@ impl<Q: QueuePort> Processor<Q> {
         }
     }
 
-    /// The lane's side: writes down the offset of each Kafka record done here, so that its key's
-    /// later records stop following once none is out. A write that fails or is cut off at
-    /// `deadline` leaves the key following until its next record is done here.
+    /// The lane's side: writes down the position of each record done here (a Kafka record's
+    /// offset, a FIFO record's sequence number in its source), so that its key's later records
+    /// stop following once none is out. A write that fails or is cut off at `deadline` leaves the
+    /// key following until its next record is done here.
     pub(super) async fn write_keys_home(
         &self,
         items: &[Item<'_>],
@@ -234,11 +238,16 @@ impl<Q: QueuePort> Processor<Q> {
             .iter()
             .zip(rulings)
             .filter(|(_, ruling)| matches!(ruling.fate, Fate::Done))
-            .filter_map(|(item, _)| item.message(invocation).kafka())
-            .filter_map(|origin| Some((origin.key_id()?, origin.offset)));
-        let writes = futures_util::future::join_all(home.map(|(key_id, offset)| async move {
-            if let Err(error) = ledger.record_key_home(&key_id, offset).await {
-                tracing::warn!(key = key_id, offset, %error, "the Kafka key's record home not written down: its later records follow it to the lane until the next one is done");
+            .filter_map(|(item, _)| match LaneMark::of(item.record) {
+                Some(mark) => Some((mark.key, mark.position)),
+                None => {
+                    let origin = item.message(invocation).kafka()?;
+                    Some((origin.key_id()?, Position::offset(origin.offset)))
+                }
+            });
+        let writes = futures_util::future::join_all(home.map(|(key_id, position)| async move {
+            if let Err(error) = ledger.record_key_home(&key_id, position).await {
+                tracing::warn!(key = key_id, position = position.0.to_string(), %error, "the key's record home not written down: its later records follow it to the lane until the next one is done");
             }
         }));
         let _ = by_deadline(deadline, writes).await;

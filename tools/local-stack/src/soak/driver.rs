@@ -89,7 +89,7 @@ pub async fn run<Q: SoakQueues>(
                     retention: config.engine_retention.unwrap_or(config.retention),
                     visibility_timeout: config.visibility,
                 },
-                kafka_lane_url: None,
+                lane_url: None,
             },
         )
         .with_clock(clock.clone())

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::fifo::{AttemptLedger, BoxFuture, Hold, LedgerEntry, MemoryLedger, Release};
 use redrive::idempotency::{Claim, IdempotencyStore, MemoryStore};
-use redrive::kafka::KeyPlace;
+use redrive::lane::{KeyPlace, Position};
 use redrive::PortError;
 
 use super::duration_ms;
@@ -242,22 +242,22 @@ impl AttemptLedger for FaultyStore {
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
         place: KeyPlace,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(self.call(
             "UpdateItem",
-            self.inner.ledger().record_key_left(key_id, offset, place),
+            self.inner.ledger().record_key_left(key_id, position, place),
         ))
     }
     fn record_key_home<'a>(
         &'a self,
         key_id: &'a str,
-        offset: i64,
+        position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(self.call(
             "UpdateItem",
-            self.inner.ledger().record_key_home(key_id, offset),
+            self.inner.ledger().record_key_home(key_id, position),
         ))
     }
 }
