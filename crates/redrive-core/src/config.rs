@@ -26,7 +26,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "REDRIVE_LANE_URL",
-        "(unset: none) URL of the SQS FIFO queue a Kafka record that fails transiently goes to, instead of holding its partition; the same function reads it",
+        "(unset: none) URL of the retry lane, an SQS FIFO queue the same function reads: a Kafka record that fails transiently goes there instead of holding its partition; with REDRIVE_FIFO_ON_DEAD_LETTER=hold, a FIFO head that would hold its group waits there with the group's later records, instead of in its source",
     ),
     (
         "REDRIVE_SOURCE_RETENTION",
@@ -533,7 +533,7 @@ impl Settings {
             return Err(ConfigError::new(
                 "REDRIVE_LANE_URL",
                 "set",
-                "the lane keeps a key's order across batches in the attempt ledger: set REDRIVE_LEDGER_TABLE (or REDRIVE_IDEMPOTENCY_TABLE)",
+                "the lane keeps a key's (or a FIFO group's) order across batches in the attempt ledger: set REDRIVE_LEDGER_TABLE (or REDRIVE_IDEMPOTENCY_TABLE)",
             ));
         }
         let source = source_queue(&env)?;

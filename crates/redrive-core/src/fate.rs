@@ -27,6 +27,8 @@ pub(crate) enum Outcome {
     Held,
     /// FIFO: held, and released to the DLQ by an operator.
     ReleasedToDeadLetter,
+    /// FIFO with a retry lane: its group's head waits in the lane, held; it follows, untried.
+    FollowsGroup,
 }
 
 impl Outcome {
@@ -136,6 +138,13 @@ pub enum Fate {
         /// The visibility to set first, if any.
         visibility: Option<Duration>,
     },
+    /// FIFO with a retry lane (`REDRIVE_LANE_URL`, `REDRIVE_FIFO_ON_DEAD_LETTER=hold`): send to
+    /// the lane in its message group, and delete from the source, whose other groups go on past
+    /// the held group's backlog.
+    Park {
+        /// It is the head its group is held on (else it follows one).
+        held: bool,
+    },
 }
 
 impl Fate {
@@ -147,6 +156,7 @@ impl Fate {
             Self::DeadLetter { .. } => "dead_letter",
             Self::Defer { .. } => "defer",
             Self::GiveBack { .. } => "give_back",
+            Self::Park { .. } => "park",
         }
     }
 
@@ -263,6 +273,9 @@ pub(crate) struct Judge<'p> {
     report_only: bool,
     /// FIFO heads hold their group instead of being dead-lettered, up to this age.
     hold_for: Option<Duration>,
+    /// A head that would hold its group is parked in the retry lane instead, and the group's
+    /// later records follow it there.
+    parks: bool,
     source: SourceQueue,
     blocked_groups: Vec<String>,
 }
@@ -275,6 +288,7 @@ impl<'p> Judge<'p> {
             fifo,
             report_only: false,
             hold_for: None,
+            parks: false,
             source: SourceQueue::default(),
             blocked_groups: Vec::new(),
         }
@@ -309,6 +323,14 @@ impl<'p> Judge<'p> {
         self
     }
 
+    /// With a hold: a head that would hold its group is parked in the retry lane instead, with
+    /// its group's later records (a batch from a FIFO source, not from the lane itself).
+    #[must_use]
+    pub fn parks(mut self, parks: bool) -> Self {
+        self.parks = parks;
+        self
+    }
+
     /// Without a DLQ nothing is re-sent: every failure is given back to SQS, whose retries and
     /// redrive policy take over (what a plain partial-batch processor does).
     #[must_use]
@@ -337,7 +359,8 @@ impl<'p> Judge<'p> {
         history: History,
         jitter: impl FnOnce() -> f64,
     ) -> Fate {
-        let outcome = if self.is_blocked(group) {
+        // A record that follows its group to the lane is not held back by the head parked there.
+        let outcome = if self.is_blocked(group) && !matches!(outcome, Outcome::FollowsGroup) {
             &Outcome::GroupBlocked
         } else {
             outcome
@@ -359,6 +382,10 @@ impl<'p> Judge<'p> {
                         .hold_for
                         .is_some_and(|max_age| history.in_queue_for < max_age) =>
             {
+                // A head held in place before (`Held`) stays there.
+                if self.parks && !matches!(outcome, Outcome::Held) {
+                    return self.block(group, Fate::Park { held: true });
+                }
                 Fate::GiveBack {
                     reason: GiveBackReason::Held,
                     visibility: Some(self.in_place(history, self.source.max_in_place_wait())),
@@ -366,6 +393,11 @@ impl<'p> Judge<'p> {
             }
             fate => fate,
         };
+        self.block(group, fate)
+    }
+
+    /// `fate`, and on FIFO the rest of `group` blocked when it is not done.
+    fn block(&mut self, group: Option<&str>, fate: Fate) -> Fate {
         if self.fifo && fate != Fate::Done {
             if let Some(group) = group {
                 if !self.blocked_groups.iter().any(|g| g == group) {
@@ -421,6 +453,7 @@ impl<'p> Judge<'p> {
             Outcome::NotStarted => give_back(GiveBackReason::Deadline, None),
             Outcome::NoBody => give_back(GiveBackReason::NoBody, None),
             Outcome::GroupBlocked => give_back(GiveBackReason::GroupBlocked, Some(Duration::ZERO)),
+            Outcome::FollowsGroup => Fate::Park { held: false },
             // Held: dead-lettered, which the hold (`decide`) turns into another wait in place
             // until it is too old.
             Outcome::AttemptsUsedUp | Outcome::Held | Outcome::ReleasedToDeadLetter => {

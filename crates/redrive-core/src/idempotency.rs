@@ -572,6 +572,7 @@ mod tests {
             receive_count: 0,
             head: crate::fifo::HeadStatus::Free,
             head_since_s: 0,
+            lane: crate::fifo::LaneState::Free,
         };
         let error = handler
             .handle(&item.message(&invocation))

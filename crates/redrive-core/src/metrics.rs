@@ -27,6 +27,9 @@ pub struct BatchReport {
     /// FIFO heads holding their group (`REDRIVE_FIFO_ON_DEAD_LETTER=hold`; given back too): an
     /// operator's job.
     pub held: u32,
+    /// FIFO with a retry lane: records sent to the lane with their held group (its head too),
+    /// deleted from the source.
+    pub parked: u32,
     /// Transient failures.
     pub transient_errors: u32,
     /// Permanent failures.
@@ -56,7 +59,7 @@ pub struct BatchReport {
     pub held_heads: Option<u32>,
 }
 
-const COUNTS: [&str; 16] = [
+const COUNTS: [&str; 17] = [
     "Records",
     "Done",
     "DoneAfterRetry",
@@ -65,6 +68,7 @@ const COUNTS: [&str; 16] = [
     "Deferred",
     "GivenBack",
     "Held",
+    "Parked",
     "TransientErrors",
     "PermanentErrors",
     "Panics",
@@ -86,6 +90,7 @@ impl BatchReport {
         self.deferred += other.deferred;
         self.given_back += other.given_back;
         self.held += other.held;
+        self.parked += other.parked;
         self.transient_errors += other.transient_errors;
         self.permanent_errors += other.permanent_errors;
         self.panics += other.panics;
@@ -129,6 +134,7 @@ impl BatchReport {
                 self.held += 1;
             }
             Fate::GiveBack { .. } => self.given_back += 1,
+            Fate::Park { .. } => self.parked += 1,
         }
     }
 

@@ -207,13 +207,14 @@ enum Field {
     EventSourceArn,
     EventSource,
     MessageAttributes,
-    /// The `attributes` object: its fields are the seven below.
+    /// The `attributes` object: its fields are the eight below.
     Attributes,
     ReceiveCount,
     SentTimestamp,
     FirstReceiveTimestamp,
     MessageGroupId,
     MessageDeduplicationId,
+    SequenceNumber,
     TraceHeader,
     DeadLetterQueueSourceArn,
     /// A field the records do not keep.
@@ -241,6 +242,7 @@ impl Field {
             "ApproximateFirstReceiveTimestamp" => Self::FirstReceiveTimestamp,
             "MessageGroupId" => Self::MessageGroupId,
             "MessageDeduplicationId" => Self::MessageDeduplicationId,
+            "SequenceNumber" => Self::SequenceNumber,
             "AWSTraceHeader" => Self::TraceHeader,
             "DeadLetterQueueSourceArn" => Self::DeadLetterQueueSourceArn,
             _ => Self::Other,
@@ -886,6 +888,7 @@ fn string_slot<'r, 'a>(
         Field::FirstReceiveTimestamp => &mut attributes.approximate_first_receive_timestamp,
         Field::MessageGroupId => &mut attributes.message_group_id,
         Field::MessageDeduplicationId => &mut attributes.message_deduplication_id,
+        Field::SequenceNumber => &mut attributes.sequence_number,
         Field::TraceHeader => &mut attributes.aws_trace_header,
         Field::DeadLetterQueueSourceArn => &mut attributes.dead_letter_queue_source_arn,
         Field::Body | Field::MessageAttributes | Field::Attributes | Field::Other => return None,

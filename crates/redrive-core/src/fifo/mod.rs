@@ -75,9 +75,55 @@ pub(crate) enum HeadStatus {
     Held,
     /// Released to the DLQ by an operator.
     ReleasedToDeadLetter,
+    /// Released by an operator to be tried again (its hold has ended).
+    ReleasedToRetry,
     /// The ledger did not answer for it (failed, slow, or a partial read): its attempts are SQS's
     /// count, which may hold receives nobody tried, and its hold is unknown.
     Unread,
+}
+
+/// Where a FIFO record stands with the retry lane (`REDRIVE_LANE_URL` with a hold).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum LaneState {
+    /// Nothing to do with the lane: handled where it is.
+    #[default]
+    Free,
+    /// In its source, while its group waits in the lane: it follows there, untried.
+    Follows,
+    /// In its source, and the ledger did not say whether its group waits in the lane: it waits
+    /// in place, untried.
+    Unread,
+    /// In the lane, the head its group was held on, not yet released: held there, untried.
+    Parked,
+}
+
+/// Whether the groups `keys` (their [`crate::lane::group_key`]s, in order) wait in the lane,
+/// read in one call within `within`: `Follows` or `Free` for each, `Unread` for each when the
+/// ledger did not answer for it (failed, slow, or a partial read).
+pub(crate) async fn group_states(
+    ledger: &dyn AttemptLedger,
+    keys: &[&str],
+    within: Duration,
+) -> Vec<LaneState> {
+    let entries = match tokio::time::timeout(within, ledger.entries(keys)).await {
+        Ok(Ok(entries)) => entries,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, groups = keys.len(), "attempt ledger not read: whether these groups wait in the retry lane is unknown, and their records wait in place untried");
+            Vec::new()
+        }
+        Err(_) => {
+            tracing::warn!(groups = keys.len(), "attempt ledger not read in time: whether these groups wait in the retry lane is unknown, and their records wait in place untried");
+            Vec::new()
+        }
+    };
+    let mut entries = entries.into_iter();
+    keys.iter()
+        .map(|_| match entries.next().flatten() {
+            None => LaneState::Unread,
+            Some(entry) if entry.key.and_then(|key| key.waiting()).is_some() => LaneState::Follows,
+            Some(_) => LaneState::Free,
+        })
+        .collect()
 }
 
 /// What the ledger says of a delivery.
@@ -127,6 +173,7 @@ pub(crate) async fn recount(
             Some(Recount {
                 attempts_before: entry.attempts_before(delivery.receive_count),
                 head: match entry.hold.map(|hold| hold.release) {
+                    None if entry.attempts_from > 0 => HeadStatus::ReleasedToRetry,
                     None => HeadStatus::Free,
                     Some(Some(Release::DeadLetter)) => HeadStatus::ReleasedToDeadLetter,
                     Some(_) => HeadStatus::Held,

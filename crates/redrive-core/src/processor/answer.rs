@@ -95,6 +95,26 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
                 "FIFO group held on this record: fix the cause, then `dlq release`",
             )
         }
+        Fate::Park { held: true } => {
+            tracing::error!(
+                message_id = item.id,
+                group = item.group().unwrap_or_default(),
+                attempt,
+                error_class,
+                error_kind,
+                error = %message,
+                fate = "park",
+                "FIFO group held on this record, parked in the retry lane with the group's later records: fix the cause, then `dlq release` its copy there",
+            )
+        }
+        Fate::Park { held: false } => {
+            tracing::debug!(
+                message_id = item.id,
+                group = item.group().unwrap_or_default(),
+                fate = "park",
+                "record follows its held group to the retry lane",
+            )
+        }
         Fate::GiveBack { reason, visibility } => {
             let visibility_s = visibility.map(|v| v.as_secs());
             tracing::warn!(

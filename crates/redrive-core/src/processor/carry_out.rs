@@ -19,6 +19,7 @@ use crate::error::{ErrorClass, RecordError};
 use crate::fate::{Fate, GiveBackReason};
 use crate::fifo::{self, HeadStatus, Hold, LedgerWrite};
 use crate::handler::{Invocation, RecordHandler};
+use crate::lane::{group_key, KeyPlace, LaneMark, Position, LANE_ATTRIBUTE};
 use crate::metrics::BatchReport;
 use crate::payload::Pointer;
 use crate::port::{QueuePort, VisibilityChange};
@@ -45,6 +46,12 @@ impl<Q: QueuePort> Processor<Q> {
         // Boxed, and only with a ledger: the batch's future stays as small as without holds.
         if self.ledger.is_some() {
             Box::pin(self.renew_holds(items, rulings, invocation)).await;
+        }
+        if rulings
+            .iter()
+            .any(|ruling| matches!(ruling.fate, Fate::Park { .. }))
+        {
+            Box::pin(self.park(items, rulings, invocation, report)).await;
         }
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
         let mut outgoing = self.outgoing(items, rulings, &failed_in, &[]);
@@ -122,6 +129,99 @@ impl<Q: QueuePort> Processor<Q> {
         }
     }
 
+    /// Sends each parked record to the retry lane, in the batch's order, one at a time: each
+    /// group's position is written down in the ledger first (its later records then follow), and
+    /// a record whose write or send fails is given back with the rest of its group's parked
+    /// records, so that none passes another in the lane.
+    async fn park(
+        &self,
+        items: &[Item<'_>],
+        rulings: &mut [Ruling],
+        invocation: &Invocation<'_>,
+        report: &mut BatchReport,
+    ) {
+        let failed_in = invocation.failed_in();
+        let now = self.clock.now_ms();
+        let mut stopped: Vec<&str> = Vec::new();
+        for (item, ruling) in items.iter().zip(rulings.iter_mut()) {
+            let Fate::Park { held } = ruling.fate else {
+                continue;
+            };
+            let group = item.group().unwrap_or_default();
+            let parked = if stopped.contains(&group) {
+                Err("an earlier record of its group was not parked".to_owned())
+            } else {
+                self.park_one(item, ruling, (now, &failed_in), invocation, report)
+                    .await
+            };
+            if let Err(reason) = parked {
+                tracing::error!(
+                    message_id = item.id,
+                    group,
+                    error = %reason,
+                    "record not parked in the retry lane: given back, with its group's later records",
+                );
+                stopped.push(group);
+                // A follower was not tried: it comes back after its visibility timeout, untried.
+                let reason = if held {
+                    GiveBackReason::SendFailed
+                } else {
+                    GiveBackReason::GroupBlocked
+                };
+                ruling.fate = Fate::GiveBack {
+                    reason,
+                    visibility: None,
+                };
+            }
+        }
+    }
+
+    /// Writes down that `item` leaves its group for the lane, then sends its copy there, marked
+    /// with its position and group ([`LaneMark`]): the reason when either failed.
+    async fn park_one(
+        &self,
+        item: &Item<'_>,
+        ruling: &Ruling,
+        failure: Failure<'_>,
+        invocation: &Invocation<'_>,
+        report: &mut BatchReport,
+    ) -> Result<(), String> {
+        let (Some(ledger), Some(lane), &Fate::Park { held }) =
+            (&self.ledger, self.config.lane_url.as_deref(), &ruling.fate)
+        else {
+            return Err("no retry lane and attempt ledger".to_owned());
+        };
+        let position = item
+            .record
+            .attributes
+            .sequence_number
+            .as_deref()
+            .and_then(Position::parse)
+            .ok_or("its record has no SequenceNumber")?;
+        let mark = LaneMark {
+            held,
+            position,
+            key: group_key(
+                item.record.event_source_arn.as_deref().unwrap_or_default(),
+                item.group().unwrap_or_default(),
+            ),
+        };
+        ledger
+            .record_key_left(&mark.key, position, KeyPlace::Lane)
+            .await
+            .map_err(|error| format!("the attempt ledger did not write its group down: {error}"))?;
+        let error = ruling
+            .error
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(follows_group);
+        let copy = self
+            .lane_copy(item, failure, &error, item.attempts_before, Some(&mark))
+            .map_err(|too_large| too_large.to_string())?;
+        self.send_now(Destination::Url(lane), copy, invocation.deadline_ms, report)
+            .await
+    }
+
     /// With `hold`: the heads holding a group of this batch's queue, for the `HeldHeads` gauge
     /// the Held alarm watches. A held head comes back only every 11 h 40 min, so a count from the
     /// batches that hold would fall to zero at the next batch of another group: the ledger is
@@ -156,7 +256,7 @@ impl<Q: QueuePort> Processor<Q> {
                     ..
                 }
             ) && !is_renewal(item, ruling);
-            came_back_held || newly_held
+            came_back_held || newly_held || matches!(ruling.fate, Fate::Park { held: true })
         });
         let due = lock(&self.held_counted_at)
             .is_none_or(|at| now.saturating_sub(at) >= HELD_COUNT_EVERY_MS);
@@ -170,7 +270,10 @@ impl<Q: QueuePort> Processor<Q> {
         match by_deadline(deadline, ledger.held()).await {
             Some(Ok(held)) => {
                 *lock(&self.held_counted_at) = Some(now);
-                let of_this_queue = held.iter().filter(|(_, hold)| hold.queue_arn == queue_arn);
+                // The lane's holds count with the source's: one function reads both, under one name.
+                let of_this_queue = held.iter().filter(|(_, hold)| {
+                    hold.queue_arn == queue_arn || self.is_lane(&hold.queue_arn)
+                });
                 Some(u32::try_from(of_this_queue.count()).unwrap_or(u32::MAX))
             }
             Some(Err(error)) => {
@@ -361,7 +464,8 @@ impl<Q: QueuePort> Processor<Q> {
                     }
                     continue;
                 }
-                Fate::Done | Fate::GiveBack { .. } => continue,
+                // Parked: sent already, one by one (`park`).
+                Fate::Done | Fate::GiveBack { .. } | Fate::Park { .. } => continue,
             };
             match message {
                 Ok(message) => outbox.push(index, message),
@@ -421,11 +525,18 @@ impl<Q: QueuePort> Processor<Q> {
         failure: Failure<'_>,
         error: &RecordError,
         attempts: u32,
+        mark: Option<&LaneMark>,
     ) -> Result<OutgoingMessage<'r>, TooLarge> {
         let meta = self.meta(item, failure, Some(error), attempts, None);
         let mut message = carry(item.record, meta, None)?;
         message.group_id = item.group().map(Text::from);
         message.deduplication_id = Some(Text::from(item.id));
+        if let Some(mark) = mark {
+            message
+                .attributes
+                .retain(|(name, _)| name.0 != LANE_ATTRIBUTE);
+            message.attributes.push(mark.attribute());
+        }
         Ok(message)
     }
 
@@ -539,6 +650,14 @@ fn hold_on(item: &Item<'_>, error: Option<&RecordError>, now_ms: u64) -> Hold {
         item.record.event_source_arn.as_deref().unwrap_or_default(),
         error,
         now_ms,
+    )
+}
+
+/// Why a record follows its group to the lane untried: what its copy there says.
+fn follows_group() -> RecordError {
+    RecordError::transient(
+        "follows_group",
+        "its group is held on an earlier record parked in the retry lane: it keeps the group's order there",
     )
 }
 

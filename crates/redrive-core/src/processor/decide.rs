@@ -17,7 +17,7 @@ impl<Q: QueuePort> Processor<Q> {
         handled: impl IntoIterator<Item = Outcome>,
         fifo: bool,
     ) -> Vec<Ruling> {
-        let mut judge = self.judge(fifo);
+        let mut judge = self.judge(fifo).parks(fifo && self.parks(items));
         let mut rng = self.rng();
         let now = self.clock.now_ms();
         let ledger = self.ledger.is_some();

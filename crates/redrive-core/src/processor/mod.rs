@@ -25,9 +25,10 @@ use crate::clock::{Budget, Clock, SystemClock};
 use crate::envelope::{Meta, Timestamp};
 use crate::error::BatchError;
 use crate::fate::{History, Outcome, SourceQueue};
-use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus};
+use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus, LaneState};
 use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
 use crate::kafka::{KafkaEvent, KafkaEventResponse};
+use crate::lane::{group_key, LaneMark};
 use crate::metrics::BatchReport;
 use crate::payload::Payloads;
 use crate::port::QueuePort;
@@ -56,8 +57,11 @@ pub struct ProcessorConfig {
     pub fifo_on_dead_letter: FifoOnDeadLetter,
     /// The source queue's retention and visibility timeout, which bound FIFO waits in place.
     pub source: SourceQueue,
-    /// Kafka: the SQS FIFO queue a record that fails transiently goes to instead of holding its
-    /// partition ([`crate::kafka`]); `None` gives it back to Lambda.
+    /// The retry lane, an SQS FIFO queue this function also reads ([`crate::lane`]): where a
+    /// Kafka record that fails transiently goes instead of holding its partition
+    /// ([`crate::kafka`]; `None` gives it back to Lambda), and, with
+    /// [`FifoOnDeadLetter::Hold`], where an SQS FIFO head that would hold its group waits, with
+    /// the group's later records (`None` holds it in place).
     pub lane_url: Option<String>,
 }
 
@@ -127,6 +131,8 @@ pub(crate) struct Item<'r> {
     /// the epoch (seconds keep an item of a large batch as slim as before); 0 when it has not, or
     /// the ledger did not say.
     pub(crate) head_since_s: u32,
+    /// FIFO with a retry lane: whether it follows its group there, or holds it there.
+    pub(crate) lane: LaneState,
 }
 
 impl<'r> Item<'r> {
@@ -270,6 +276,9 @@ impl<Q: QueuePort> Processor<Q> {
         let invocation = invocation.into();
         let (mut items, fifo) = self.prepare(records)?;
         self.recount(&mut items, &invocation).await;
+        if fifo {
+            self.read_lane_states(&mut items, &invocation).await;
+        }
         let fetched = self.fetch_payloads(&items, &invocation).await;
         fetched.lend(&mut items);
         // Boxed: the whole batch's future, nested once more in the task-local scope, is large
@@ -298,6 +307,9 @@ impl<Q: QueuePort> Processor<Q> {
         let invocation = invocation.into();
         let (mut items, fifo) = self.prepare(records)?;
         self.recount(&mut items, &invocation).await;
+        if fifo {
+            self.read_lane_states(&mut items, &invocation).await;
+        }
         let fetched = self.fetch_payloads(&items, &invocation).await;
         fetched.lend(&mut items);
         let mut handled = self.handle_batch(handler, &items, fifo, &invocation).await;
@@ -399,6 +411,7 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count,
                 head: HeadStatus::Free,
                 head_since_s: 0,
+                lane: LaneState::Free,
             });
         }
         Ok((items, any_fifo))
@@ -434,6 +447,68 @@ impl<Q: QueuePort> Processor<Q> {
         }
     }
 
+    /// With a retry lane and a hold ([`crate::lane`]): on a batch from the source, whether each
+    /// record's group waits in the lane (one read of the batch's groups: the happy path's only
+    /// extra call); on a batch from the lane, which records are heads parked there, to be held
+    /// until an operator releases them.
+    async fn read_lane_states(&self, items: &mut [Item<'_>], invocation: &Invocation<'_>) {
+        let Some(ledger) = &self.ledger else { return };
+        if self.parks(items) {
+            let keys: Vec<String> = items.iter().map(group_key_of).collect();
+            let mut distinct: Vec<&str> = keys.iter().map(String::as_str).collect();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let within = self.budget(invocation.deadline_ms).ledger_read();
+            let states = fifo::group_states(ledger.as_ref(), &distinct, within).await;
+            for (item, key) in items.iter_mut().zip(&keys) {
+                if let Ok(found) = distinct.binary_search(&key.as_str()) {
+                    item.lane = states[found];
+                }
+            }
+        } else if self.holds_in_lane() && self.batch_is_from_lane(items) {
+            for item in items.iter_mut() {
+                let parked = LaneMark::of(item.record).is_some_and(|mark| mark.held);
+                if parked && matches!(item.head, HeadStatus::Free | HeadStatus::Unread) {
+                    item.lane = LaneState::Parked;
+                }
+            }
+        }
+    }
+
+    /// Whether held groups wait in the retry lane: a lane, a hold and the ledger.
+    fn holds_in_lane(&self) -> bool {
+        self.ledger.is_some()
+            && self.config.lane_url.is_some()
+            && matches!(
+                self.config.fifo_on_dead_letter,
+                FifoOnDeadLetter::Hold { .. }
+            )
+    }
+
+    /// Whether this FIFO batch parks held heads in the lane: it holds groups there and does not
+    /// come from the lane itself (where a head is held in place).
+    pub(crate) fn parks(&self, items: &[Item<'_>]) -> bool {
+        self.holds_in_lane() && !self.batch_is_from_lane(items)
+    }
+
+    /// Whether the batch comes from the retry lane (its queue's name is the lane URL's last part).
+    pub(crate) fn batch_is_from_lane(&self, items: &[Item<'_>]) -> bool {
+        let queue_arn = items
+            .iter()
+            .find_map(|item| item.record.event_source_arn.as_deref())
+            .unwrap_or_default();
+        self.is_lane(queue_arn)
+    }
+
+    /// Whether `queue_arn` names the retry lane.
+    pub(crate) fn is_lane(&self, queue_arn: &str) -> bool {
+        let name = |text: &str, separator: char| text.rsplit(separator).next().map(str::to_owned);
+        self.config
+            .lane_url
+            .as_deref()
+            .is_some_and(|url| name(url, '/') == name(queue_arn, ':'))
+    }
+
     /// A dead letter that SQS moved back to a standard queue (a move task re-sends it as it is) is
     /// known by its `deadLetteredAt`, or, written before that mark, by its attempts used up: it
     /// gets a fresh set of attempts and counts as redriven, as if the reprocessor had sent it
@@ -454,4 +529,12 @@ impl<Q: QueuePort> Processor<Q> {
             "arrived with its attempts used up (moved back from the DLQ): a fresh set of attempts"
         );
     }
+}
+
+/// The ledger key of a FIFO record's group in its queue.
+fn group_key_of(item: &Item<'_>) -> String {
+    group_key(
+        item.record.event_source_arn.as_deref().unwrap_or_default(),
+        item.group().unwrap_or_default(),
+    )
 }

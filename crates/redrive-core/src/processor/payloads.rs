@@ -12,7 +12,7 @@ use super::{Item, Processor};
 use crate::clock::by_deadline;
 use crate::envelope::TooLarge;
 use crate::fate::{Fate, Outcome};
-use crate::fifo::HeadStatus;
+use crate::fifo::{HeadStatus, LaneState};
 use crate::handler::Invocation;
 use crate::metrics::BatchReport;
 use crate::payload::{is_size_attribute, PayloadError, Pointer};
@@ -83,7 +83,12 @@ impl<Q: QueuePort> Processor<Q> {
         let pointers: Vec<(usize, Result<Pointer<'_>, PayloadError>)> = items
             .iter()
             .enumerate()
-            .filter(|(_, item)| matches!(item.head, HeadStatus::Free | HeadStatus::Unread))
+            .filter(|(_, item)| {
+                matches!(
+                    item.head,
+                    HeadStatus::Free | HeadStatus::Unread | HeadStatus::ReleasedToRetry
+                ) && item.lane == LaneState::Free
+            })
             .filter(|(_, item)| {
                 let due = item.meta.as_ref().and_then(|meta| meta.due_at);
                 due.is_none_or(|due| due.0 <= now)

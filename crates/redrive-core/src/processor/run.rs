@@ -13,7 +13,7 @@ use super::{Item, Processor};
 use crate::clock::Cutoff;
 use crate::error::{ErrorClass, RecordError};
 use crate::fate::Outcome;
-use crate::fifo::HeadStatus;
+use crate::fifo::{HeadStatus, LaneState};
 use crate::handler::{caught, BatchHandler, Invocation, Message, RecordHandler};
 use crate::port::QueuePort;
 use crate::sync::lock;
@@ -160,7 +160,9 @@ impl<Q: QueuePort> Processor<Q> {
                     result.into()
                 }
             };
-            finished = Some((index, matches!(handled, Outcome::Succeeded)));
+            // A record that follows its group to the lane lets the next of the group follow too.
+            let goes_on = matches!(handled, Outcome::Succeeded | Outcome::FollowsGroup);
+            finished = Some((index, goes_on));
             log.handled.push((index, handled));
         }
     }
@@ -184,7 +186,10 @@ impl<Q: QueuePort> Processor<Q> {
             .collect();
         let mut blocks = GroupBlocks::new(fifo);
         for (index, outcome) in handled.iter().enumerate() {
-            if outcome.is_some() {
+            if outcome
+                .as_ref()
+                .is_some_and(|outcome| !matches!(outcome, Outcome::FollowsGroup))
+            {
                 blocks.failed(items, index);
             }
         }
@@ -252,10 +257,18 @@ impl<Q: QueuePort> Processor<Q> {
         if item.record.body.is_none() {
             return Some(Outcome::NoBody);
         }
-        match item.head {
-            HeadStatus::Held => return Some(Outcome::Held),
-            HeadStatus::ReleasedToDeadLetter => return Some(Outcome::ReleasedToDeadLetter),
-            HeadStatus::Free | HeadStatus::Unread => {}
+        match (item.lane, item.head) {
+            (LaneState::Follows, _) => return Some(Outcome::FollowsGroup),
+            (LaneState::Unread, _) => return Some(Outcome::Failed(Box::new(lane_unread()))),
+            (LaneState::Parked, HeadStatus::Unread) => {
+                return Some(Outcome::Failed(Box::new(ledger_unread())))
+            }
+            (LaneState::Parked, _) => return Some(Outcome::Failed(Box::new(parked(item)))),
+            (LaneState::Free, HeadStatus::Held) => return Some(Outcome::Held),
+            (LaneState::Free, HeadStatus::ReleasedToDeadLetter) => {
+                return Some(Outcome::ReleasedToDeadLetter)
+            }
+            (LaneState::Free, _) => {}
         }
         // Only a ledger's count is exact enough to refuse a try on: SQS's alone counts receives
         // nobody tried. Where the ledger could not say, the record waits for it, untried.
@@ -293,6 +306,23 @@ const LEDGER_UNREAD_WAIT: Duration = Duration::from_secs(10);
 /// (no attempt spent), as a breaker defers while its downstream is down.
 fn ledger_unread() -> RecordError {
     RecordError::defer("attempt_ledger_unread", LEDGER_UNREAD_WAIT)
+}
+
+/// A source record whose group may wait in the retry lane (the ledger did not say): deferred in
+/// place, untried, rather than taking effect ahead of its group's records in the lane.
+fn lane_unread() -> RecordError {
+    RecordError::defer("retry_lane_unread", LEDGER_UNREAD_WAIT)
+}
+
+/// A head parked in the retry lane, on its arrival there: the failure it was parked with, as a
+/// permanent one, so that the judge holds its group on it there.
+fn parked(item: &Item<'_>) -> RecordError {
+    match item.meta.as_deref() {
+        Some(meta) => {
+            RecordError::permanent(meta.error_kind.to_string(), meta.error_message.to_string())
+        }
+        None => RecordError::permanent("parked", "its group was held on it in its source queue"),
+    }
 }
 
 /// FIFO: the first record of each message group that did not succeed, so that no later record of

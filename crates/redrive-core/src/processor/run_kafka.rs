@@ -12,7 +12,7 @@ use crate::clock::{by_deadline, Cutoff};
 use crate::envelope::FailedIn;
 use crate::error::{PortError, RecordError};
 use crate::fate::{Fate, Judge, KafkaFate, Outcome};
-use crate::fifo::HeadStatus;
+use crate::fifo::{HeadStatus, LaneState};
 use crate::handler::{Invocation, RecordHandler};
 use crate::kafka::{
     KafkaBatchItemFailure, KafkaEvent, KafkaEventResponse, KafkaItemIdentifier, KafkaRecord,
@@ -105,6 +105,7 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count: 0,
                 head: HeadStatus::Free,
                 head_since_s: 0,
+                lane: LaneState::Free,
             };
             let followed = key_id
                 .as_ref()
@@ -264,7 +265,7 @@ impl<Q: QueuePort> Processor<Q> {
         report: &mut BatchReport,
     ) -> bool {
         let copy = match fate {
-            KafkaFate::Lane => self.lane_copy(item, failure, error, 1),
+            KafkaFate::Lane => self.lane_copy(item, failure, error, 1, None),
             _ => self.dead_letter(item, failure, Some(error), 1, None),
         };
         let sent = match copy {

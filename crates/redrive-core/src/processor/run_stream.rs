@@ -6,7 +6,7 @@ use crate::clock::Cutoff;
 use crate::envelope::{sqs_accepts, FailedIn, OutgoingMessage};
 use crate::error::{BatchError, RecordError};
 use crate::fate::{Outcome, StreamFate};
-use crate::fifo::HeadStatus;
+use crate::fifo::{HeadStatus, LaneState};
 use crate::handler::{caught, Invocation, RecordHandler};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
@@ -44,6 +44,7 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count: 0,
                 head: HeadStatus::Free,
                 head_since_s: 0,
+                lane: LaneState::Free,
             };
             let outcome = match malformed {
                 Some(error) => Outcome::from(Err(error)),
@@ -140,6 +141,7 @@ impl<Q: QueuePort> Processor<Q> {
                 receive_count: 0,
                 head: HeadStatus::Free,
                 head_since_s: 0,
+                lane: LaneState::Free,
             };
             self.dead_letter(&item, (self.now_ms(), failed_in), error, 1, None)
                 .map(OutgoingMessage::into_owned)
