@@ -40,7 +40,10 @@ impl Position {
 pub enum KeyPlace {
     /// In the retry lane.
     Lane,
-    /// In the DLQ, until a redrive sends them to the lane.
+    /// FIFO: in the retry lane, the last one out the head its group is held on (should it come
+    /// back to its source, its copy's send or its delete lost, it is parked again as the head).
+    Held,
+    /// Kafka: in the DLQ, until a redrive sends them to the lane.
     Dlq,
 }
 
@@ -49,13 +52,14 @@ impl KeyPlace {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Lane => "lane",
+            Self::Held => "held",
             Self::Dlq => "dlq",
         }
     }
 
     /// The place named `name`.
     pub fn parse(name: &str) -> Option<Self> {
-        [Self::Lane, Self::Dlq]
+        [Self::Lane, Self::Held, Self::Dlq]
             .into_iter()
             .find(|place| place.as_str() == name)
     }

@@ -1408,6 +1408,21 @@ fn lane_record(copy: &OutgoingMessage<'_>, id: &str, receives: u32) -> serde_jso
     record
 }
 
+/// A processor whose FIFO heads hold their group in the retry lane `LANE`, with `ledger`.
+fn laned(ledger: Arc<dyn AttemptLedger>) -> Processor<RecordingQueue> {
+    let config = ProcessorConfig {
+        dlq_url: Some(DLQ.into()),
+        fifo_on_dead_letter: redrive_core::fifo::FifoOnDeadLetter::Hold {
+            max_age: Duration::from_secs(3 * 86400),
+        },
+        lane_url: Some(LANE.into()),
+        ..ProcessorConfig::default()
+    };
+    Processor::new(RecordingQueue::default(), config)
+        .with_clock(Arc::new(ManualClock::at(NOW)))
+        .with_ledger(ledger)
+}
+
 /// Issue 42, item 1: with a retry lane, a head that would hold its group is parked there with its
 /// failure and deleted from the source, and the group's later records follow it there untried,
 /// in order, so that the source's other groups never queue behind a held group's backlog (SQS
@@ -1417,17 +1432,7 @@ fn lane_record(copy: &OutgoingMessage<'_>, id: &str, receives: u32) -> serde_jso
 #[tokio::test]
 async fn with_a_lane_a_held_group_waits_there_in_order_and_its_source_goes_on() {
     let ledger = Arc::new(Counted::new(MemoryLedger::new()));
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        fifo_on_dead_letter: redrive_core::fifo::FifoOnDeadLetter::Hold {
-            max_age: Duration::from_secs(3 * 86400),
-        },
-        lane_url: Some(LANE.into()),
-        ..ProcessorConfig::default()
-    };
-    let processor = Processor::new(RecordingQueue::default(), config)
-        .with_clock(Arc::new(ManualClock::at(NOW)))
-        .with_ledger(ledger.clone());
+    let processor = laned(ledger.clone());
     let handler = Logged {
         inner: handler(),
         bodies: Default::default(),
@@ -1588,6 +1593,53 @@ async fn with_a_lane_a_held_group_waits_there_in_order_and_its_source_goes_on() 
             "ok:a6"
         ]
     );
+}
+
+/// Issue 42, item 1, found by the soak: a record comes back to its source after it left for the
+/// lane when the answer to its copy's send or its source delete is lost. The held head is parked
+/// again as the held head (before: it followed itself, and was tried in the lane with a fresh set
+/// of attempts no operator gave it); a record whose copy took effect from the lane is done,
+/// untried (before: tried again in place, after its group's later records).
+#[tokio::test]
+async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_parked_again_or_done() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let processor = laned(ledger.clone());
+    let handler = handler();
+    let source = |id: &str, body: &str, receives: u32, sequence: u32| {
+        event(vec![sequenced(id, body, "A", receives, sequence)])
+    };
+    run(&processor, &handler, &source("a1", "permanent", 1, 1)).await;
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+    // Its delete lost: a1 is back, held; parked again as the head, untried.
+    let processed = run(&processor, &handler, &source("a1", "permanent", 2, 1)).await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1, "not tried again");
+    let held = |copy: &OutgoingMessage<'_>| {
+        copy.attribute("redrive-lane")
+            .map(|mark| mark.starts_with("held "))
+    };
+    let lane = processor.queue().sent_to(LANE);
+    assert_eq!(
+        lane.iter().map(held).collect::<Vec<_>>(),
+        [Some(true), Some(true)],
+        "the same copy, which SQS deduplicates: {lane:?}"
+    );
+    assert_eq!(lane[1].deduplication_id.as_deref(), Some("a1"));
+    // a2 follows; the lane takes both into effect; a2 comes back (its delete lost): done.
+    run(&processor, &handler, &source("a2", "ok", 1, 2)).await;
+    assert_eq!(processor.queue().sent_to(LANE).len(), 3);
+    let key = redrive_core::lane::group_key("arn:aws:sqs:eu-west-1:123456789012:orders.fifo", "A");
+    let position = Position::parse("18849496460467690002").unwrap();
+    ledger.record_key_home(&key, position).await.unwrap();
+    let processed = run(&processor, &handler, &source("a2", "ok", 2, 2)).await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(processed.report.done, 1);
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1, "not tried again");
+    assert_eq!(processor.queue().sent_to(LANE).len(), 3, "not sent again");
+    // The group's next record runs in place.
+    let processed = run(&processor, &handler, &source("a3", "ok", 1, 3)).await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

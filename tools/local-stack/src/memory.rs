@@ -19,6 +19,9 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(345_600);
 /// How many messages a FIFO receive looks at to find groups it can deliver (SQS developer guide,
 /// "Avoid large message backlogs with the same message group ID").
 pub const FIFO_SCAN_WINDOW: usize = 120_000;
+
+/// A FIFO queue drops a message sent with a deduplication id taken this recently.
+const DEDUPLICATION_INTERVAL_MS: u64 = 5 * 60_000;
 /// The longest a message can stay invisible from one receive (ChangeMessageVisibility, API
 /// reference: "you can't extend the timeout … to more than a total visibility timeout of 12 hours").
 pub const VISIBILITY_LIMIT: Duration = Duration::from_secs(12 * 3600);
@@ -103,6 +106,8 @@ struct Queue {
     /// `NumberOfMessagesSent`: sends only, not the redrive policy's moves (CloudWatch metrics for
     /// Amazon SQS).
     sent: u64,
+    /// FIFO: when each deduplication id was last taken, received and deleted or not.
+    deduplicated: HashMap<String, u64>,
 }
 
 impl Queue {
@@ -205,6 +210,7 @@ impl MemorySqs {
                 next_expiry_ms: u64::MAX,
                 expired: Vec::new(),
                 sent: 0,
+                deduplicated: HashMap::new(),
             },
         );
         (url, arn)
@@ -383,6 +389,17 @@ impl QueuePort for MemorySqs {
             ));
         }
         for (offset, message) in messages.iter().enumerate() {
+            // SendMessage, MessageDeduplicationId: a message sent with an id taken within the
+            // 5-minute deduplication interval is accepted but not delivered (the id is tracked
+            // after its message is deleted too: SQS developer guide, "FIFO queue key terms").
+            if let (true, Some(id)) = (queue.spec.fifo, message.deduplication_id.as_deref()) {
+                match queue.deduplicated.get(id) {
+                    Some(&taken) if now < taken + DEDUPLICATION_INTERVAL_MS => continue,
+                    _ => {
+                        queue.deduplicated.insert(id.to_owned(), now);
+                    }
+                }
+            }
             queue.sent += 1;
             queue.admit(Stored {
                 id: format!("m{}", first_id + offset as u64),

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::lane::{KeyOffsets, KeyPlace, Position};
 pub use ledger::{
     ledger_key, AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
     LEDGER_KEEP,
@@ -90,6 +91,10 @@ pub(crate) enum LaneState {
     Free,
     /// In its source, while its group waits in the lane: it follows there, untried.
     Follows,
+    /// In its source, the head its group was held on, come back: parked in the lane again.
+    HeldAgain,
+    /// In its source, come back after its copy took effect from the lane: done.
+    Home,
     /// In its source, and the ledger did not say whether its group waits in the lane: it waits
     /// in place, untried.
     Unread,
@@ -97,14 +102,14 @@ pub(crate) enum LaneState {
     Parked,
 }
 
-/// Whether the groups `keys` (their [`crate::lane::group_key`]s, in order) wait in the lane,
-/// read in one call within `within`: `Follows` or `Free` for each, `Unread` for each when the
-/// ledger did not answer for it (failed, slow, or a partial read).
+/// What the ledger says of the groups `keys` (their [`crate::lane::group_key`]s, in order),
+/// read in one call within `within`: each group's records out in the lane, if any (`Some(None)`:
+/// none); `None` for a group the ledger did not answer for (failed, slow, or a partial read).
 pub(crate) async fn group_states(
     ledger: &dyn AttemptLedger,
     keys: &[&str],
     within: Duration,
-) -> Vec<LaneState> {
+) -> Vec<Option<Option<KeyOffsets>>> {
     let entries = match tokio::time::timeout(within, ledger.entries(keys)).await {
         Ok(Ok(entries)) => entries,
         Ok(Err(error)) => {
@@ -118,12 +123,33 @@ pub(crate) async fn group_states(
     };
     let mut entries = entries.into_iter();
     keys.iter()
-        .map(|_| match entries.next().flatten() {
-            None => LaneState::Unread,
-            Some(entry) if entry.key.and_then(|key| key.waiting()).is_some() => LaneState::Follows,
-            Some(_) => LaneState::Free,
+        .map(|_| {
+            let entry = entries.next().flatten()?;
+            Some(entry.key)
         })
         .collect()
+}
+
+/// Where a source record at `position` of a group in the state `state` stands with the lane. A
+/// record comes back to its source after it left for the lane when its copy's send or its delete
+/// was lost: once a record at or past it took effect from the lane, it is done; the held head
+/// that comes back is parked again as the head; any other follows.
+pub(crate) fn lane_state(
+    state: Option<Option<KeyOffsets>>,
+    position: Option<Position>,
+) -> LaneState {
+    let Some(state) = state else {
+        return LaneState::Unread;
+    };
+    match state {
+        Some(key) if position.is_some() && key.home >= position => LaneState::Home,
+        Some(key) if key.waiting().is_none() => LaneState::Free,
+        Some(key) if key.place == KeyPlace::Held && Some(key.left) == position => {
+            LaneState::HeldAgain
+        }
+        Some(_) => LaneState::Follows,
+        None => LaneState::Free,
+    }
 }
 
 /// What the ledger says of a delivery.

@@ -206,8 +206,9 @@ impl<Q: QueuePort> Processor<Q> {
                 item.group().unwrap_or_default(),
             ),
         };
+        let place = if held { KeyPlace::Held } else { KeyPlace::Lane };
         ledger
-            .record_key_left(&mark.key, position, KeyPlace::Lane)
+            .record_key_left(&mark.key, position, place)
             .await
             .map_err(|error| format!("the attempt ledger did not write its group down: {error}"))?;
         let error = ruling

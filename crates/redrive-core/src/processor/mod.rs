@@ -28,7 +28,7 @@ use crate::fate::{History, Outcome, SourceQueue};
 use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus, LaneState};
 use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
 use crate::kafka::{KafkaEvent, KafkaEventResponse};
-use crate::lane::{group_key, LaneMark};
+use crate::lane::{group_key, LaneMark, Position};
 use crate::metrics::BatchReport;
 use crate::payload::Payloads;
 use crate::port::QueuePort;
@@ -462,7 +462,13 @@ impl<Q: QueuePort> Processor<Q> {
             let states = fifo::group_states(ledger.as_ref(), &distinct, within).await;
             for (item, key) in items.iter_mut().zip(&keys) {
                 if let Ok(found) = distinct.binary_search(&key.as_str()) {
-                    item.lane = states[found];
+                    let position = item
+                        .record
+                        .attributes
+                        .sequence_number
+                        .as_deref()
+                        .and_then(Position::parse);
+                    item.lane = fifo::lane_state(states[found], position);
                 }
             }
         } else if self.holds_in_lane() && self.batch_is_from_lane(items) {

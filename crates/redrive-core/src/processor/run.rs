@@ -259,6 +259,9 @@ impl<Q: QueuePort> Processor<Q> {
         }
         match (item.lane, item.head) {
             (LaneState::Follows, _) => return Some(Outcome::FollowsGroup),
+            // Its copy took effect from the lane: nothing left to do here.
+            (LaneState::Home, _) => return Some(Outcome::Succeeded),
+            (LaneState::HeldAgain, _) => return Some(Outcome::Failed(Box::new(held_again()))),
             (LaneState::Unread, _) => return Some(Outcome::Failed(Box::new(lane_unread()))),
             (LaneState::Parked, HeadStatus::Unread) => {
                 return Some(Outcome::Failed(Box::new(ledger_unread())))
@@ -312,6 +315,15 @@ fn ledger_unread() -> RecordError {
 /// place, untried, rather than taking effect ahead of its group's records in the lane.
 fn lane_unread() -> RecordError {
     RecordError::defer("retry_lane_unread", LEDGER_UNREAD_WAIT)
+}
+
+/// The held head come back to its source after it was parked (the send's answer or the delete
+/// was lost): parked again, as the head, without a try.
+fn held_again() -> RecordError {
+    RecordError::permanent(
+        "held_head_again",
+        "its group is held on it and it was parked in the retry lane, but came back to its source (the send's answer or its delete lost): parked again; if SQS took the first copy, that one holds the failure",
+    )
 }
 
 /// A head parked in the retry lane, on its arrival there: the failure it was parked with, as a

@@ -313,7 +313,7 @@ struct PartitionRun<'a, H> {
 /// The fate of a record that follows its key's earlier records to `place`.
 fn fate_of(place: KeyPlace) -> KafkaFate {
     match place {
-        KeyPlace::Lane => KafkaFate::Lane,
+        KeyPlace::Lane | KeyPlace::Held => KafkaFate::Lane,
         KeyPlace::Dlq => KafkaFate::DeadLetter,
     }
 }
@@ -321,7 +321,7 @@ fn fate_of(place: KeyPlace) -> KafkaFate {
 /// Why a record follows an earlier one of its key untried.
 fn follows(place: KeyPlace) -> Box<RecordError> {
     let (kind, place) = match place {
-        KeyPlace::Lane => ("follows_key", "the retry lane"),
+        KeyPlace::Lane | KeyPlace::Held => ("follows_key", "the retry lane"),
         KeyPlace::Dlq => ("follows_dead_letter", "the DLQ"),
     };
     Box::new(RecordError::transient(

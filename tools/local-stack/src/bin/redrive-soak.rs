@@ -184,7 +184,7 @@ async fn main() -> ExitCode {
                 SoakConfig::fifo_outage(messages, seed),
             ),
             (
-                "FIFO, 8 groups, REDRIVE_FIFO_ON_DEAD_LETTER=hold",
+                "FIFO, 8 groups, REDRIVE_FIFO_ON_DEAD_LETTER=hold, held groups in the retry lane",
                 SoakConfig::memory(messages, seed).fifo(8).holding(),
             ),
             (
@@ -206,8 +206,8 @@ async fn main() -> ExitCode {
                     .large(5),
             ),
             (
-                "FIFO, 8 groups, hold, a held group's backlog past a FIFO scan window of 100 \
-                 (issue 42 item 1, open: see the longest deliverable wait)",
+                "FIFO, 8 groups, hold in the retry lane, a held group's backlog past a FIFO scan \
+                 window of 100 (the other groups' longest deliverable wait stays a retry schedule)",
                 SoakConfig {
                     fifo_scan_window: 100,
                     ..SoakConfig::memory(messages, seed).fifo(8).holding()

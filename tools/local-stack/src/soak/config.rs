@@ -66,6 +66,9 @@ pub struct SoakConfig {
     /// operator releases the held heads from time to time, and the order of every group's
     /// effects is checked to the end, the redrive included.
     pub fifo_on_dead_letter: FifoOnDeadLetter,
+    /// FIFO with hold: held groups wait in a retry lane the same function reads
+    /// (`REDRIVE_LANE_URL`), as the tfvars' FIFO consumer does; without it, in place.
+    pub lane: bool,
     /// The source queues' `MessageRetentionPeriod` in the model (the DLQ keeps 14 days, as the
     /// tfvars' do); the engine is told it, as Terraform tells the function.
     pub retention: Duration,
@@ -127,6 +130,7 @@ impl SoakConfig {
             order_checked: true,
             second_source: false,
             fifo_on_dead_letter: FifoOnDeadLetter::Continue,
+            lane: false,
             retention: crate::memory::DEFAULT_RETENTION,
             engine_retention: None,
             fifo_scan_window: crate::memory::FIFO_SCAN_WINDOW,
@@ -170,17 +174,27 @@ impl SoakConfig {
         }
     }
 
-    /// The same FIFO run with `REDRIVE_FIFO_ON_DEAD_LETTER=hold`: a head that would be
-    /// dead-lettered holds its group; an operator releases the held heads; every group's effects
-    /// are in order end to end.
+    /// The same FIFO run with `REDRIVE_FIFO_ON_DEAD_LETTER=hold` and a retry lane: a head that
+    /// would be dead-lettered holds its group there; an operator releases the held heads; every
+    /// group's effects are in order end to end.
     #[must_use]
     pub fn holding(self) -> Self {
         Self {
             fifo_on_dead_letter: FifoOnDeadLetter::Hold {
                 max_age: Duration::from_secs(13 * 86400),
             },
+            lane: true,
             retention: Duration::from_secs(14 * 86400),
             max_receive_count: 120,
+            ..self
+        }
+    }
+
+    /// The same run holding groups in place, in their source, without a retry lane.
+    #[must_use]
+    pub fn in_place(self) -> Self {
+        Self {
+            lane: false,
             ..self
         }
     }

@@ -27,13 +27,15 @@ use super::stores::{
     FaultyPayloads, FaultyStore, Latency, SharedStore, INVOCATION, PAYLOAD_BUCKET,
 };
 
-/// Runs the soak on `sqs` with the source queue `source` (URL and ARN; whose DLQ is `dlq`), and
-/// `second`, a source sharing that DLQ, if given: produce and consume with faults until the
-/// sources are empty, heal and redrive the DLQ, then tally.
+/// Runs the soak on `sqs` with the source queue `source` (URL and ARN; whose DLQ is `dlq`),
+/// `second`, a source sharing that DLQ, if given, and `lane`, the retry lane where the first
+/// source's held groups wait (FIFO with hold), if given: produce and consume with faults until
+/// the queues are empty, heal and redrive the DLQ, then tally.
 pub async fn run<Q: SoakQueues>(
     sqs: Q,
     source: (&str, &str),
     second: Option<(&str, &str)>,
+    lane: Option<(&str, &str)>,
     dlq: &str,
     config: &SoakConfig,
 ) -> Result<SoakReport, PortError> {
@@ -75,7 +77,7 @@ pub async fn run<Q: SoakQueues>(
     let ledger: Option<Arc<dyn AttemptLedger>> = config
         .fifo_groups
         .map(|_| Arc::clone(&store) as Arc<dyn AttemptLedger>);
-    let processor_of = |url: &str| {
+    let processor_of = |url: &str, lane_url: Option<&str>| {
         let processor = Processor::new(
             &queue,
             ProcessorConfig {
@@ -89,7 +91,7 @@ pub async fn run<Q: SoakQueues>(
                     retention: config.engine_retention.unwrap_or(config.retention),
                     visibility_timeout: config.visibility,
                 },
-                lane_url: None,
+                lane_url: lane_url.map(str::to_owned),
             },
         )
         .with_clock(clock.clone())
@@ -106,8 +108,10 @@ pub async fn run<Q: SoakQueues>(
             None => processor,
         }
     };
-    let processor = processor_of(source_url);
-    let second_processor = second.map(|(url, _)| processor_of(url));
+    let lane_url = lane.map(|(url, _)| url);
+    let processor = processor_of(source_url, lane_url);
+    let second_processor = second.map(|(url, _)| processor_of(url, None));
+    let lane_processor = lane.map(|(url, _)| processor_of(url, lane_url));
     let containers = containers(&planned, &store, config);
     let mut report = SoakReport {
         messages: config.messages,
@@ -124,6 +128,13 @@ pub async fn run<Q: SoakQueues>(
         containers: &containers,
         url: source_url,
         arn: source_arn,
+        lane: lane
+            .zip(lane_processor.as_ref())
+            .map(|((url, arn), processor)| Consumed {
+                url,
+                arn,
+                processor,
+            }),
         share: (0, sources),
         rng: fastrand::Rng::with_seed(config.seed ^ 0xde1e7e),
         config,
@@ -142,6 +153,7 @@ pub async fn run<Q: SoakQueues>(
             processor,
             url,
             arn,
+            lane: None,
             share: (1, 2),
             rng: fastrand::Rng::with_seed(config.seed ^ 0x5ec0d),
             ..drive.clone_shared()
@@ -251,12 +263,29 @@ pub(super) fn messages<'a>(
     })
 }
 
+/// A queue the function reads, and the processor its batches go to.
+struct Consumed<'a, Q> {
+    url: &'a str,
+    arn: &'a str,
+    processor: &'a Processor<&'a Faulty<Q>>,
+}
+
+impl<Q> Clone for Consumed<'_, Q> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<Q> Copy for Consumed<'_, Q> {}
+
 struct Driver<'a, Q, H> {
     queue: &'a Faulty<Q>,
     processor: &'a Processor<&'a Faulty<Q>>,
     containers: &'a [H],
     url: &'a str,
     arn: &'a str,
+    /// The retry lane the source's held groups wait in, which the same function reads.
+    lane: Option<Consumed<'a, Q>>,
     /// Which of the messages this source gets: those whose number is `.0` modulo `.1`.
     share: (usize, usize),
     rng: fastrand::Rng,
@@ -293,7 +322,7 @@ impl<'a, Q, H> Driver<'a, Q, H> {
     }
 }
 
-impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
+impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
     /// Phase 1: produce (keeping the source under `max_queued`) and consume with faults until the
     /// source is empty.
     async fn produce_and_consume(&mut self, report: &mut SoakReport) -> Result<(), PortError> {
@@ -321,15 +350,48 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
                     "the producer's own sends are not faulted"
                 );
             }
-            if !self.invoke(report).await? {
-                if messages.peek().is_none() && self.queue.inner().depth(self.url).await? == 0 {
+            if !self.invoke_all(report).await? {
+                if messages.peek().is_none() && self.depth().await? == 0 {
                     return Ok(());
                 }
                 if !self.release_held(report).await? {
-                    self.queue.inner().idle(self.url).await;
+                    self.queue.inner().idle(&self.urls()).await;
                 }
             }
         }
+    }
+
+    /// The source and, if any, the lane.
+    fn consumed(&self) -> impl Iterator<Item = Consumed<'a, Q>> {
+        let source = Consumed {
+            url: self.url,
+            arn: self.arn,
+            processor: self.processor,
+        };
+        std::iter::once(source).chain(self.lane)
+    }
+
+    /// The URLs of the queues this driver reads.
+    fn urls(&self) -> Vec<&'a str> {
+        self.consumed().map(|queue| queue.url).collect()
+    }
+
+    /// Messages in the source and the lane.
+    async fn depth(&self) -> Result<usize, PortError> {
+        let mut depth = 0;
+        for url in self.urls() {
+            depth += self.queue.inner().depth(url).await?;
+        }
+        Ok(depth)
+    }
+
+    /// One receive from the source and one from the lane: false when neither had a message.
+    async fn invoke_all(&mut self, report: &mut SoakReport) -> Result<bool, PortError> {
+        let mut invoked = false;
+        for queue in self.consumed().collect::<Vec<_>>() {
+            invoked |= self.invoke(report, queue).await?;
+        }
+        Ok(invoked)
     }
 
     /// Whether FIFO heads hold their groups in this run.
@@ -400,7 +462,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         // downstream is back; then the redrive brings them home.
         if let Some(outage) = &planned.outage {
             while outage.clock.now_ms() < outage.heal_at_ms {
-                queue.inner().idle(self.url).await;
+                queue.inner().idle(&self.urls()).await;
             }
         }
         planned.down.store(false, Ordering::SeqCst);
@@ -437,17 +499,19 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
                 return Ok(());
             }
             loop {
-                let mut waiting = queue.inner().depth(self.url).await?;
-                let mut invoked = self.invoke(report).await?;
+                let mut waiting = self.depth().await?;
+                let mut invoked = self.invoke_all(report).await?;
+                let mut urls = self.urls();
                 if let Some(second) = second.as_deref_mut() {
-                    waiting += queue.inner().depth(second.url).await?;
-                    invoked |= second.invoke(report).await?;
+                    waiting += second.depth().await?;
+                    invoked |= second.invoke_all(report).await?;
+                    urls.extend(second.urls());
                 }
                 if waiting == 0 {
                     break;
                 }
                 if !invoked && !self.release_held(report).await? {
-                    queue.inner().idle(self.url).await;
+                    queue.inner().idle(&urls).await;
                 }
             }
         }
@@ -519,11 +583,17 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         let dead_not_processed = dead.keys().filter(|id| !effects.contains_key(*id)).count();
         report.dead_and_processed = dead.len() - dead_not_processed;
         report.in_dlq = dead.len();
-        report.still_queued = queue.inner().depth(self.url).await?;
-        report.expired = queue.inner().expired(self.url) + queue.inner().expired(dlq);
+        report.still_queued = self.depth().await?;
+        report.expired = queue.inner().expired(dlq);
+        for url in self
+            .urls()
+            .into_iter()
+            .chain(second.iter().flat_map(|second| second.urls()))
+        {
+            report.expired += queue.inner().expired(url);
+        }
         if let Some(second) = second {
-            report.still_queued += queue.inner().depth(second.url).await?;
-            report.expired += queue.inner().expired(second.url);
+            report.still_queued += second.depth().await?;
         }
         report.lost = config
             .messages
@@ -571,8 +641,16 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
     /// drawn at random; false when nothing was visible. Lambda's side fails too: a throttled
     /// invocation leaves the batch untried, and a batch whose visibility runs out mid-way reaches a
     /// second container while the first still handles it.
-    async fn invoke(&mut self, report: &mut SoakReport) -> Result<bool, PortError> {
-        let records = self.receive().await?;
+    async fn invoke(
+        &mut self,
+        report: &mut SoakReport,
+        on: Consumed<'a, Q>,
+    ) -> Result<bool, PortError> {
+        if on.url != self.url {
+            let backlog = self.queue.inner().depth(on.url).await?;
+            report.lane_backlog = report.lane_backlog.max(backlog);
+        }
+        let records = self.receive(on).await?;
         if records.is_empty() {
             return Ok(false);
         }
@@ -594,32 +672,39 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
                 .collect();
             self.queue
                 .inner()
-                .change_visibility_batch(self.url, &changes)
+                .change_visibility_batch(on.url, &changes)
                 .await?;
-            self.receive().await?
+            self.receive(on).await?
         } else {
             Vec::new()
         };
         let first = &self.containers[self.rng.usize(..self.containers.len())];
         let second = &self.containers[self.rng.usize(..self.containers.len())];
-        let (first, second) =
-            tokio::join!(self.handle(first, &records), self.handle(second, &again));
+        let (first, second) = tokio::join!(
+            self.handle(first, &records, on),
+            self.handle(second, &again, on)
+        );
         self.store.settled().await;
-        self.apply_answer(report, &records, first).await?;
-        self.apply_answer(report, &again, second).await?;
+        self.apply_answer(report, &records, first, on).await?;
+        self.apply_answer(report, &again, second, on).await?;
         Ok(true)
     }
 
-    async fn receive(&self) -> Result<Vec<SqsRecord<'static>>, PortError> {
-        let waited = self.queue.inner().longest_deliverable_wait(self.url);
-        self.longest_deliverable_wait
-            .fetch_max(duration_ms(waited), Ordering::Relaxed);
+    /// A receive from `on`. A source's longest deliverable wait is sampled first: the other
+    /// groups' wait, which a held group's backlog must not make grow (the lane holds only held
+    /// groups, which wait by design).
+    async fn receive(&self, on: Consumed<'a, Q>) -> Result<Vec<SqsRecord<'static>>, PortError> {
+        if on.url == self.url {
+            let waited = self.queue.inner().longest_deliverable_wait(on.url);
+            self.longest_deliverable_wait
+                .fetch_max(duration_ms(waited), Ordering::Relaxed);
+        }
         let mut records = self
             .queue
-            .receive(self.url, 10, self.config.visibility, Duration::ZERO)
+            .receive(on.url, 10, self.config.visibility, Duration::ZERO)
             .await?;
         for record in &mut records {
-            record.event_source_arn = Some(Text::from(self.arn.to_owned()));
+            record.event_source_arn = Some(Text::from(on.arn.to_owned()));
         }
         Ok(records)
     }
@@ -630,6 +715,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         &self,
         container: &H,
         records: &[SqsRecord<'static>],
+        on: Consumed<'a, Q>,
     ) -> Option<redrive::Processed> {
         if records.is_empty() {
             return None;
@@ -640,7 +726,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         let invocation = self.invocations.made.fetch_add(1, Ordering::Relaxed) + 1;
         let processing = INVOCATION.scope(
             invocation,
-            self.processor.process(container, records, deadline),
+            on.processor.process(container, records, deadline),
         );
         let processed = tokio::time::timeout(timeout, processing).await.ok();
         // An answer polled out only after the deadline (the timer and the answer ready together)
@@ -659,6 +745,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report: &mut SoakReport,
         records: &[SqsRecord<'static>],
         processed: Option<redrive::Processed>,
+        on: Consumed<'a, Q>,
     ) -> Result<(), PortError> {
         if records.is_empty() {
             return Ok(());
@@ -677,10 +764,15 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
         report.minutes[minute].0 += processed.report.deferred;
         report.minutes[minute].1 += processed.report.transient_errors;
         report.payloads_offloaded += u64::from(processed.report.payloads_offloaded);
+        report.parked += u64::from(processed.report.parked);
         report.payload_orphans += u64::from(processed.report.payload_orphans);
         if self.holds() {
             let held = self.ledger.held().await?;
-            let held = held.iter().any(|(_, hold)| hold.queue_arn == self.arn);
+            // The engine's gauge counts the holds of the batch's queue and the lane's.
+            let lane_arn = self.lane.map(|lane| lane.arn);
+            let held = held.iter().any(|(_, hold)| {
+                hold.queue_arn == on.arn || Some(hold.queue_arn.as_str()) == lane_arn
+            });
             if report.held_minutes.len() <= minute {
                 // Minutes without a batch: nothing counted, and the holds as they were.
                 let before = report.held_minutes.last().is_some_and(|&(_, held)| held);
@@ -706,7 +798,7 @@ impl<Q: SoakQueues, H: RecordHandler> Driver<'_, Q, H> {
             .filter_map(|r| r.receipt_handle.as_deref())
             .collect();
         for chunk in done.chunks(10) {
-            self.queue.delete_batch(self.url, chunk).await?;
+            self.queue.delete_batch(on.url, chunk).await?;
         }
         Ok(())
     }

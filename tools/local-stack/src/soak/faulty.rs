@@ -19,8 +19,8 @@ pub trait SoakQueues: QueuePort {
         &self,
         url: &str,
     ) -> impl std::future::Future<Output = Result<usize, PortError>> + Send;
-    /// Nothing was visible: let time pass (sleep, or move a virtual clock on).
-    fn idle(&self, url: &str) -> impl std::future::Future<Output = ()> + Send;
+    /// Nothing was visible in `urls`: let time pass (sleep, or move a virtual clock on).
+    fn idle(&self, urls: &[&str]) -> impl std::future::Future<Output = ()> + Send;
     /// Messages of a queue, read without consuming them. On SQS a FIFO queue shows only what is
     /// not behind a message in flight of its group, so this is for counts that may fall short.
     fn read_all(
@@ -244,7 +244,7 @@ impl SoakQueues for redrive::SqsQueue {
         Ok((queue.visible + queue.in_flight + queue.delayed) as usize)
     }
 
-    async fn idle(&self, _url: &str) {
+    async fn idle(&self, _urls: &[&str]) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -283,9 +283,13 @@ impl SoakQueues for crate::memory::MemorySqs {
         Ok(crate::memory::MemorySqs::depth(self, url))
     }
 
-    async fn idle(&self, url: &str) {
+    async fn idle(&self, urls: &[&str]) {
         let now = self.clock().now_ms();
-        let next = self.next_visible_ms(url).unwrap_or(now + 1000);
+        let next = urls
+            .iter()
+            .filter_map(|url| self.next_visible_ms(url))
+            .min()
+            .unwrap_or(now + 1000);
         self.clock().advance(next.saturating_sub(now).max(1));
     }
 

@@ -28,7 +28,8 @@ pub use handler::PlannedHandler;
 pub use plan::Plan;
 pub use report::SoakReport;
 
-/// The in-memory run's queues: a source with a redrive policy to its DLQ.
+/// The in-memory run's queues: a source with a redrive policy to its DLQ (and a retry lane with
+/// the same policy, for a run that holds groups there).
 pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError> {
     let sqs =
         crate::memory::MemorySqs::new(Arc::new(redrive::clock::ManualClock::at(1_763_790_000_000)))
@@ -50,7 +51,9 @@ pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError>
     let second = second
         .as_ref()
         .map(|(url, arn)| (url.as_str(), arn.as_str()));
-    run(sqs, (&url, &arn), second, &dlq, config).await
+    let lane = config.lane.then(|| source(format!("soak-lane{suffix}")));
+    let lane = lane.as_ref().map(|(url, arn)| (url.as_str(), arn.as_str()));
+    run(sqs, (&url, &arn), second, lane, &dlq, config).await
 }
 
 /// The moto run's queues (named after `prefix`), through the real SDK; the idempotency keys and the
@@ -109,11 +112,16 @@ async fn run_on_server(
     let policy = serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": config.max_receive_count });
     let mut attributes = fifo;
     attributes.push((QueueAttributeName::RedrivePolicy, policy.to_string()));
-    let (url, arn) = create(format!("{prefix}{suffix}"), attributes).await?;
+    let (url, arn) = create(format!("{prefix}{suffix}"), attributes.clone()).await?;
+    let lane = match config.lane {
+        true => Some(create(format!("{prefix}-lane{suffix}"), attributes).await?),
+        false => None,
+    };
     run(
         redrive::SqsQueue::with_client(client),
         (&url, &arn),
         None,
+        lane.as_ref().map(|(url, arn)| (url.as_str(), arn.as_str())),
         &dlq,
         config,
     )

@@ -61,6 +61,10 @@ pub struct SoakReport {
     /// The longest a message a receive could have taken waited for one (the model only): SQS's
     /// FIFO scan window behind one group's large backlog makes it grow for every other group.
     pub longest_deliverable_wait: Duration,
+    /// FIFO with a retry lane: records the consumer sent there with their held group, and the
+    /// most messages the lane held at once (a held group's backlog).
+    pub parked: u64,
+    pub lane_backlog: usize,
     /// FIFO: effects that came before an earlier message of their group's (before the redrive,
     /// which brings dead letters home out of order by nature).
     pub out_of_order: u64,
@@ -284,6 +288,13 @@ impl fmt::Display for SoakReport {
             "  longest deliverable wait    {:>7}s  (a message a receive could take, waiting for one; in memory)",
             self.longest_deliverable_wait.as_secs()
         )?;
+        if self.parked > 0 {
+            writeln!(
+                f,
+                "  parked in the retry lane    {:>8}  (a held group's head and backlog; at most {} in the lane at once)",
+                self.parked, self.lane_backlog
+            )?;
+        }
         if self.order_end_to_end {
             writeln!(
                 f,
