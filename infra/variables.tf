@@ -128,7 +128,7 @@ locals {
     "reprocessor-failures-dlq-oldest-message-age",
     "scheduler",
   ]
-  consumer_name_suffixes = ["", "-alerted", "-dlq", "-dlq-arrivals", "-dlq-not-empty", "-dlq-oldest-message-age", "-dlq-redrive", "-dlq-redrive-destination-delivery-failures", "-dlq-redrive-function", "-function", "-idempotency", "-left-expiring", "-mapping-failed-invokes"]
+  consumer_name_suffixes = ["", "-alerted", "-dlq", "-dlq-arrivals", "-dlq-not-empty", "-dlq-oldest-message-age", "-dlq-redrive", "-dlq-redrive-destination-delivery-failures", "-dlq-redrive-function", "-function", "-held", "-idempotency", "-left-expiring", "-mapping-failed-invokes"]
 }
 
 variable "retry" {

@@ -68,14 +68,40 @@ resource "aws_sqs_queue" "source" {
   })
 }
 
-# Only the source queue may dead-letter into this DLQ (and native redrive goes back to it).
+# FIFO with hold: a held group waits in a retry lane of its own, a FIFO queue the same function
+# reads, so that its backlog never fills the first 120,000 messages a FIFO receive looks at and
+# stalls every other group (SQS developer guide, "Avoid large message backlogs with the same
+# message group ID"; docs/design.md, "Held groups wait in the retry lane").
+locals {
+  lane = var.fifo && var.fifo_on_dead_letter == "hold" && !var.kafka_lane
+}
+
+resource "aws_sqs_queue" "lane" {
+  count = local.lane ? 1 : 0
+
+  name                       = "${var.name}-held${local.suffix}"
+  fifo_queue                 = true
+  visibility_timeout_seconds = var.visibility_timeout_seconds
+  message_retention_seconds  = var.message_retention_seconds
+  sqs_managed_sse_enabled    = true
+  deduplication_scope        = local.high_throughput.deduplication_scope
+  fifo_throughput_limit      = local.high_throughput.fifo_throughput_limit
+  tags                       = var.tags
+  redrive_policy = jsonencode({
+    deadLetterTargetArn = local.dlq.arn
+    maxReceiveCount     = var.max_receive_count
+  })
+}
+
+# Only the source queue (and its retry lane) may dead-letter into this DLQ (and native redrive
+# goes back to them).
 resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
   count = local.create ? 1 : 0
 
   queue_url = aws_sqs_queue.dlq[0].id
   redrive_allow_policy = jsonencode({
     redrivePermission = "byQueue"
-    sourceQueueArns   = [aws_sqs_queue.source[0].arn]
+    sourceQueueArns   = concat([aws_sqs_queue.source[0].arn], aws_sqs_queue.lane[*].arn)
   })
 }
 
@@ -103,8 +129,10 @@ module "function" {
     REDRIVE_SOURCE_RETENTION          = "${var.message_retention_seconds}s"
     REDRIVE_SOURCE_VISIBILITY_TIMEOUT = "${var.visibility_timeout_seconds}s"
     }, {
-    REDRIVE_FIFO_ON_DEAD_LETTER                  = var.fifo_on_dead_letter
-    }, var.kafka_lane ? { REDRIVE_LANE_URL = local.queue.url } : {}, var.fifo_on_dead_letter != "hold" ? {} : {
+    REDRIVE_FIFO_ON_DEAD_LETTER            = var.fifo_on_dead_letter
+    }, var.kafka_lane ? { REDRIVE_LANE_URL = local.queue.url } : {}, local.lane ? {
+    REDRIVE_LANE_URL                       = aws_sqs_queue.lane[0].url
+    } : {}, var.fifo_on_dead_letter != "hold" ? {} : {
     # A hold ends (the head is dead-lettered) a day before the queue's retention would drop it.
     REDRIVE_FIFO_HOLD_MAX_AGE = "${var.message_retention_seconds - 86400}s"
   })
@@ -112,12 +140,12 @@ module "function" {
     {
       sid       = "Consume"
       actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility", "sqs:GetQueueUrl"]
-      resources = [local.queue.arn]
+      resources = concat([local.queue.arn], aws_sqs_queue.lane[*].arn)
     },
     {
       sid       = "RetryAndDeadLetter"
       actions   = ["sqs:SendMessage"]
-      resources = [local.queue.arn, local.dlq.arn]
+      resources = concat([local.queue.arn, local.dlq.arn], aws_sqs_queue.lane[*].arn)
     },
   ], var.extra_statements)
 }
@@ -149,6 +177,25 @@ resource "aws_lambda_event_source_mapping" "consumer" {
     for_each = var.mapping_metrics ? [1] : []
     content {
       metrics = ["EventCount"]
+    }
+  }
+}
+
+# The retry lane's records: held heads and the records that follow them, in order, to the same
+# function, which holds a head there until `dlq release` and runs the rest once it is released.
+resource "aws_lambda_event_source_mapping" "lane" {
+  count = local.lane ? 1 : 0
+
+  event_source_arn        = aws_sqs_queue.lane[0].arn
+  function_name           = module.function.function_arn
+  batch_size              = var.batch_size
+  function_response_types = ["ReportBatchItemFailures"]
+  tags                    = var.tags
+
+  dynamic "scaling_config" {
+    for_each = var.maximum_concurrency == null ? [] : [var.maximum_concurrency]
+    content {
+      maximum_concurrency = scaling_config.value
     }
   }
 }

@@ -52,3 +52,13 @@ output "role_arn" {
   description = "ARN of the function's role."
   value       = module.function.role_arn
 }
+
+output "lane_url" {
+  description = "URL of the retry lane where held FIFO groups wait (fifo_on_dead_letter = \"hold\"); null without one."
+  value       = one(aws_sqs_queue.lane[*].url)
+}
+
+output "lane_arn" {
+  description = "ARN of the retry lane; null without one."
+  value       = one(aws_sqs_queue.lane[*].arn)
+}

@@ -185,7 +185,7 @@ variable "max_receive_count" {
 }
 
 variable "fifo_on_dead_letter" {
-  description = "FIFO: what a head that would be dead-lettered means for its group (REDRIVE_FIFO_ON_DEAD_LETTER). continue: it goes to the DLQ and the group goes on. hold: it stays at the head of its group, which waits in order until an operator runs `dlq release` (alarmed: Held); needs the attempt ledger, and holds at most message_retention_seconds less a day."
+  description = "FIFO: what a head that would be dead-lettered means for its group (REDRIVE_FIFO_ON_DEAD_LETTER). continue: it goes to the DLQ and the group goes on. hold: it holds its group, which waits in order until an operator runs `dlq release` (alarmed: Held), in a retry lane made here (<name>-held.fifo, REDRIVE_LANE_URL) with the group's later records, so that the source's other groups go on; needs the attempt ledger, and holds at most message_retention_seconds less a day."
   type        = string
   default     = "continue"
   nullable    = false

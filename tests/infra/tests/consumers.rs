@@ -71,9 +71,10 @@ fn a_mapping_without_item_failures_or_with_the_wrong_arguments_is_caught() {
 #[test]
 fn a_consumer_left_to_lambdas_loop_detection_is_caught() {
     let consumer = broken(CONSUMER, "recursive_loop = \"Allow\"", "");
+    // Once per mapping: the source's and the retry lane's.
     assert_eq!(
         recursion(&consumer),
-        ["modules/sqs-consumer: function: re-sends to the queue that triggers it without recursive_loop = \"Allow\""]
+        ["modules/sqs-consumer: function: re-sends to the queue that triggers it without recursive_loop = \"Allow\""; 2]
     );
     let redrive = broken(
         "modules/recovery/main.tf",
@@ -136,7 +137,8 @@ fn a_fifo_queue_capped_per_queue_is_caught() {
         high_throughput_fifo(&consumer),
         [
             "modules/sqs-consumer: dlq: a FIFO queue without high throughput",
-            "modules/sqs-consumer: source: a FIFO queue without high throughput"
+            "modules/sqs-consumer: source: a FIFO queue without high throughput",
+            "modules/sqs-consumer: lane: a FIFO queue without high throughput"
         ]
     );
 }

@@ -73,8 +73,8 @@ fn the_configuration_keeps_every_rule() {
     };
     assert_eq!(
         count("aws_lambda_event_source_mapping"),
-        4,
-        "SQS consumer, stream consumer, Kafka consumer, EventBridge redrive"
+        5,
+        "SQS consumer and its retry lane, stream consumer, Kafka consumer, EventBridge redrive"
     );
     assert_eq!(count("aws_cloudwatch_event_target"), 2);
     assert!(statements(&modules)

@@ -16,7 +16,7 @@ fn wildcard_iam_is_caught() {
     assert_eq!(iam(&actions).len(), 1, "{:?}", iam(&actions));
     let resources = broken(
         CONSUMER,
-        "resources = [local.queue.arn, local.dlq.arn]",
+        "resources = concat([local.queue.arn, local.dlq.arn], aws_sqs_queue.lane[*].arn)",
         "resources = [\"*\"]",
     );
     assert_eq!(iam(&resources).len(), 1, "{:?}", iam(&resources));
