@@ -429,7 +429,6 @@ fn record_of(message: Message) -> SqsRecord<'static> {
             MessageSystemAttributeName::ApproximateFirstReceiveTimestamp,
         ),
         message_group_id: take(MessageSystemAttributeName::MessageGroupId),
-        message_deduplication_id: take(MessageSystemAttributeName::MessageDeduplicationId),
         sequence_number: take(MessageSystemAttributeName::SequenceNumber),
         aws_trace_header: take(MessageSystemAttributeName::AwsTraceHeader),
         dead_letter_queue_source_arn: take(MessageSystemAttributeName::DeadLetterQueueSourceArn),

@@ -236,11 +236,9 @@ pub struct SystemAttributes<'a> {
     /// When the message was first received (ms since the epoch): a FIFO record's age in place.
     #[serde(borrow, default)]
     pub approximate_first_receive_timestamp: Option<Text<'a>>,
-    /// FIFO deduplication id.
-    #[serde(borrow, default)]
-    pub message_deduplication_id: Option<Text<'a>>,
     /// FIFO: the number SQS gave the message, which grows within its group (128 bits, SQS API
-    /// reference, SendMessage).
+    /// reference, SendMessage). (The deduplication id, the producer's business, is not kept: a
+    /// record stays as small as the batch's parse needs it.)
     #[serde(borrow, default)]
     pub sequence_number: Option<Text<'a>>,
     /// The X-Ray trace header the sender set.
@@ -344,7 +342,6 @@ impl<'a> From<&'a aws_lambda_events::sqs::SqsMessage> for SqsRecord<'a> {
                 sent_timestamp: system("SentTimestamp"),
                 approximate_first_receive_timestamp: system("ApproximateFirstReceiveTimestamp"),
                 message_group_id: system("MessageGroupId"),
-                message_deduplication_id: system("MessageDeduplicationId"),
                 sequence_number: system("SequenceNumber"),
                 aws_trace_header: system("AWSTraceHeader"),
                 dead_letter_queue_source_arn: system("DeadLetterQueueSourceArn"),
