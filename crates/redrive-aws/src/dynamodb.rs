@@ -13,7 +13,7 @@
 //! counts; adding to a set is idempotent, so a retried write counts once), `attempts_from` (after
 //! an operator's release), `head_since` (when it began to wait in place at its group's head), the
 //! hold (`held_since`, `held_receive`, `held_receipt`, `held_queue`, `held_error_kind`,
-//! `held_error`, `held_release`) and `expires_at`; the item `holds#index` lists the held heads'
+//! `held_error`, `held_release`), `parked` (its copy is in the retry lane) and `expires_at`; the item `holds#index` lists the held heads'
 //! message ids (`held`), so that `dlq held` reads them without a scan. A key with records in the
 //! retry lane (`attempts#kafka#<topic>-<partition>#<key>`, `attempts#fifo#<queue arn>#<group>`)
 //! holds `key_left`, `key_place` and `key_home` ([`redrive_core::lane::KeyOffsets`]), positions
@@ -454,6 +454,17 @@ impl AttemptLedger for DynamoDbStore {
         })
     }
 
+    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(async move {
+            let request = self
+                .ledger_update(message_id)
+                .await
+                .update_expression("SET parked = :parked, expires_at = :expires")
+                .expression_attribute_values(":parked", AttributeValue::Bool(true));
+            sent(request.send().await)
+        })
+    }
+
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
@@ -584,6 +595,11 @@ fn entry_of(item: &HashMap<String, AttributeValue>) -> LedgerEntry {
         attempts_from: numeric(item, "attempts_from").unwrap_or(0) as u32,
         hold: hold_of(item),
         head_since_ms: numeric(item, "head_since"),
+        parked: item
+            .get("parked")
+            .and_then(|value| value.as_bool().ok())
+            .copied()
+            .unwrap_or(false),
         key: key_offsets_of(item),
     }
 }

@@ -448,6 +448,9 @@ impl AttemptLedger for Down {
     fn clear_hold<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         down()
     }
+    fn record_parked<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        down()
+    }
     fn record_key_left<'a>(
         &'a self,
         _: &'a str,

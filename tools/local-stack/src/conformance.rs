@@ -145,6 +145,8 @@ enum ScenarioRun {
     VisibilityTwelveHours,
     ChangeNotInFlight,
     DeleteWithOlderHandle,
+    FifoSequenceNumbersGrow,
+    FifoDeduplicationInterval,
 }
 
 /// Every scenario, in the table's order.
@@ -244,6 +246,18 @@ pub const SCENARIOS: &[Scenario] = &[
         documented: "succeeds, but the message might not be deleted (the model: it is not)",
         source: "SQS API reference, DeleteMessage",
         run: ScenarioRun::DeleteWithOlderHandle,
+    },
+    Scenario {
+        name: "FIFO sequence numbers grow",
+        documented: "each FIFO message has a SequenceNumber of up to 128 bits that grows within its group",
+        source: "SQS API reference, SendMessage (SequenceNumber); ReceiveMessage (SequenceNumber)",
+        run: ScenarioRun::FifoSequenceNumbersGrow,
+    },
+    Scenario {
+        name: "FIFO deduplication interval",
+        documented: "a message sent with a deduplication id taken in the last 5 minutes is accepted and not delivered, even after the first was deleted",
+        source: "SQS API reference, SendMessage (MessageDeduplicationId); SQS developer guide, FIFO queue key terms",
+        run: ScenarioRun::FifoDeduplicationInterval,
     },
 ];
 
@@ -507,6 +521,52 @@ pub async fn run<L: Lab>(lab: &L, scenario: &Scenario, prefix: &str) -> Result<V
                 (None, true) => Verdict::OtherReading("deleted".into()),
                 (Some(entry), _) => Verdict::Deviates(format!("refused: {}", entry.code)),
             }
+        }
+        ScenarioRun::FifoSequenceNumbersGrow => {
+            let (name, spec) = fifo("");
+            let (url, _) = lab.create(&name, &spec).await?;
+            for body in ["m0", "m1", "m2"] {
+                send(lab, &url, &[body], Some("g"), 0).await?;
+            }
+            let numbers: Vec<Option<u128>> = receive(lab, &url, 30)
+                .await?
+                .iter()
+                .map(|record| record.attributes.sequence_number.as_deref()?.parse().ok())
+                .collect();
+            let growing = numbers.len() == 3
+                && numbers.windows(2).all(|pair| match pair {
+                    [Some(a), Some(b)] => a < b,
+                    _ => false,
+                });
+            Verdict::from_check(growing, || format!("sequence numbers {numbers:?}"))
+        }
+        ScenarioRun::FifoDeduplicationInterval => {
+            let (name, spec) = fifo("");
+            let (url, _) = lab.create(&name, &spec).await?;
+            let message = |body: &'static str| OutgoingMessage {
+                body: Text::from(body),
+                attributes: Vec::new(),
+                delay_seconds: 0,
+                group_id: Some(Text::from("g")),
+                deduplication_id: Some(Text::from("the-same-id")),
+                trace_header: None,
+            };
+            lab.send_batch(&url, &[message("m0")]).await?;
+            let first = receive(lab, &url, 30).await?;
+            let first_handles = handles(&first);
+            let first_handles: Vec<&str> = first_handles.iter().map(String::as_str).collect();
+            lab.delete_batch(&url, &first_handles).await?;
+            let accepted = refused(lab.send_batch(&url, &[message("m1")]).await);
+            let again = bodies(&receive(lab, &url, 30).await?);
+            Verdict::from_check(
+                bodies(&first) == ["m0"] && accepted.is_none() && again.is_empty(),
+                || {
+                    format!(
+                        "first {:?}, the second send {accepted:?}, then {again:?}",
+                        bodies(&first)
+                    )
+                },
+            )
         }
     })
 }

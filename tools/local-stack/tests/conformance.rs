@@ -14,6 +14,8 @@ const KNOWN_DEVIATIONS: &[(&str, &str)] = &[
     (MOTO, "FIFO group returns in order"),
     (MOTO, "moved past maxReceiveCount"),
     (MOTO, "change on a message not in flight"),
+    (MOTO, "FIFO sequence numbers grow"),
+    (MOTO, "FIFO deduplication interval"),
     (LOCALSTACK, "standard DLQ keeps the enqueue time"),
     (LOCALSTACK, "visibility within 12 hours of the receive"),
     (LOCALSTACK, "change on a message not in flight"),

@@ -35,6 +35,9 @@ pub struct LedgerEntry {
     /// age counts from then, not from its first receive, which it shares with the head it
     /// arrived behind.
     pub head_since_ms: Option<u64>,
+    /// Its copy is in the retry lane (SQS confirmed the send): should it come back to its source
+    /// (its delete lost), it is done there.
+    pub parked: bool,
     /// A key's records out in the retry lane (the entry of a Kafka key id,
     /// [`crate::kafka::KafkaOrigin::key_id`], or of a FIFO group, [`crate::lane::group_key`]).
     pub key: Option<KeyOffsets>,
@@ -159,6 +162,9 @@ pub trait AttemptLedger: Send + Sync {
     /// operator, or held too long): `dlq held` no longer lists it.
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
 
+    /// Writes down that SQS confirmed the copy of `message_id` in the retry lane.
+    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
+
     /// Writes down that the record at `position` of key `key_id` left for `place` (before it is
     /// sent: a key never looks free while a record of it is out). An earlier position than the
     /// one written (a retried batch) changes nothing.
@@ -219,6 +225,9 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
     }
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         (**self).clear_hold(message_id)
+    }
+    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        (**self).record_parked(message_id)
     }
     fn record_key_left<'a>(
         &'a self,
@@ -357,6 +366,14 @@ impl AttemptLedger for MemoryLedger {
         ready(())
     }
 
+    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        lock(&self.entries)
+            .entry(message_id.to_owned())
+            .or_default()
+            .parked = true;
+        ready(())
+    }
+
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
@@ -473,6 +490,10 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.inner.clear_hold(message_id)
+    }
+    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_parked(message_id)
     }
     fn record_key_left<'a>(
         &'a self,

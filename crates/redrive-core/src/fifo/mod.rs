@@ -93,8 +93,9 @@ pub(crate) enum LaneState {
     Follows,
     /// In its source, the head its group was held on, come back: parked in the lane again.
     HeldAgain,
-    /// In its source, come back after its copy took effect from the lane: done.
-    Home,
+    /// In its source, come back after SQS confirmed its copy in the lane (its delete lost): done
+    /// here, untried.
+    Sent,
     /// In its source, and the ledger did not say whether its group waits in the lane: it waits
     /// in place, untried.
     Unread,
@@ -131,9 +132,8 @@ pub(crate) async fn group_states(
 }
 
 /// Where a source record at `position` of a group in the state `state` stands with the lane. A
-/// record comes back to its source after it left for the lane when its copy's send or its delete
-/// was lost: once a record at or past it took effect from the lane, it is done; the held head
-/// that comes back is parked again as the head; any other follows.
+/// held head back in its source (its copy's send not confirmed) is parked again as the head; any
+/// other record of a group waiting there follows.
 pub(crate) fn lane_state(
     state: Option<Option<KeyOffsets>>,
     position: Option<Position>,
@@ -142,7 +142,6 @@ pub(crate) fn lane_state(
         return LaneState::Unread;
     };
     match state {
-        Some(key) if position.is_some() && key.home >= position => LaneState::Home,
         Some(key) if key.waiting().is_none() => LaneState::Free,
         Some(key) if key.place == KeyPlace::Held && Some(key.left) == position => {
             LaneState::HeldAgain
@@ -161,6 +160,8 @@ pub(crate) struct Recount {
     pub(crate) head: HeadStatus,
     /// When it began to wait in place at its group's head, if it has.
     pub(crate) head_since_ms: Option<u64>,
+    /// Its copy is in the retry lane: it came back to its source, its delete lost.
+    pub(crate) parked: bool,
 }
 
 /// Reads what the ledger knows of `deliveries` (one call) within `within`: their attempts and
@@ -205,6 +206,7 @@ pub(crate) async fn recount(
                     Some(_) => HeadStatus::Held,
                 },
                 head_since_ms: entry.head_since_ms,
+                parked: entry.parked,
             })
         })
         .collect()

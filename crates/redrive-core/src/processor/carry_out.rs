@@ -220,7 +220,12 @@ impl<Q: QueuePort> Processor<Q> {
             .lane_copy(item, failure, &error, item.attempts_before, Some(&mark))
             .map_err(|too_large| too_large.to_string())?;
         self.send_now(Destination::Url(lane), copy, invocation.deadline_ms, report)
-            .await
+            .await?;
+        // Should its delete be lost, it comes back to its source done: its copy is in the lane.
+        if let Err(error) = ledger.record_parked(item.id).await {
+            tracing::warn!(message_id = item.id, %error, "its copy in the retry lane not written down: should it come back to its source, it is sent there again");
+        }
+        Ok(())
     }
 
     /// With `hold`: the heads holding a group of this batch's queue, for the `HeldHeads` gauge

@@ -441,6 +441,9 @@ impl<Q: QueuePort> Processor<Q> {
                     items[index].head_since_s = count
                         .head_since_ms
                         .map_or(0, |ms| u32::try_from(ms / 1000).unwrap_or(u32::MAX));
+                    if count.parked {
+                        items[index].lane = LaneState::Sent;
+                    }
                 }
                 None => items[index].head = HeadStatus::Unread,
             }
@@ -461,6 +464,9 @@ impl<Q: QueuePort> Processor<Q> {
             let within = self.budget(invocation.deadline_ms).ledger_read();
             let states = fifo::group_states(ledger.as_ref(), &distinct, within).await;
             for (item, key) in items.iter_mut().zip(&keys) {
+                if item.lane == LaneState::Sent {
+                    continue;
+                }
                 if let Ok(found) = distinct.binary_search(&key.as_str()) {
                     let position = item
                         .record

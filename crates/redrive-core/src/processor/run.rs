@@ -259,8 +259,8 @@ impl<Q: QueuePort> Processor<Q> {
         }
         match (item.lane, item.head) {
             (LaneState::Follows, _) => return Some(Outcome::FollowsGroup),
-            // Its copy took effect from the lane: nothing left to do here.
-            (LaneState::Home, _) => return Some(Outcome::Succeeded),
+            // Its copy is in the lane, which takes it from here.
+            (LaneState::Sent, _) => return Some(Outcome::Succeeded),
             (LaneState::HeldAgain, _) => return Some(Outcome::Failed(Box::new(held_again()))),
             (LaneState::Unread, _) => return Some(Outcome::Failed(Box::new(lane_unread()))),
             (LaneState::Parked, HeadStatus::Unread) => {

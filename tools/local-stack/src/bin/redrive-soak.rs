@@ -213,6 +213,17 @@ async fn main() -> ExitCode {
                     ..SoakConfig::memory(messages, seed).fifo(8).holding()
                 },
             ),
+            (
+                "the same, held in place without a lane (what the lane removes: the other \
+                 groups wait behind the held group's backlog until its release)",
+                SoakConfig {
+                    fifo_scan_window: 100,
+                    ..SoakConfig::memory(messages, seed)
+                        .fifo(8)
+                        .holding()
+                        .in_place()
+                },
+            ),
         ];
         for (kind, config) in runs {
             println!("== in-memory SQS, {kind}, {messages} messages, seed {seed}");

@@ -239,6 +239,9 @@ impl AttemptLedger for FaultyStore {
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(self.call("UpdateItem", self.inner.ledger().clear_hold(message_id)))
     }
+    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(self.call("UpdateItem", self.inner.ledger().record_parked(message_id)))
+    }
     fn record_key_left<'a>(
         &'a self,
         key_id: &'a str,
