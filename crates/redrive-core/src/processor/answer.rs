@@ -79,11 +79,15 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
                 "record dead-lettered",
             )
         }
-        // A fresh hold (it failed now; a head that comes back held has no error): an operator's job.
+        // A fresh hold (it failed now; a head that comes back held has no error), in place or
+        // parked in the retry lane with its group's later records: an operator's job.
         Fate::GiveBack {
             reason: GiveBackReason::Held,
             ..
-        } if error.is_some() => {
+        }
+        | Fate::Park { held: true }
+            if error.is_some() =>
+        {
             tracing::error!(
                 message_id = item.id,
                 group = item.group().unwrap_or_default(),
@@ -91,23 +95,11 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
                 error_class,
                 error_kind,
                 error = %message,
-                fate = "held",
+                fate = fate.name(),
                 "FIFO group held on this record: fix the cause, then `dlq release`",
             )
         }
-        Fate::Park { held: true } => {
-            tracing::error!(
-                message_id = item.id,
-                group = item.group().unwrap_or_default(),
-                attempt,
-                error_class,
-                error_kind,
-                error = %message,
-                fate = "park",
-                "FIFO group held on this record, parked in the retry lane with the group's later records: fix the cause, then `dlq release` its copy there",
-            )
-        }
-        Fate::Park { held: false } => {
+        Fate::Park { .. } => {
             tracing::debug!(
                 message_id = item.id,
                 group = item.group().unwrap_or_default(),
