@@ -113,9 +113,10 @@ async fn run_on_server(
     let mut attributes = fifo;
     attributes.push((QueueAttributeName::RedrivePolicy, policy.to_string()));
     let (url, arn) = create(format!("{prefix}{suffix}"), attributes.clone()).await?;
-    let lane = match config.lane {
-        true => Some(create(format!("{prefix}-lane{suffix}"), attributes).await?),
-        false => None,
+    let lane = if config.lane {
+        Some(create(format!("{prefix}-lane{suffix}"), attributes).await?)
+    } else {
+        None
     };
     run(
         redrive::SqsQueue::with_client(client),
