@@ -142,6 +142,7 @@ impl<Q: QueuePort> Processor<Q> {
     ) {
         let failed_in = invocation.failed_in();
         let now = self.clock.now_ms();
+        let deadline = self.budget(invocation.deadline_ms).carry_deadline();
         let mut stopped: Vec<&str> = Vec::new();
         for (item, ruling) in items.iter().zip(rulings.iter_mut()) {
             let Fate::Park { held } = ruling.fate else {
@@ -151,8 +152,10 @@ impl<Q: QueuePort> Processor<Q> {
             let parked = if stopped.contains(&group) {
                 Err("an earlier record of its group was not parked".to_owned())
             } else {
-                self.park_one(item, ruling, (now, &failed_in), invocation, report)
+                let parking = self.park_one(item, ruling, (now, &failed_in), invocation, report);
+                by_deadline(deadline, parking)
                     .await
+                    .unwrap_or_else(|| Err("cut off at the carry-out's deadline".to_owned()))
             };
             if let Err(reason) = parked {
                 tracing::error!(

@@ -235,17 +235,22 @@ impl<Q: QueuePort> Processor<Q> {
         deadline: Option<tokio::time::Instant>,
     ) {
         let Some(ledger) = &self.ledger else { return };
+        // A FIFO copy's mark counts in the lane only: a dead letter redriven from the lane to its
+        // source still carries it.
+        let from_lane = self.batch_is_from_lane(items);
         let home = items
             .iter()
             .zip(rulings)
             .filter(|(_, ruling)| matches!(ruling.fate, Fate::Done))
-            .filter_map(|(item, _)| match LaneMark::of(item.record) {
-                Some(mark) => Some((mark.key, mark.position)),
-                None => {
-                    let origin = item.message(invocation).kafka()?;
-                    Some((origin.key_id()?, Position::offset(origin.offset)))
-                }
-            });
+            .filter_map(
+                |(item, _)| match LaneMark::of(item.record).filter(|_| from_lane) {
+                    Some(mark) => Some((mark.key, mark.position)),
+                    None => {
+                        let origin = item.message(invocation).kafka()?;
+                        Some((origin.key_id()?, Position::offset(origin.offset)))
+                    }
+                },
+            );
         let writes = futures_util::future::join_all(home.map(|(key_id, position)| async move {
             if let Err(error) = ledger.record_key_home(&key_id, position).await {
                 tracing::warn!(key = key_id, position = position.0.to_string(), %error, "the key's record home not written down: its later records follow it to the lane until the next one is done");
