@@ -189,11 +189,12 @@ moved {
 
 # A plain `terraform apply` without alarm_email (make deploy refuses one, tools/alarm-target) warns:
 # every alarm of the stack goes to an SNS topic nobody reads unless it is subscribed another way.
-# A check warns and does not stop the apply (Terraform language, "Checks").
+# A check warns and does not stop the apply (Terraform language, "Checks"); its message names the
+# topic, not its ARN, which is unknown until apply (a message with an unknown value is not shown).
 check "alarm_target" {
   assert {
     condition     = var.alarm_email != null
-    error_message = "alarm_email is not set: every alarm of this stack (a DLQ not empty, messages about to expire, a held FIFO group) goes to ${module.alerts.topic_arn} with no subscriber. Set alarm_email, or subscribe the topic another way (a chat integration, an on-call tool)."
+    error_message = "alarm_email is not set: every alarm of this stack (a DLQ not empty, messages about to expire, a held FIFO group) goes to the SNS topic ${var.name_prefix}-alarms with no subscriber. Set alarm_email, or subscribe the topic another way (a chat integration, an on-call tool)."
   }
 }
 

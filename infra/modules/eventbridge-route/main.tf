@@ -174,7 +174,10 @@ resource "aws_cloudwatch_event_rule" "route" {
 # Where EventBridge puts an event it could not deliver to a target (a standard queue, as EventBridge
 # requires). Read by the EventBridge redrive: the visibility timeout fits its function.
 resource "aws_sqs_queue" "target_dlq" {
-  name                       = "${var.name}-target-dlq"
+  name = "${var.name}-target-dlq"
+  # What redrive may send (SQS takes up to 1 MiB); the provider creates 256 KiB queues unless told
+  # (AWS provider, aws_sqs_queue: max_message_size defaults to 262144).
+  max_message_size           = 1048576
   message_retention_seconds  = var.dlq_message_retention_seconds
   visibility_timeout_seconds = 6 * var.redrive_function_timeout_seconds
   sqs_managed_sse_enabled    = true
@@ -185,6 +188,7 @@ resource "aws_sqs_queue" "target_dlq" {
 # Where Lambda puts an invocation record when the consumer failed after its asynchronous retries.
 resource "aws_sqs_queue" "consumer_failures_dlq" {
   name                       = "${var.name}-consumer-failures-dlq"
+  max_message_size           = 1048576
   message_retention_seconds  = var.dlq_message_retention_seconds
   visibility_timeout_seconds = 6 * var.redrive_function_timeout_seconds
   sqs_managed_sse_enabled    = true
@@ -198,6 +202,7 @@ resource "aws_sqs_queue" "consumer_failures_dlq" {
 # its first enqueue.
 resource "aws_sqs_queue" "redrive_poison_dlq" {
   name                      = "${var.name}-redrive-poison-dlq"
+  max_message_size          = 1048576
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
   tags                      = var.tags
@@ -213,6 +218,7 @@ locals {
 # The SQS target of the rule (for example an audit trail or a second consumer).
 resource "aws_sqs_queue" "target" {
   name                      = "${var.name}-queue"
+  max_message_size          = 1048576
   message_retention_seconds = var.message_retention_seconds
   sqs_managed_sse_enabled   = true
   tags                      = var.tags

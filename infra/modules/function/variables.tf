@@ -51,7 +51,9 @@ variable "reserved_concurrency" {
   default     = null
 
   validation {
-    condition     = var.reserved_concurrency == null || (var.reserved_concurrency >= 0 && var.reserved_concurrency <= 1000)
+    # A conditional, not `||`: Terraform before 1.12 evaluates both sides of `||` and `null >= 0` fails
+    # (Terraform 1.12.0 changelog, "Logical binary operators can now short-circuit").
+    condition     = var.reserved_concurrency == null ? true : var.reserved_concurrency >= 0 && var.reserved_concurrency <= 1000
     error_message = "reserved_concurrency must be null or 0 to 1000 (the default account concurrency)."
   }
 }

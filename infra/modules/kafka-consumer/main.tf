@@ -67,8 +67,11 @@ module "consumer" {
       resources = [aws_sqs_queue.discarded.arn]
     },
   ], var.extra_statements)
-  max_attempts               = var.max_attempts
-  fifo_on_dead_letter        = var.lane_on_dead_letter
+  max_attempts        = var.max_attempts
+  fifo_on_dead_letter = var.lane_on_dead_letter
+  # The least sqs-consumer's rules take for a FIFO queue read one record at a time: its tries, an
+  # outage's deferrals in place (21 receives), and with hold a held head's returns (30 more).
+  max_receive_count          = var.max_attempts + 1 + 21 + (var.lane_on_dead_letter == "hold" ? 30 : 0)
   visibility_timeout_seconds = var.lane_visibility_timeout_seconds
   message_retention_seconds  = var.lane_message_retention_seconds
   batch_size                 = 1
@@ -81,7 +84,10 @@ module "consumer" {
 # What Lambda itself gives up on (a batch whose retries ran out: the function failed as a whole,
 # or could not send a record to the lane) is recorded here; Kafka keeps the records.
 resource "aws_sqs_queue" "discarded" {
-  name                      = "${var.name}-discarded"
+  name = "${var.name}-discarded"
+  # What redrive may send (SQS takes up to 1 MiB); the provider creates 256 KiB queues unless told
+  # (AWS provider, aws_sqs_queue: max_message_size defaults to 262144).
+  max_message_size          = 1048576
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
   tags                      = var.tags

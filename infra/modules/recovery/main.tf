@@ -11,7 +11,10 @@ locals {
 
 # Copies of discarded messages (REDRIVE_DISCARD_KINDS), kept as long as SQS allows.
 resource "aws_sqs_queue" "archive" {
-  name                      = "${var.name}-archive"
+  name = "${var.name}-archive"
+  # What redrive may send (SQS takes up to 1 MiB); the provider creates 256 KiB queues unless told
+  # (AWS provider, aws_sqs_queue: max_message_size defaults to 262144).
+  max_message_size          = 1048576
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
   tags                      = var.tags
@@ -20,6 +23,7 @@ resource "aws_sqs_queue" "archive" {
 # Failed reprocessor runs: the scheduler's DLQ and the function's on-failure destination.
 resource "aws_sqs_queue" "reprocessor_failures_dlq" {
   name                      = "${var.name}-reprocessor-failures-dlq"
+  max_message_size          = 1048576
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
   tags                      = var.tags
@@ -225,6 +229,7 @@ resource "aws_sqs_queue" "parked_dlq" {
   count = local.event_redrive
 
   name                      = "${var.name}-parked-dlq"
+  max_message_size          = 1048576
   message_retention_seconds = 1209600
   sqs_managed_sse_enabled   = true
   tags                      = var.tags

@@ -29,7 +29,10 @@ locals {
 resource "aws_sqs_queue" "dlq" {
   count = local.create ? 1 : 0
 
-  name                        = local.dlq_name
+  name = local.dlq_name
+  # What redrive may send (SQS takes up to 1 MiB); the provider creates 256 KiB queues unless told
+  # (AWS provider, aws_sqs_queue: max_message_size defaults to 262144).
+  max_message_size            = 1048576
   fifo_queue                  = var.fifo
   message_retention_seconds   = var.dlq_message_retention_seconds
   sqs_managed_sse_enabled     = true
@@ -55,6 +58,7 @@ resource "aws_sqs_queue" "source" {
   count = local.create ? 1 : 0
 
   name                       = local.queue_name
+  max_message_size           = 1048576
   fifo_queue                 = var.fifo
   visibility_timeout_seconds = var.visibility_timeout_seconds
   message_retention_seconds  = var.message_retention_seconds
@@ -80,6 +84,7 @@ resource "aws_sqs_queue" "lane" {
   count = local.lane ? 1 : 0
 
   name                       = "${var.name}-held${local.suffix}"
+  max_message_size           = 1048576
   fifo_queue                 = true
   visibility_timeout_seconds = var.visibility_timeout_seconds
   message_retention_seconds  = var.message_retention_seconds

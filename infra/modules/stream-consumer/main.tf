@@ -37,7 +37,10 @@ resource "aws_kinesis_stream" "stream" {
 # with the body and the redrive metadata), and Lambda's on-failure records for batches it gave up on
 # (shard, sequence-number range and the reason; the data stays in the stream for its retention).
 resource "aws_sqs_queue" "dlq" {
-  name                      = "${var.name}-dlq"
+  name = "${var.name}-dlq"
+  # What redrive may send (SQS takes up to 1 MiB); the provider creates 256 KiB queues unless told
+  # (AWS provider, aws_sqs_queue: max_message_size defaults to 262144).
+  max_message_size          = 1048576
   message_retention_seconds = var.dlq_message_retention_seconds
   sqs_managed_sse_enabled   = true
   tags                      = var.tags
