@@ -78,9 +78,10 @@ $(CHECKOV_STAMP): tools/checkov-requirements.txt
 	.venv-checkov/bin/pip install --quiet --disable-pip-version-check -r tools/checkov-requirements.txt
 	@touch $@
 
-infra-check: $(CHECKOV_STAMP) ## terraform fmt -check, checkov (0 failed, skips inline with reasons), fetch the provider schema
+infra-check: $(CHECKOV_STAMP) $(STAMP) ## terraform fmt -check, a plan of every configuration (infra/rendered/), checkov, fetch the provider schema
 	@if command -v terraform >/dev/null; then terraform fmt -check -recursive infra; \
 	else echo "terraform is not installed: skipping terraform fmt -check"; fi
+	tools/with-local-aws tools/plan-infra
 	.venv-checkov/bin/checkov -d infra --framework terraform --quiet --compact --skip-download
 	tools/provider-schema
 
