@@ -571,3 +571,70 @@ async fn a_retry_and_a_dead_letter_carry_the_trace_header_of_the_delivery_that_f
         ]
     );
 }
+
+#[tokio::test]
+async fn the_local_queues_take_the_attributes_terraform_ships() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    use redrive_local::topology::{self, Topology};
+
+    redrive_e2e::require_emulator();
+    let mut topology = Topology::load(&topology::default_path()).unwrap();
+    topology.name_prefix = format!("t{}-shipped", std::process::id());
+    let client = redrive_local::sqs_client();
+    let pairs = redrive_local::provision::provision(&client, &topology)
+        .await
+        .unwrap();
+    assert_eq!(pairs.len(), topology.consumers.len());
+    for pair in pairs {
+        let consumer = &topology.consumers[&pair.key];
+        // What the rendering of the stack's plan says: 1 MiB, the largest copy the engine sends.
+        assert_eq!(
+            consumer.max_message_size,
+            redrive::envelope::MAX_MESSAGE_BYTES as u64
+        );
+        for (url, size, retention) in [
+            (
+                &pair.url,
+                consumer.max_message_size,
+                consumer.message_retention_seconds,
+            ),
+            (
+                &pair.dlq_url,
+                consumer.dlq_max_message_size,
+                consumer.dlq_message_retention_seconds,
+            ),
+        ] {
+            let attributes = client
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(QueueAttributeName::All)
+                .send()
+                .await
+                .unwrap()
+                .attributes
+                .unwrap();
+            assert_eq!(
+                attributes[&QueueAttributeName::MaximumMessageSize],
+                size.to_string(),
+                "{url}"
+            );
+            assert_eq!(
+                attributes[&QueueAttributeName::MessageRetentionPeriod],
+                retention.to_string(),
+                "{url}"
+            );
+        }
+        let attributes = client
+            .get_queue_attributes()
+            .queue_url(&pair.url)
+            .attribute_names(QueueAttributeName::RedrivePolicy)
+            .send()
+            .await
+            .unwrap()
+            .attributes
+            .unwrap();
+        let policy: serde_json::Value =
+            serde_json::from_str(&attributes[&QueueAttributeName::RedrivePolicy]).unwrap();
+        assert_eq!(policy["maxReceiveCount"], consumer.max_receive_count);
+    }
+}

@@ -1,4 +1,4 @@
-//! Creates the topology's queues on the emulator, as Terraform creates them on AWS.
+//! Creates the topology's queues on the emulator with the attributes Terraform plans for them.
 use aws_sdk_sqs::types::QueueAttributeName;
 use aws_sdk_sqs::Client;
 
@@ -34,6 +34,10 @@ pub async fn provision(client: &Client, topology: &Topology) -> Result<Vec<Queue
                 QueueAttributeName::MessageRetentionPeriod,
                 consumer.dlq_message_retention_seconds.to_string(),
             )
+            .attributes(
+                QueueAttributeName::MaximumMessageSize,
+                consumer.dlq_max_message_size.to_string(),
+            )
             .send()
             .await
             .map_err(Error::sdk)?
@@ -53,6 +57,10 @@ pub async fn provision(client: &Client, topology: &Topology) -> Result<Vec<Queue
             .attributes(
                 QueueAttributeName::RedrivePolicy,
                 redrive_policy.to_string(),
+            )
+            .attributes(
+                QueueAttributeName::MaximumMessageSize,
+                consumer.max_message_size.to_string(),
             )
             .send()
             .await

@@ -1,4 +1,7 @@
-//! The topology: `infra/redrive.auto.tfvars.json`, the one file Terraform and the local stack read.
+//! The topology: `infra/redrive.auto.tfvars.json`, the one file Terraform and the local stack read,
+//! with every consumer's queue, mapping and function settings as Terraform plans them
+//! (`infra/rendered/infra.json`, rendered by `tools/plan-infra`): what the local stack creates is
+//! what Terraform ships, the provider's defaults included.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -29,6 +32,12 @@ pub struct Consumer {
     /// The shared idempotency store's key (`REDRIVE_IDEMPOTENCY_KEY`), when the consumer has one.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// The source queue's `MaximumMessageSize`, as Terraform plans it.
+    #[serde(skip)]
+    pub max_message_size: u64,
+    /// The DLQ's `MaximumMessageSize`, as Terraform plans it.
+    #[serde(skip)]
+    pub dlq_max_message_size: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -70,6 +79,8 @@ pub enum TopologyError {
         path: String,
         source: serde_json::Error,
     },
+    #[error("{path} does not hold {what} (run `tools/with-local-aws tools/plan-infra --write`)")]
+    Rendering { path: String, what: String },
 }
 
 /// The tfvars file of this checkout.
@@ -77,17 +88,80 @@ pub fn default_path() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/redrive.auto.tfvars.json")
 }
 
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, TopologyError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| TopologyError::Parse {
+        path: shown,
+        source,
+    })
+}
+
 impl Topology {
+    /// The tfvars at `path`, each consumer's settings taken from the rendering of the stack's plan
+    /// beside it (`rendered/infra.json`).
     pub fn load(path: &Path) -> Result<Self, TopologyError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        serde_json::from_str(&text).map_err(|source| TopologyError::Parse {
-            path: shown,
-            source,
-        })
+        let mut topology: Self = read_json(path)?;
+        let rendering = path.with_file_name("rendered").join("infra.json");
+        topology.take_shipped(&rendering, &read_json(&rendering)?)?;
+        Ok(topology)
+    }
+
+    /// Each consumer's queues, mapping and function as the rendering shows them.
+    fn take_shipped(
+        &mut self,
+        path: &Path,
+        rendering: &serde_json::Value,
+    ) -> Result<(), TopologyError> {
+        let missing = |what: String| TopologyError::Rendering {
+            path: path.display().to_string(),
+            what,
+        };
+        let keys: Vec<String> = self.consumers.keys().cloned().collect();
+        for key in keys {
+            let (name, dlq_name) = self.queue_names(&key);
+            let queue = &rendering["queues"][&name];
+            let dlq = &rendering["queues"][&dlq_name];
+            let mapping = &rendering["mappings"]
+                [format!("module.consumer[\"{key}\"].aws_lambda_event_source_mapping.consumer")];
+            let function = &rendering["functions"][format!("{}-{key}", self.name_prefix)];
+            let environment = &function["environment"];
+            let number = |value: &serde_json::Value, what: &str| {
+                value
+                    .as_u64()
+                    .ok_or_else(|| missing(format!("{what} of consumer {key}")))
+            };
+            let consumer = self.consumers.get_mut(&key).expect("a key of the map");
+            consumer.visibility_timeout_seconds =
+                number(&queue["visibility_timeout_seconds"], "queue visibility")? as u32;
+            consumer.message_retention_seconds =
+                number(&queue["message_retention_seconds"], "queue retention")? as u32;
+            consumer.max_message_size = number(&queue["max_message_size"], "queue size")?;
+            consumer.max_receive_count = number(
+                &queue["redrive_policy"]["max_receive_count"],
+                "queue receive count",
+            )? as u32;
+            consumer.dlq_message_retention_seconds =
+                number(&dlq["message_retention_seconds"], "DLQ retention")? as u32;
+            consumer.dlq_max_message_size = number(&dlq["max_message_size"], "DLQ size")?;
+            consumer.batch_size = number(&mapping["batch_size"], "mapping batch size")? as u32;
+            consumer.batching_window_seconds = mapping["maximum_batching_window_in_seconds"]
+                .as_u64()
+                .unwrap_or(0) as u32;
+            consumer.function_timeout_seconds =
+                number(&function["timeout"], "function timeout")? as u32;
+            consumer.record_concurrency = environment["REDRIVE_CONCURRENCY"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| missing(format!("REDRIVE_CONCURRENCY of consumer {key}")))?;
+            consumer.idempotency_key = environment["REDRIVE_IDEMPOTENCY_KEY"]
+                .as_str()
+                .map(str::to_owned);
+        }
+        Ok(())
     }
 
     /// Queue names as Terraform creates them: `<prefix>-<key>` and `<prefix>-<key>-dlq`, with
