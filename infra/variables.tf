@@ -292,8 +292,8 @@ variable "stream" {
   default = {
     retention_hours            = 24
     batch_size                 = 100
-    maximum_retry_attempts     = 5
-    maximum_record_age_seconds = 3600
+    maximum_retry_attempts     = -1
+    maximum_record_age_seconds = 82800
     parallelization_factor     = 1
   }
   # Bounds, and maximum_record_age_seconds below the retention, are validated by the module.

@@ -5,12 +5,14 @@
 module "orders_changes" {
   source = "../../modules/stream-consumer"
 
-  name                       = "warehouse-orders-changes"
-  function_zip               = startswith(var.function_zip, "/") ? var.function_zip : "${path.root}/${var.function_zip}"
-  dynamodb_stream_arn        = var.table_stream_arn
-  batch_size                 = 100
-  maximum_retry_attempts     = 5
-  maximum_record_age_seconds = 3600
+  name                = "warehouse-orders-changes"
+  function_zip        = startswith(var.function_zip, "/") ? var.function_zip : "${path.root}/${var.function_zip}"
+  dynamodb_stream_arn = var.table_stream_arn
+  batch_size          = 100
+  # Retried until a record is 23 hours old (DynamoDB Streams keep a record 24 hours): an outage of
+  # the downstream shorter than that loses nothing (modules/stream-consumer, maximum_retry_attempts).
+  maximum_retry_attempts     = -1
+  maximum_record_age_seconds = 82800
   parallelization_factor     = 2
   alarm_topic_arn            = var.alarm_topic_arn
 }

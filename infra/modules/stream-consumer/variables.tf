@@ -121,20 +121,20 @@ variable "parallelization_factor" {
 }
 
 variable "maximum_retry_attempts" {
-  description = "Retries of a failing batch (bisected) before it goes to the DLQ. Bounded: -1 (forever) would block the shard."
+  description = "Retries of a batch the function gives back (bisected on a function error) before Lambda discards it to the DLQ as an on-failure record (metadata only). -1: no count, until maximum_record_age_seconds, so that an outage is bounded by time, not by how fast the retries come. redrive dead-letters a poison record itself; only a crash loop (out of memory, a timeout) retries a record until its age runs out."
   type        = number
-  default     = 5
+  default     = -1
 
   validation {
-    condition     = var.maximum_retry_attempts >= 0 && var.maximum_retry_attempts <= 10000
-    error_message = "maximum_retry_attempts must be 0 to 10000 (not -1: a poison record would block its shard until it expires)."
+    condition     = var.maximum_retry_attempts == -1 ? true : var.maximum_retry_attempts >= 0 && var.maximum_retry_attempts <= 10000
+    error_message = "maximum_retry_attempts must be -1 (until the record age runs out) or 0 to 10000."
   }
 }
 
 variable "maximum_record_age_seconds" {
-  description = "Records older than this go to the DLQ instead of being processed. Bounded: must be below the stream retention."
+  description = "The longest a batch is retried: older records are discarded to the DLQ as on-failure records (metadata only; the data stays in the stream for its retention). The longest downstream outage the consumer waits out without losing a record. Bounded: must be below the stream retention."
   type        = number
-  default     = 3600
+  default     = 82800
 
   validation {
     condition     = var.maximum_record_age_seconds >= 60 && var.maximum_record_age_seconds <= 604800 && var.maximum_record_age_seconds < var.retention_hours * 3600

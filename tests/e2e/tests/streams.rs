@@ -80,11 +80,17 @@ async fn a_poison_change_is_dead_lettered_the_shard_goes_on_and_its_redrive_char
         .await
         .unwrap();
 
+    // The mapping Terraform ships for a table's stream, in batches of 4 so that the test sees
+    // several batches.
+    let rendering = redrive_local::topology::rendering("table-stream").unwrap();
     let mapping = StreamMapping {
         batch_size: 4,
-        maximum_retry_attempts: 5,
-        bisect_batch_on_function_error: true,
-        on_failure_queue_url: Some(stack.queue.dlq_url.clone()),
+        ..StreamMapping::shipped(
+            &rendering,
+            "module.orders_changes.aws_lambda_event_source_mapping.stream",
+            Some(stack.queue.dlq_url.clone()),
+        )
+        .unwrap()
     };
     let config = redrive::sqs::sdk_config_from_env();
     let mut poller = StreamPoller::new(&config, &stream_arn, mapping)
@@ -150,4 +156,53 @@ async fn a_poison_change_is_dead_lettered_the_shard_goes_on_and_its_redrive_char
     assert_eq!(charged, in_stream_order, "nothing charged twice");
     assert!(stack.dlq_messages().await.is_empty());
     assert_eq!(stack.source_depth().await, 0);
+}
+
+#[tokio::test]
+async fn a_batch_older_than_the_record_age_is_discarded_with_its_on_failure_record() {
+    let outage = std::env::temp_dir().join(format!("ddb-stream-age-{}", std::process::id()));
+    std::fs::write(&outage, "down").unwrap();
+    let stack = Stack::new(
+        "ddb-stream-age",
+        Options {
+            knobs: &[("PAYMENTS_OUTAGE_FILE", outage.to_str().unwrap())],
+            ..Options::default()
+        },
+    )
+    .await;
+    let (client, table, stream_arn) = orders_table("orders-stream-age").await;
+    put_order(&client, &table, "o-1", "NEW").await;
+    // The shipped mapping, but records count as too old at once: the first retry is past the age.
+    let rendering = redrive_local::topology::rendering("table-stream").unwrap();
+    let mapping = StreamMapping {
+        maximum_record_age: Some(Duration::ZERO),
+        ..StreamMapping::shipped(
+            &rendering,
+            "module.orders_changes.aws_lambda_event_source_mapping.stream",
+            Some(stack.queue.dlq_url.clone()),
+        )
+        .unwrap()
+    };
+    assert_eq!(mapping.maximum_retry_attempts, None, "shipped: -1");
+    let config = redrive::sqs::sdk_config_from_env();
+    let mut poller = StreamPoller::new(&config, &stream_arn, mapping)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let polls = poller.poll(|event| stack.invoke(event)).await.unwrap();
+    std::fs::remove_file(&outage).unwrap();
+    assert_eq!(
+        polls,
+        [StreamPoll {
+            invoked: 1,
+            discarded: 1,
+            ..StreamPoll::default()
+        }]
+    );
+    assert!(stack.charged().is_empty());
+    let dead = stack.dlq_messages().await;
+    assert_eq!(dead.len(), 1, "the on-failure record");
+    let record: serde_json::Value = serde_json::from_str(dead[0].body().unwrap()).unwrap();
+    assert_eq!(record["requestContext"]["condition"], "RecordAgeExceeded");
+    assert_eq!(record["DDBStreamBatchInfo"]["batchSize"], 1);
 }

@@ -35,11 +35,20 @@ fn a_mapping_without_item_failures_or_with_the_wrong_arguments_is_caught() {
     );
     let forever = broken(
         stream,
-        "maximum_retry_attempts             = var.maximum_retry_attempts",
-        "maximum_retry_attempts             = -1",
+        "maximum_record_age_in_seconds      = var.maximum_record_age_seconds",
+        "maximum_record_age_in_seconds      = -1",
     );
     assert_eq!(
         mappings(&forever),
+        ["modules/stream-consumer: stream: maximum_record_age_in_seconds must be set and bounded"]
+    );
+    let no_retries = broken(
+        stream,
+        "maximum_retry_attempts             = var.maximum_retry_attempts",
+        "",
+    );
+    assert_eq!(
+        mappings(&no_retries),
         ["modules/stream-consumer: stream: maximum_retry_attempts must be set and bounded"]
     );
     let no_destination = broken(stream, "destination_arn = aws_sqs_queue.dlq.arn", "");

@@ -5,10 +5,13 @@
 //! `batch_size` records; a partial batch response's sequence number is the checkpoint, and the
 //! rest of the batch is retried from it; a function error (or an identifier not in the batch)
 //! retries the whole batch, split in two with bisection (a split does not count as a retry);
-//! past `maximum_retry_attempts` retries the batch is discarded and its on-failure record (shard,
-//! sequence range, condition) sent to the destination queue.
+//! past `maximum_retry_attempts` retries, or once a record of it is older than
+//! `maximum_record_age`, the batch is discarded and its on-failure record (shard, sequence range,
+//! condition) sent to the destination queue. The settings are the ones Terraform ships
+//! ([`StreamMapping::shipped`]).
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodbstreams::types::{AttributeValue, Record, ShardIteratorType};
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -22,12 +25,43 @@ use crate::Error;
 pub struct StreamMapping {
     /// Records per batch at the most.
     pub batch_size: usize,
-    /// Retries of a failing batch before it is discarded.
-    pub maximum_retry_attempts: u32,
+    /// Retries of a failing batch before it is discarded; `None` for -1 (no count).
+    pub maximum_retry_attempts: Option<u32>,
+    /// The age past which a failing batch is discarded; `None` for -1 (until the stream trims it).
+    pub maximum_record_age: Option<Duration>,
     /// Split a batch in two on a function error.
     pub bisect_batch_on_function_error: bool,
     /// Where a discarded batch's on-failure record goes (an SQS queue URL).
     pub on_failure_queue_url: Option<String>,
+}
+
+impl StreamMapping {
+    /// The mapping at `address` in a rendering of Terraform's plan (`infra/rendered/`), its
+    /// on-failure records sent to `on_failure_queue_url`.
+    pub fn shipped(
+        rendering: &Value,
+        address: &str,
+        on_failure_queue_url: Option<String>,
+    ) -> Result<Self, Error> {
+        let mapping = &rendering["mappings"][address];
+        let number = |name: &str| {
+            mapping[name].as_i64().ok_or_else(|| {
+                Error::Emulator(format!("the rendering has no {name} for {address}"))
+            })
+        };
+        let unbounded = |value: i64| (value >= 0).then_some(value);
+        Ok(Self {
+            batch_size: usize::try_from(number("batch_size")?).unwrap_or(1),
+            maximum_retry_attempts: unbounded(number("maximum_retry_attempts")?)
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            maximum_record_age: unbounded(number("maximum_record_age_in_seconds")?)
+                .map(|s| Duration::from_secs(s.unsigned_abs())),
+            bisect_batch_on_function_error: mapping["bisect_batch_on_function_error"]
+                .as_bool()
+                .unwrap_or(false),
+            on_failure_queue_url,
+        })
+    }
 }
 
 /// What one invocation did to a shard.
@@ -209,20 +243,31 @@ impl StreamPoller {
             }
         };
         shard.retries += 1;
-        if shard.retries <= self.mapping.maximum_retry_attempts {
+        let retries_left = self
+            .mapping
+            .maximum_retry_attempts
+            .is_none_or(|limit| shard.retries <= limit);
+        let too_old = self.mapping.maximum_record_age.is_some_and(|age| {
+            batch[failed_from..]
+                .iter()
+                .any(|record| record_age(record) > age)
+        });
+        if retries_left && !too_old {
             return Ok(poll);
         }
         let discarded: Vec<Value> = shard.pending.drain(..batch.len() - failed_from).collect();
+        let invokes = shard.retries;
         shard.retries = 0;
         shard.batch_limit = self.mapping.batch_size.max(1);
         poll.discarded = discarded.len();
         if let Some(url) = &self.mapping.on_failure_queue_url {
-            let record = on_failure_record(
-                shard_id,
-                &self.stream_arn,
-                &discarded,
-                self.mapping.maximum_retry_attempts,
-            );
+            let condition = if too_old {
+                "RecordAgeExceeded"
+            } else {
+                "RetryAttemptsExhausted"
+            };
+            let record =
+                on_failure_record(shard_id, &self.stream_arn, &discarded, (condition, invokes));
             self.sqs
                 .send_message()
                 .queue_url(url)
@@ -260,6 +305,18 @@ fn checkpoint(response: &str, batch: &[Value]) -> Result<Option<usize>, String> 
         lowest = Some(lowest.map_or(index, |low: usize| low.min(index)));
     }
     Ok(lowest)
+}
+
+/// How long ago the record was written to the stream (its `ApproximateCreationDateTime`).
+fn record_age(record: &Value) -> Duration {
+    let created = record["dynamodb"]["ApproximateCreationDateTime"]
+        .as_f64()
+        .unwrap_or_default();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    Duration::from_secs_f64((now - created).max(0.0))
 }
 
 /// A stream record as Lambda puts it in the event.
@@ -330,13 +387,18 @@ fn attribute(value: &AttributeValue) -> Value {
 /// The record Lambda sends to the on-failure destination for a discarded batch (Lambda
 /// developer guide, "Retaining discarded records for a DynamoDB event source"): where the
 /// records are in the stream, not the records.
-fn on_failure_record(shard_id: &str, stream_arn: &str, batch: &[Value], retries: u32) -> Value {
+fn on_failure_record(
+    shard_id: &str,
+    stream_arn: &str,
+    batch: &[Value],
+    (condition, invokes): (&str, u32),
+) -> Value {
     let sequence = |record: Option<&Value>| record.map(|r| r["dynamodb"]["SequenceNumber"].clone());
     json!({
         "version": "1.0",
         "requestContext": {
-            "condition": "RetryAttemptsExhausted",
-            "approximateInvokeCount": retries + 1,
+            "condition": condition,
+            "approximateInvokeCount": invokes,
         },
         "responseContext": { "statusCode": 200, "functionError": "Unhandled" },
         "DDBStreamBatchInfo": {

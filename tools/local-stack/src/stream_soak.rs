@@ -297,12 +297,14 @@ pub async fn run_on_moto(
             ..ProcessorConfig::default()
         },
     );
-    let mapping = StreamMapping {
-        batch_size: 100,
-        maximum_retry_attempts: 10_000,
-        bisect_batch_on_function_error: true,
-        on_failure_queue_url: Some(queue.dlq_url.clone()),
-    };
+    // The DynamoDB stream mapping Terraform ships (infra/examples/table-stream).
+    let rendering =
+        crate::topology::rendering("table-stream").map_err(|e| Error::Emulator(e.to_string()))?;
+    let mapping = StreamMapping::shipped(
+        &rendering,
+        "module.orders_changes.aws_lambda_event_source_mapping.stream",
+        Some(queue.dlq_url.clone()),
+    )?;
     let mut poller = StreamPoller::new(&sdk, &stream_arn, mapping).await?;
     let mut report = StreamSoakReport {
         changes: config.changes,

@@ -88,6 +88,16 @@ pub fn default_path() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/redrive.auto.tfvars.json")
 }
 
+/// What Terraform plans for `configuration` (`infra` or an example's name), as `tools/plan-infra`
+/// renders it in this checkout's `infra/rendered/`.
+pub fn rendering(configuration: &str) -> Result<serde_json::Value, TopologyError> {
+    read_json(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../infra/rendered")
+            .join(format!("{configuration}.json")),
+    )
+}
+
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, TopologyError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {

@@ -22,8 +22,11 @@ pub fn present(block: &Block, name: &str) -> bool {
 }
 
 /// Every mapping reports item failures. A mapping on a stream (Kinesis, DynamoDB Streams, or
-/// Kafka: one that reads `topics`) bisects, retries and ages out records a bounded number of times
-/// and has an on-failure destination; a Kafka mapping runs in provisioned mode, which those error
+/// Kafka: one that reads `topics`) bisects, sets its retries and a bounded record age, and has an
+/// on-failure destination. Kinesis and DynamoDB retries may be -1, bounded by the record age (an
+/// outage is then bounded by time, not by how fast Lambda retries); Kafka's must be bounded, as
+/// Lambda caps infinite retries at 10 with an on-failure destination (Lambda developer guide,
+/// "Using a Kafka topic as an on-failure destination"); a Kafka mapping runs in provisioned mode, which those error
 /// controls need (Lambda developer guide, "Configuring error handling controls for Kafka event
 /// sources"); any other mapping is an SQS mapping and carries no stream-only argument.
 pub fn mappings(modules: &[Module]) -> Vec<String> {
@@ -56,10 +59,13 @@ pub fn mappings(modules: &[Module]) -> Vec<String> {
                     "{name}: a stream mapping must bisect failing batches"
                 ));
             }
-            for bounded in ["maximum_retry_attempts", "maximum_record_age_in_seconds"] {
-                match attr(mapping, bounded) {
-                    Some(value) if value != "-1" => {}
-                    _ => violations.push(format!("{name}: {bounded} must be set and bounded")),
+            for (limit, unbounded_allowed) in [
+                ("maximum_retry_attempts", !kafka),
+                ("maximum_record_age_in_seconds", false),
+            ] {
+                match attr(mapping, limit) {
+                    Some(value) if value != "-1" || unbounded_allowed => {}
+                    _ => violations.push(format!("{name}: {limit} must be set and bounded")),
                 }
             }
             if !child(mapping, "destination_config")

@@ -32,7 +32,7 @@ pub fn variable_rules(modules: &[Module]) -> Vec<String> {
         ("modules/sqs-consumer", "batch_size", "!var.fifo || var.batch_size == 1 || length(setintersection(keys(var.environment), [\"REDRIVE_IDEMPOTENCY_TABLE\", \"REDRIVE_LEDGER_TABLE\"])) > 0"),
         ("modules/eventbridge-route", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.message_retention_seconds"),
         ("modules/stream-consumer", "maximum_record_age_seconds", "var.maximum_record_age_seconds < var.retention_hours * 3600"),
-        ("modules/stream-consumer", "maximum_retry_attempts", "var.maximum_retry_attempts >= 0"),
+        ("modules/stream-consumer", "maximum_retry_attempts", "var.maximum_retry_attempts == -1 ? true : var.maximum_retry_attempts >= 0"),
         ("modules/stream-consumer", "dlq_message_retention_seconds", "var.dlq_message_retention_seconds > var.retention_hours * 3600"),
     ];
     required
