@@ -24,7 +24,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::envelope::DATA_ENCODING_ATTRIBUTE;
+use crate::envelope::{sqs_accepts, DATA_ENCODING_ATTRIBUTE};
 use redrive_event::{Body, MessageAttribute, SqsRecord, Text};
 
 /// The message attribute that carries a Kafka record's origin ([`KafkaOrigin`], JSON) on its
@@ -141,6 +141,10 @@ pub struct KafkaOrigin {
     /// The headers, each a name and its bytes as base64, in the record's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<(String, String)>,
+    /// The record has no value (a tombstone: a key's deletion in a compacted topic). Its message
+    /// has the body `null`, from the topic and from the lane alike: SQS takes no empty body.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tombstone: bool,
 }
 
 impl KafkaOrigin {
@@ -197,6 +201,7 @@ impl KafkaRecord<'_> {
             timestamp: self.timestamp,
             key: self.key.as_deref().map(str::to_owned),
             headers,
+            tombstone: self.value.is_none(),
         }
     }
 
@@ -222,16 +227,20 @@ impl KafkaRecord<'_> {
     }
 
     /// The record as the handlers see messages: the value decoded as the body (a value that is
-    /// not UTF-8 keeps its base64, marked by [`DATA_ENCODING_ATTRIBUTE`] `base64`, which
-    /// `Message::data` decodes), its id, its origin in [`KAFKA_ATTRIBUTE`]. A value that is not
-    /// base64 is kept as it came, marked `base64`, and `Message::data` gives its text. It names no
+    /// not UTF-8, or whose text SQS would refuse, keeps its base64, marked by
+    /// [`DATA_ENCODING_ATTRIBUTE`] `base64`, which `Message::data` decodes; a tombstone is `null`),
+    /// its id, its origin in [`KAFKA_ATTRIBUTE`]: the same message from the topic and, as its
+    /// copy, from the lane. A value that is not base64 is kept as it came, marked `base64`, and
+    /// `Message::data` gives its text. It names no
     /// source queue: its copies' metadata then name no origin, and the reprocessor sends them to
     /// the lane (a DLQ's fallback destination), the only queue that is their home.
     pub(crate) fn as_message(&self, id: String) -> SqsRecord<'static> {
-        let value = self.value.as_deref().unwrap_or_default();
-        let (body, binary) = match BASE64.decode(value).map(String::from_utf8) {
-            Ok(Ok(text)) => (text, false),
-            _ => (value.to_owned(), true),
+        let (body, binary) = match self.value.as_deref() {
+            None => ("null".to_owned(), false),
+            Some(value) => match BASE64.decode(value).map(String::from_utf8) {
+                Ok(Ok(text)) if sqs_accepts(&text) => (text, false),
+                _ => (value.to_owned(), true),
+            },
         };
         let mut record = SqsRecord {
             message_id: Some(Text::from(id)),

@@ -302,9 +302,12 @@ impl QueuePort for RecordingQueue {
             .iter()
             .enumerate()
             .filter_map(|(index, message)| {
-                // As SQS does: a body with characters it does not take is refused.
+                // As SQS does: a body with characters it does not take is refused, and an empty
+                // one (SQS API reference, SendMessage: MessageBody, at least one character).
                 let (code, why) = if !crate::envelope::sqs_accepts(&message.body) {
                     ("InvalidMessageContents", "invalid characters")
+                } else if message.body.is_empty() {
+                    ("InvalidParameterValue", "empty body")
                 } else if refuse
                     .as_deref()
                     .is_some_and(|needle| message.body.contains(needle))

@@ -567,6 +567,77 @@ async fn a_lane_copy_reaches_the_handler_with_its_bytes_and_origin() {
     assert_eq!(seen[1].1.as_ref().map(|origin| origin.offset), Some(40));
 }
 
+/// Runs one record of partition 3 whose `value` is as given (JSON), failing it transiently once:
+/// what the handler saw from the topic and from the lane, and the copy the lane got.
+async fn through_the_lane(
+    value: serde_json::Value,
+) -> (
+    Vec<(Vec<u8>, Option<KafkaOrigin>)>,
+    OutgoingMessage<'static>,
+) {
+    let processor = processor(Some(LANE));
+    let handler = Seen {
+        fail: 1,
+        seen: Mutex::default(),
+    };
+    let mut json: serde_json::Value =
+        serde_json::from_str(&event(&[(3, 41, Some("c-9"), "")])).unwrap();
+    json["records"]["orders-3"][0]["value"] = value;
+    let json = json.to_string();
+    let event = KafkaEvent::from_slice(json.as_bytes()).unwrap();
+    let processed = processor
+        .process_kafka(&handler, &event, LATER)
+        .await
+        .unwrap();
+    assert!(
+        processed.response.batch_item_failures.is_empty(),
+        "the copy went to the lane: the partition goes on"
+    );
+    let copies = processor.queue().sent_to(LANE);
+    assert_eq!(copies.len(), 1);
+    let sqs = lane_event(&copies);
+    let sqs = SqsEvent::from_slice(sqs.as_bytes()).unwrap();
+    let from_lane = processor
+        .process(&handler, &sqs.records, LATER)
+        .await
+        .unwrap();
+    assert!(from_lane.response.batch_item_failures.is_empty());
+    let seen = handler.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    (seen, copies[0].clone().into_owned())
+}
+
+#[tokio::test]
+async fn a_value_whose_text_sqs_refuses_reaches_the_lane_as_base64_with_its_bytes() {
+    // UTF-8, but with characters SQS refuses in a body (a NUL and an escape).
+    let text = "order\u{0}7\u{1b}";
+    let (seen, copy) = through_the_lane(serde_json::json!(BASE64.encode(text))).await;
+    assert_eq!(copy.attribute(DATA_ENCODING_ATTRIBUTE), Some("base64"));
+    assert_eq!(&*copy.body, BASE64.encode(text));
+    assert_eq!(
+        seen[0].0,
+        text.as_bytes(),
+        "the value's bytes, from the topic"
+    );
+    assert_eq!(seen[1].0, text.as_bytes(), "and from the lane");
+    assert_eq!(seen[1].1, seen[0].1);
+}
+
+#[tokio::test]
+async fn a_tombstone_reaches_the_lane_with_the_body_null_and_its_origin_says_so() {
+    let (seen, copy) = through_the_lane(serde_json::Value::Null).await;
+    assert_eq!(&*copy.body, "null", "SQS takes no empty body");
+    for (data, origin) in &seen {
+        assert_eq!(data.as_slice(), b"null");
+        let origin = origin.as_ref().unwrap();
+        assert!(origin.tombstone);
+        assert_eq!(
+            (origin.offset, origin.key_text().as_deref()),
+            (41, Some("c-9"))
+        );
+    }
+}
+
 #[test]
 fn a_lane_that_is_not_a_fifo_queue_is_refused_at_start() {
     let error = redrive_core::Settings::from_lookup(["REDRIVE_LANE_URL"], |name| {

@@ -147,6 +147,7 @@ enum ScenarioRun {
     DeleteWithOlderHandle,
     FifoSequenceNumbersGrow,
     FifoDeduplicationInterval,
+    BodiesSqsCannotCarry,
 }
 
 /// Every scenario, in the table's order.
@@ -258,6 +259,12 @@ pub const SCENARIOS: &[Scenario] = &[
         documented: "a message sent with a deduplication id taken in the last 5 minutes is accepted and not delivered, even after the first was deleted",
         source: "SQS API reference, SendMessage (MessageDeduplicationId); SQS developer guide, FIFO queue key terms",
         run: ScenarioRun::FifoDeduplicationInterval,
+    },
+    Scenario {
+        name: "empty body and refused characters",
+        documented: "a body has at least one character, each of #x9, #xA, #xD, #x20-#xD7FF, #xE000-#xFFFD, #x10000-#x10FFFF",
+        source: "SQS API reference, SendMessage (MessageBody)",
+        run: ScenarioRun::BodiesSqsCannotCarry,
     },
 ];
 
@@ -419,6 +426,22 @@ pub async fn run<L: Lab>(lab: &L, scenario: &Scenario, prefix: &str) -> Result<V
             Verdict::from_check(refused.is_none() && intact, || {
                 refused.unwrap_or_else(|| "accepted, not received intact".into())
             })
+        }
+        ScenarioRun::BodiesSqsCannotCarry => {
+            let (name, spec) = standard("");
+            let (url, _) = lab.create(&name, &spec).await?;
+            let empty = refused(send(lab, &url, &[""], None, 0).await);
+            let control = refused(send(lab, &url, &["order\u{0}7"], None, 0).await);
+            let plain = refused(send(lab, &url, &["order 7"], None, 0).await);
+            let got = bodies(&receive(lab, &url, 30).await?);
+            Verdict::from_check(
+                empty.is_some() && control.is_some() && plain.is_none() && got == ["order 7"],
+                || {
+                    format!(
+                        "empty: {empty:?}, a NUL: {control:?}, plain: {plain:?}, received {got:?}"
+                    )
+                },
+            )
         }
         ScenarioRun::ReceiveCountRises => {
             let (name, spec) = standard("");

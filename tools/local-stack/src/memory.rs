@@ -388,7 +388,22 @@ impl QueuePort for MemorySqs {
                 "MissingParameter: MessageGroupId is required on a FIFO queue",
             ));
         }
+        let mut refused = Vec::new();
         for (offset, message) in messages.iter().enumerate() {
+            // SendMessage, MessageBody: at least one character, and only the characters SQS
+            // takes; an entry that breaks either fails alone.
+            if message.body.is_empty() {
+                refused.push(entry_failure(offset, "InvalidParameterValue", "empty body"));
+                continue;
+            }
+            if !redrive::envelope::sqs_accepts(&message.body) {
+                refused.push(entry_failure(
+                    offset,
+                    "InvalidMessageContents",
+                    "invalid characters",
+                ));
+                continue;
+            }
             // SendMessage, MessageDeduplicationId: a message sent with an id taken within the
             // 5-minute deduplication interval is accepted but not delivered (the id is tracked
             // after its message is deleted too: SQS developer guide, "FIFO queue key terms").
@@ -422,7 +437,7 @@ impl QueuePort for MemorySqs {
                 moved_from: None,
             });
         }
-        Ok(Vec::new())
+        Ok(refused)
     }
 
     async fn change_visibility_batch(

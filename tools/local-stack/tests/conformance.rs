@@ -16,6 +16,7 @@ const KNOWN_DEVIATIONS: &[(&str, &str)] = &[
     (MOTO, "change on a message not in flight"),
     (MOTO, "FIFO sequence numbers grow"),
     (MOTO, "FIFO deduplication interval"),
+    (MOTO, "empty body and refused characters"),
     (LOCALSTACK, "standard DLQ keeps the enqueue time"),
     (LOCALSTACK, "visibility within 12 hours of the receive"),
     (LOCALSTACK, "change on a message not in flight"),
