@@ -1647,6 +1647,41 @@ async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_parked_again_
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
 }
 
+/// Issue 53, item 5: a park SQS did not confirm may have landed. Given back at the queue's
+/// visibility timeout (360 s and more), it came back past the 5 minutes in which SQS deduplicates
+/// its copy by its id, and the lane could hold two copies of a held head. It and its group's
+/// records given back with it now come back within them.
+#[tokio::test]
+async fn a_park_not_confirmed_comes_back_within_the_lanes_deduplication_interval() {
+    let processor = laned(Arc::new(MemoryLedger::new()));
+    let handler = handler();
+    processor.queue().fail_calls_to(LANE);
+    let json = event(vec![
+        sequenced("a1", "permanent", "A", 1, 1),
+        sequenced("a2", "ok", "A", 1, 2),
+        sequenced("b1", "ok", "B", 1, 3),
+    ]);
+    let processed = run(&processor, &handler, &json).await;
+    assert_eq!(failures(&processed), ["a1", "a2"], "b1 is done");
+    let changes: Vec<(String, Duration)> = processor
+        .queue()
+        .calls()
+        .into_iter()
+        .filter_map(|call| match call {
+            Call::ChangeVisibility { changes, .. } => Some(changes),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    for (handle, visibility) in &changes {
+        assert!(
+            *visibility < Duration::from_secs(300),
+            "{handle} comes back within SQS's 5-minute deduplication interval: {visibility:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn records_are_not_started_past_the_deadline_margin_and_a_slow_one_is_cut_off() {
     let processor = processor(RetryPolicy::default());

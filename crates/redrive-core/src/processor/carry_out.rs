@@ -29,6 +29,14 @@ use redrive_event::{SqsRecord, Text};
 /// When a failure is recorded (ms since the epoch) and in which invocation.
 type Failure<'f> = (u64, &'f Option<FailedIn>);
 
+/// How soon a record not parked comes back to be parked again. SQS may have taken a copy whose
+/// answer was lost; its copy is deduplicated by the record's id for 5 minutes from that send (SQS
+/// API reference, SendMessage, MessageDeduplicationId), so the record must be back, and its copy
+/// sent again, within them; Terraform's visibility timeouts (6 x the function's) are longer, and a
+/// shorter one is kept. Its group's other records given back come back with it (a FIFO group waits
+/// for every record in flight).
+const PARK_AGAIN_WITHIN: Duration = Duration::from_secs(240);
+
 impl<Q: QueuePort> Processor<Q> {
     /// Carries the fates out through the one carry-out: re-sent copies and dead letters
     /// (batched) and FIFO visibility changes, side by side and over by the carry deadline. Every
@@ -144,6 +152,7 @@ impl<Q: QueuePort> Processor<Q> {
         let now = self.clock.now_ms();
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
         let mut stopped: Vec<&str> = Vec::new();
+        let back_within = PARK_AGAIN_WITHIN.min(self.config.source.visibility_timeout);
         for (item, ruling) in items.iter().zip(rulings.iter_mut()) {
             let Fate::Park { held } = ruling.fate else {
                 continue;
@@ -165,7 +174,7 @@ impl<Q: QueuePort> Processor<Q> {
                     "record not parked in the retry lane: given back, with its group's later records",
                 );
                 stopped.push(group);
-                // A follower was not tried: it comes back after its visibility timeout, untried.
+                // A follower was not tried: it comes back untried, with its head.
                 let reason = if held {
                     GiveBackReason::SendFailed
                 } else {
@@ -173,7 +182,7 @@ impl<Q: QueuePort> Processor<Q> {
                 };
                 ruling.fate = Fate::GiveBack {
                     reason,
-                    visibility: None,
+                    visibility: Some(back_within),
                 };
             }
         }
