@@ -268,7 +268,7 @@ fn the_examples_inputs_and_module_calls_pass_and_broken_ones_fail_with_the_rule(
     let topics = kafka("[\"orders\"]", "[\"orders\", \"refunds\"]");
     assert!(topics.contains("names exactly one topic"), "{topics}");
     let retention = table_stream(
-        "batch_size                 = 100",
+        "batch_size          = 100",
         "batch_size = 100\n  retention_hours = 48",
     );
     assert!(

@@ -307,11 +307,12 @@ fn checkpoint(response: &str, batch: &[Value]) -> Result<Option<usize>, String> 
     Ok(lowest)
 }
 
-/// How long ago the record was written to the stream (its `ApproximateCreationDateTime`).
+/// How long ago the record was written to the stream (its `ApproximateCreationDateTime`; a
+/// record without one counts as new).
 fn record_age(record: &Value) -> Duration {
-    let created = record["dynamodb"]["ApproximateCreationDateTime"]
-        .as_f64()
-        .unwrap_or_default();
+    let Some(created) = record["dynamodb"]["ApproximateCreationDateTime"].as_f64() else {
+        return Duration::ZERO;
+    };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
