@@ -259,6 +259,18 @@ impl RecordingQueue {
             .collect()
     }
 
+    /// Every visibility change so far, in order: receipt handle and new timeout.
+    pub fn visibility_changes(&self) -> Vec<(String, Duration)> {
+        self.calls()
+            .into_iter()
+            .filter_map(|call| match call {
+                Call::ChangeVisibility { changes, .. } => Some(changes),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
     async fn check_call(&self, queue_url: &str, operation: &'static str) -> Result<(), PortError> {
         let stalls = self.stall_calls_to.lock().unwrap().as_deref() == Some(queue_url);
         if stalls {

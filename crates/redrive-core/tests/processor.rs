@@ -836,8 +836,8 @@ async fn with_the_ledger_a_delivery_past_its_attempts_is_dead_lettered_untried()
     assert_eq!(meta.error_class, ErrorClass::Transient);
 }
 
-/// How a [`Scripted`] ledger answers reads.
-enum Reads {
+/// How a [`Scripted`] ledger answers.
+enum Script {
     /// It cannot be read (a DynamoDB brownout).
     Fail,
     /// It answers for these ids only (`BatchGetItem`'s `UnprocessedKeys`).
@@ -845,12 +845,14 @@ enum Reads {
     /// It answers, then an operator releases this head to be retried: the release lands between
     /// the consumer's read and its renewal of the hold.
     ThenRelease(&'static str),
+    /// It answers reads, and refuses every hold (a throttled `UpdateItem`).
+    RefusesHolds,
 }
 
-/// A memory ledger whose reads go as scripted; writes go through.
+/// A memory ledger whose reads (and holds) go as scripted; other writes go through.
 struct Scripted {
     inner: MemoryLedger,
-    reads: Reads,
+    script: Script,
 }
 
 impl AttemptLedger for Scripted {
@@ -859,24 +861,25 @@ impl AttemptLedger for Scripted {
         message_ids: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
         Box::pin(async move {
-            if let Reads::Fail = self.reads {
+            if let Script::Fail = self.script {
                 return Err(PortError::new(
                     "BatchGetItem",
                     "ProvisionedThroughputExceededException",
                 ));
             }
             let read = self.inner.entries(message_ids).await?;
-            match &self.reads {
-                Reads::Only(answers) => Ok(message_ids
+            match &self.script {
+                Script::Only(answers) => Ok(message_ids
                     .iter()
                     .zip(read)
                     .map(|(id, entry)| entry.filter(|_| answers.contains(id)))
                     .collect()),
-                Reads::ThenRelease(head) => {
+                Script::ThenRelease(head) => {
                     self.inner.release_hold(head, Release::Retry).await?;
                     Ok(read)
                 }
-                Reads::Fail => unreachable!(),
+                Script::Fail => unreachable!(),
+                Script::RefusesHolds => Ok(read),
             }
         })
     }
@@ -900,6 +903,14 @@ impl AttemptLedger for Scripted {
         hold: &'a Hold,
         untried: bool,
     ) -> BoxFuture<'a, Result<bool, PortError>> {
+        if let Script::RefusesHolds = self.script {
+            return Box::pin(async {
+                Err(PortError::new(
+                    "UpdateItem",
+                    "ProvisionedThroughputExceededException",
+                ))
+            });
+        }
         self.inner.hold(id, hold, untried)
     }
     fn release_hold<'a>(
@@ -941,7 +952,7 @@ async fn a_ledger_that_cannot_answer_defers_an_untried_record_instead_of_dead_le
     // throttles: SQS's count alone says its attempts are used up.
     let ledger = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        reads: Reads::Fail,
+        script: Script::Fail,
     });
     for receive in 1..=5 {
         ledger.inner.record_untried("a1", receive).await.unwrap();
@@ -977,7 +988,7 @@ async fn a_ledger_that_cannot_answer_defers_an_untried_record_instead_of_dead_le
     // The table answers again: a1 is tried, at its first attempt.
     let answering = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        reads: Reads::Only(vec!["a1"]),
+        script: Script::Only(vec!["a1"]),
     });
     for receive in 1..=6 {
         answering.inner.record_untried("a1", receive).await.unwrap();
@@ -998,7 +1009,7 @@ async fn a_partial_ledger_read_keeps_what_it_read_and_defers_only_what_it_did_no
     // a1 and b1 were each received five times untried; the read answers for a1 only.
     let ledger = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        reads: Reads::Only(vec!["a1"]),
+        script: Script::Only(vec!["a1"]),
     });
     for receive in 1..=5 {
         ledger.inner.record_untried("a1", receive).await.unwrap();
@@ -1168,7 +1179,7 @@ fn holding(ledger: Arc<dyn AttemptLedger>, clock: Arc<ManualClock>) -> Processor
 async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
     let ledger = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        reads: Reads::ThenRelease("a1"),
+        script: Script::ThenRelease("a1"),
     });
     let processor = holding(ledger.clone(), Arc::new(ManualClock::at(NOW)));
     let handler = handler();
@@ -1201,6 +1212,44 @@ async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
         changes[0],
         ("rh-a1".to_owned(), Duration::ZERO),
         "it comes back at once, to be tried with its fresh attempts"
+    );
+}
+
+/// A hold the ledger did not write leaves its head where no operator sees it (`dlq held`, the
+/// `HeldHeads` gauge): it must not wait there 11 h 40 min, but come back after its queue's
+/// visibility timeout to be held again.
+#[tokio::test]
+async fn a_hold_the_ledger_did_not_write_comes_back_to_be_held_again() {
+    let ledger = Arc::new(Scripted {
+        inner: MemoryLedger::new(),
+        script: Script::RefusesHolds,
+    });
+    let processor = holding(ledger.clone(), Arc::new(ManualClock::at(NOW)));
+    let handler = handler();
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![
+            fifo_record("a1", "permanent", "A", 1),
+            fifo_record("a2", "ok", "A", 1),
+        ]),
+    )
+    .await;
+    assert_eq!(failures(&processed), ["a1", "a2"], "its group waits");
+    assert!(
+        processor.queue().sent_to(DLQ).is_empty(),
+        "not dead-lettered"
+    );
+    assert!(ledger.held().await.unwrap().is_empty());
+    let waits: Vec<_> = processor
+        .queue()
+        .visibility_changes()
+        .into_iter()
+        .filter(|(handle, _)| handle == "rh-a1")
+        .collect();
+    assert!(
+        waits.is_empty(),
+        "back after its visibility timeout, not after a wait set for a hold: {waits:?}"
     );
 }
 
@@ -1663,16 +1712,7 @@ async fn a_park_not_confirmed_comes_back_within_the_lanes_deduplication_interval
     ]);
     let processed = run(&processor, &handler, &json).await;
     assert_eq!(failures(&processed), ["a1", "a2"], "b1 is done");
-    let changes: Vec<(String, Duration)> = processor
-        .queue()
-        .calls()
-        .into_iter()
-        .filter_map(|call| match call {
-            Call::ChangeVisibility { changes, .. } => Some(changes),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let changes = processor.queue().visibility_changes();
     assert_eq!(changes.len(), 2, "{changes:?}");
     for (handle, visibility) in &changes {
         assert!(

@@ -219,8 +219,6 @@ pub(crate) enum LedgerWrite {
     /// It began to wait in place at its group's head (its first in-place wait); `untried` when
     /// that wait is a deferral, which is no try either.
     HeadWait { since_ms: u64, untried: bool },
-    /// Its group is held on it; `tried` is false when the head came back held and was not tried.
-    Hold { hold: Hold, tried: bool },
 }
 
 impl Hold {
@@ -248,8 +246,7 @@ impl Hold {
 }
 
 /// Writes a batch's deliveries down, side by side, by `deadline`. A write that fails leaves that
-/// receive counted as an attempt (fewer tries, never more); a hold not written is held again when
-/// its head comes back.
+/// receive counted as an attempt (fewer tries, never more).
 pub(crate) async fn write_down(
     ledger: &dyn AttemptLedger,
     writes: Vec<(Delivery<'_>, LedgerWrite)>,
@@ -283,13 +280,6 @@ pub(crate) async fn write_down(
                     "head's wait not written to the attempt ledger: its age counts from its next wait",
                 )
             }
-            LedgerWrite::Hold { hold, tried } => (
-                ledger
-                    .hold(delivery.message_id, hold, !tried)
-                    .await
-                    .map(|_| ()),
-                "hold not written to the attempt ledger: the head is held again when it comes back",
-            ),
         };
             if let Err(error) = written {
                 tracing::warn!(message_id = delivery.message_id, %error, "{what}");
@@ -302,31 +292,53 @@ pub(crate) async fn write_down(
     }
 }
 
-/// Renews the holds of heads that came back held, before their next wait is set: a renewal that
-/// an operator's release got ahead of is refused (`false`), and that head comes back at once
-/// instead of waiting 11 h 40 min behind a hold that no longer stands. A renewal the ledger did
-/// not answer in time counts as held: the head is held again when it comes back.
-pub(crate) async fn renew_holds(
+/// What became of a hold written before its head's wait is set ([`write_holds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HoldWritten {
+    /// The group is held on the head: it may wait in place up to 11 h 40 min.
+    Held,
+    /// A renewal an operator's release got ahead of: nothing written, the head comes back at once
+    /// instead of waiting behind a hold that no longer stands.
+    Released,
+    /// A new hold the ledger did not confirm (failed or slow): no operator sees it (`dlq held`,
+    /// `HeldHeads`), so the head comes back after its visibility timeout to be held again.
+    NotWritten,
+}
+
+/// Writes the holds of a batch's heads, side by side and before their waits are set: a new hold
+/// (`Hold` with an error) or a renewal of one (a head that came back held, `Hold` without). A
+/// renewal the ledger did not answer in time counts as held: the hold written before stands.
+pub(crate) async fn write_holds(
     ledger: &dyn AttemptLedger,
-    renewals: &[(Delivery<'_>, Hold)],
+    holds: &[(Delivery<'_>, Hold)],
     deadline: Option<Instant>,
-) -> Vec<bool> {
-    let all = futures_util::future::join_all(renewals.iter().map(|(delivery, hold)| async move {
-        match ledger.hold(delivery.message_id, hold, true).await {
-            Ok(held) => held,
+) -> Vec<HoldWritten> {
+    let unanswered = |hold: &Hold| {
+        if hold.error_kind.is_empty() {
+            HoldWritten::Held
+        } else {
+            HoldWritten::NotWritten
+        }
+    };
+    let all = futures_util::future::join_all(holds.iter().map(|(delivery, hold)| async move {
+        let renewal = hold.error_kind.is_empty();
+        match ledger.hold(delivery.message_id, hold, renewal).await {
+            Ok(true) => HoldWritten::Held,
+            Ok(false) => HoldWritten::Released,
             Err(error) => {
                 tracing::warn!(
                     message_id = delivery.message_id,
+                    renewal,
                     %error,
-                    "hold not renewed in the attempt ledger: the head is held again when it comes back",
+                    "hold not written to the attempt ledger",
                 );
-                true
+                unanswered(hold)
             }
         }
     }));
     by_deadline(deadline, all)
         .await
-        .unwrap_or_else(|| vec![true; renewals.len()])
+        .unwrap_or_else(|| holds.iter().map(|(_, hold)| unanswered(hold)).collect())
 }
 
 /// A held head an operator released ([`release_head`]).

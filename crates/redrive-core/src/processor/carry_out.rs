@@ -17,7 +17,7 @@ use crate::envelope::{
 };
 use crate::error::{ErrorClass, RecordError};
 use crate::fate::{Fate, GiveBackReason};
-use crate::fifo::{self, HeadStatus, Hold, LedgerWrite};
+use crate::fifo::{self, HeadStatus, Hold, HoldWritten, LedgerWrite};
 use crate::handler::{Invocation, RecordHandler};
 use crate::lane::{group_key, KeyPlace, LaneMark, Position, LANE_ATTRIBUTE};
 use crate::metrics::BatchReport;
@@ -53,7 +53,7 @@ impl<Q: QueuePort> Processor<Q> {
         let failed_in = invocation.failed_in();
         // Boxed, and only with a ledger: the batch's future stays as small as without holds.
         if self.ledger.is_some() {
-            Box::pin(self.renew_holds(items, rulings, invocation)).await;
+            Box::pin(self.write_holds(items, rulings, invocation)).await;
         }
         if rulings
             .iter()
@@ -267,13 +267,7 @@ impl<Q: QueuePort> Processor<Q> {
                 item.head,
                 HeadStatus::Held | HeadStatus::ReleasedToDeadLetter
             );
-            let newly_held = matches!(
-                ruling.fate,
-                Fate::GiveBack {
-                    reason: GiveBackReason::Held,
-                    ..
-                }
-            ) && !is_renewal(item, ruling);
+            let newly_held = is_held(ruling) && !is_renewal(item, ruling);
             came_back_held || newly_held || matches!(ruling.fate, Fate::Park { held: true })
         });
         let due = lock(&self.held_counted_at)
@@ -327,39 +321,59 @@ impl<Q: QueuePort> Processor<Q> {
         let _ = by_deadline(deadline, clears).await;
     }
 
-    /// Renews the hold of each head that came back held before its wait is set; a head whose hold
-    /// an operator released meanwhile comes back at once instead ([`GiveBackReason::Released`]).
-    async fn renew_holds(
+    /// Writes the hold of each head held at this receive, or come back held, before its wait is
+    /// set: a head whose hold an operator released meanwhile comes back at once
+    /// ([`GiveBackReason::Released`]), and one whose new hold the ledger did not confirm after its
+    /// visibility timeout, to be held again, instead of waiting 11 h 40 min where no operator sees
+    /// it.
+    async fn write_holds(
         &self,
         items: &[Item<'_>],
         rulings: &mut [Ruling],
         invocation: &Invocation<'_>,
     ) {
         let Some(ledger) = &self.ledger else { return };
-        let renewing: Vec<usize> = (0..items.len())
-            .filter(|&i| is_renewal(&items[i], &rulings[i]))
+        let holding: Vec<usize> = (0..items.len())
+            .filter(|&i| items[i].receive_count > 0 && is_held(&rulings[i]))
             .collect();
-        if renewing.is_empty() {
+        if holding.is_empty() {
             return;
         }
         let now = self.clock.now_ms();
-        let renewals: Vec<_> = renewing
+        let holds: Vec<_> = holding
             .iter()
-            .map(|&i| (items[i].delivery(), hold_on(&items[i], None, now)))
+            .map(|&i| {
+                // A renewal keeps the failure written with the hold.
+                let error = rulings[i].error.as_deref();
+                (items[i].delivery(), hold_on(&items[i], error, now))
+            })
             .collect();
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
-        let held = fifo::renew_holds(ledger.as_ref(), &renewals, deadline).await;
-        for (&index, held) in renewing.iter().zip(held) {
-            if !held {
-                tracing::info!(
-                    message_id = items[index].id,
-                    "its hold was released while it was in flight: it comes back at once",
-                );
-                rulings[index].fate = Fate::GiveBack {
-                    reason: GiveBackReason::Released,
-                    visibility: Some(Duration::ZERO),
-                };
-            }
+        let written = fifo::write_holds(ledger.as_ref(), &holds, deadline).await;
+        for (&index, written) in holding.iter().zip(written) {
+            let visibility = match written {
+                HoldWritten::Held => continue,
+                HoldWritten::Released => {
+                    tracing::info!(
+                        message_id = items[index].id,
+                        "its hold was released while it was in flight: it comes back at once",
+                    );
+                    rulings[index].fate = Fate::GiveBack {
+                        reason: GiveBackReason::Released,
+                        visibility: Some(Duration::ZERO),
+                    };
+                    continue;
+                }
+                HoldWritten::NotWritten => None,
+            };
+            tracing::warn!(
+                message_id = items[index].id,
+                "its hold not written to the attempt ledger: it comes back after its visibility timeout to be held again",
+            );
+            rulings[index].fate = Fate::GiveBack {
+                reason: GiveBackReason::Held,
+                visibility,
+            };
         }
     }
 
@@ -380,15 +394,8 @@ impl<Q: QueuePort> Processor<Q> {
             .filter(|(item, _)| item.receive_count > 0)
             .filter_map(|(item, ruling)| {
                 let write = match ruling.fate {
-                    // Renewals were written first (`renew_holds`).
-                    _ if is_renewal(item, ruling) => return None,
-                    Fate::GiveBack {
-                        reason: GiveBackReason::Held,
-                        ..
-                    } => LedgerWrite::Hold {
-                        hold: hold_on(item, ruling.error.as_deref(), now),
-                        tried: true,
-                    },
+                    // Holds were written first (`write_holds`).
+                    _ if is_held(ruling) => return None,
                     // Its first wait in place at its group's head: its waits' age counts from now.
                     Fate::GiveBack {
                         reason: reason @ (GiveBackReason::FifoRetry | GiveBackReason::FifoDefer),
@@ -647,17 +654,20 @@ fn carry<'r>(
     }
 }
 
+/// A FIFO head given back holding its group: held at this receive, or come back held.
+fn is_held(ruling: &Ruling) -> bool {
+    matches!(
+        ruling.fate,
+        Fate::GiveBack {
+            reason: GiveBackReason::Held,
+            ..
+        }
+    )
+}
+
 /// A FIFO head that came back held: given back held again, with no failure of its own.
 fn is_renewal(item: &Item<'_>, ruling: &Ruling) -> bool {
-    item.receive_count > 0
-        && ruling.error.is_none()
-        && matches!(
-            ruling.fate,
-            Fate::GiveBack {
-                reason: GiveBackReason::Held,
-                ..
-            }
-        )
+    item.receive_count > 0 && ruling.error.is_none() && is_held(ruling)
 }
 
 /// The hold `item`'s group is held on at this receive, for `error` (none for a renewal).

@@ -568,13 +568,8 @@ mod tests {
 
     fn released(queue: &RecordingQueue) -> Vec<String> {
         queue
-            .calls()
+            .visibility_changes()
             .into_iter()
-            .filter_map(|call| match call {
-                Call::ChangeVisibility { changes, .. } => Some(changes),
-                _ => None,
-            })
-            .flatten()
             .map(|(handle, timeout)| {
                 assert_eq!(timeout, Duration::ZERO);
                 handle
