@@ -41,6 +41,11 @@ pub struct SoakConfig {
     /// Time the handler of a `Slow` message takes, and the time a batch gets.
     pub slow_for: Duration,
     pub budget: Duration,
+    /// How long a completion may take to land once its invocation stopped: none on the virtual
+    /// clock, whose driver waits for writes in flight (`FaultyStore::settled`); on a server, a
+    /// loaded machine's answer. A claim's lease outlasts the invocation by it, as Lambda's
+    /// function timeout outlasts a DynamoDB write.
+    pub completion_time: Duration,
     pub reprocess_cap: u32,
     /// Records the processor handles at once.
     pub concurrency: NonZeroUsize,
@@ -121,6 +126,7 @@ impl SoakConfig {
             },
             slow_for: Duration::from_millis(30),
             budget: Duration::from_millis(15),
+            completion_time: Duration::ZERO,
             reprocess_cap: 3,
             concurrency: NonZeroUsize::new(4).expect("not zero"),
             fifo_groups: None,
@@ -219,6 +225,7 @@ impl SoakConfig {
             },
             slow_for: Duration::from_millis(600),
             budget: Duration::from_millis(300),
+            completion_time: Duration::from_secs(1),
             order_checked: false,
             ..Self::memory(messages, seed)
         }

@@ -12,7 +12,7 @@ use redrive::fifo::FifoOnDeadLetter;
 use redrive::fifo::{release_head, AttemptLedger, MemoryLedger, Release};
 use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
 use redrive::payload;
-use redrive::port::{ForwardingPort, QueuePort, VisibilityChange};
+use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{Meta, Payloads, PortError, Processor, ProcessorConfig, RecordHandler};
@@ -208,8 +208,8 @@ pub(super) fn containers<'h>(
             let mut guard =
                 Idempotent::new(planned, store.clone(), KeyFrom::BodyField("/id".into()));
             // A handler cut off at the deadline cannot release its claim: the lease is what
-            // frees it, so it is set to about the function timeout.
-            guard.lease = config.budget * 2;
+            // frees it, so it is set to about the function timeout and a completion's time.
+            guard.lease = config.budget * 2 + config.completion_time;
             guard
         })
         .collect()
@@ -328,6 +328,7 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
     async fn produce_and_consume(&mut self, report: &mut SoakReport) -> Result<(), PortError> {
         let config = self.config;
         let mut messages = messages(config, self.share, self.arn).peekable();
+        let mut idle_since = None;
         loop {
             let depth = self.queue.inner().depth(self.url).await?;
             if messages.peek().is_some() && depth < config.max_queued {
@@ -344,21 +345,65 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
                         _ => break,
                     }
                 }
-                let refused = self.queue.inner().send_batch(self.url, &batch).await?;
+                let refused = self.produce(&batch).await?;
                 assert!(
                     refused.is_empty(),
                     "the producer's own sends are not faulted"
                 );
             }
-            if !self.invoke_all(report).await? {
+            if self.invoke_all(report).await? {
+                idle_since = None;
+            } else {
                 if messages.peek().is_none() && self.depth().await? == 0 {
                     return Ok(());
                 }
-                if !self.release_held(report).await? {
-                    self.queue.inner().idle(&self.urls()).await;
+                if self.release_held(report).await? {
+                    idle_since = None;
+                } else {
+                    self.idle(&self.urls(), &mut idle_since).await?;
                 }
             }
         }
+    }
+
+    /// The producer's send, tried again when the server does not answer within the carry-out's
+    /// timeouts (a loaded machine): a send it took without answering arrives twice, as SQS's
+    /// at-least-once delivery may hand any message out twice.
+    async fn produce(
+        &self,
+        batch: &[OutgoingMessage<'static>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        let mut tries = 1;
+        loop {
+            match self.queue.inner().send_batch(self.url, batch).await {
+                Err(error) if tries < 5 => {
+                    eprintln!("the producer's send failed ({error}): sent again");
+                    tries += 1;
+                }
+                sent => return sent,
+            }
+        }
+    }
+
+    /// Nothing was received nor released: lets time pass, or fails the run once nothing has
+    /// been since `idle_since` for longer than its SQS allows ([`SoakQueues::stuck_after`]).
+    async fn idle(&self, urls: &[&str], idle_since: &mut Option<Instant>) -> Result<(), PortError> {
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if let Some(limit) = self.queue.inner().stuck_after() {
+            if since.elapsed() > limit {
+                let depth = self.depth().await?;
+                return Err(PortError::new(
+                    "soak",
+                    format!(
+                        "stuck: nothing to receive for {} s with {depth} messages in flight or \
+                         delayed in the source and lane (one waits longer than the run sets)",
+                        limit.as_secs()
+                    ),
+                ));
+            }
+        }
+        self.queue.inner().idle(urls).await;
+        Ok(())
     }
 
     /// The source and, if any, the lane.
@@ -498,6 +543,7 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
             if summary.reprocessed == 0 {
                 return Ok(());
             }
+            let mut idle_since = None;
             loop {
                 let mut waiting = self.depth().await?;
                 let mut invoked = self.invoke_all(report).await?;
@@ -510,8 +556,10 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
                 if waiting == 0 {
                     break;
                 }
-                if !invoked && !self.release_held(report).await? {
-                    queue.inner().idle(&urls).await;
+                if invoked || self.release_held(report).await? {
+                    idle_since = None;
+                } else {
+                    self.idle(&urls, &mut idle_since).await?;
                 }
             }
         }

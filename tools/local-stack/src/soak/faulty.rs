@@ -21,6 +21,12 @@ pub trait SoakQueues: QueuePort {
     ) -> impl std::future::Future<Output = Result<usize, PortError>> + Send;
     /// Nothing was visible in `urls`: let time pass (sleep, or move a virtual clock on).
     fn idle(&self, urls: &[&str]) -> impl std::future::Future<Output = ()> + Send;
+    /// How long a run may find nothing to receive, with messages still queued, before it is
+    /// stuck (one waits longer than any wait the run sets): real time on a server; none on the
+    /// virtual clock, whose idle jumps to the next visible message.
+    fn stuck_after(&self) -> Option<Duration> {
+        None
+    }
     /// Messages of a queue, read without consuming them. On SQS a FIFO queue shows only what is
     /// not behind a message in flight of its group, so this is for counts that may fall short.
     fn read_all(
@@ -246,6 +252,11 @@ impl SoakQueues for redrive::SqsQueue {
 
     async fn idle(&self, _urls: &[&str]) {
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    fn stuck_after(&self) -> Option<Duration> {
+        // The runs' longest wait is a give-back's (PARK_AGAIN_WITHIN, 4 minutes).
+        Some(Duration::from_secs(600))
     }
 
     async fn read_all(&self, url: &str) -> Result<Vec<SqsRecord<'static>>, PortError> {
