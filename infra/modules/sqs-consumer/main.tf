@@ -330,8 +330,37 @@ locals {
   }
 }
 
+locals {
+  # Only with a retry lane. A FIFO receive looks at the first 120,000 messages of a queue; past
+  # them, heads parked behind a held group's backlog are not received, so no hold is written for
+  # them (SQS developer guide, "Avoid large message backlogs with the same message group ID").
+  # Its depth is alarmed below that bound, and its oldest message: a held group waiting long for
+  # an operator (AWS/SQS metrics: SQS developer guide, "Available CloudWatch metrics for Amazon
+  # SQS"). Runbook: docs/runbook.md, 'The retry lane fills or ages'.
+  lane_alarms = local.lane ? {
+    lane-depth = {
+      description = "The retry lane ${one(aws_sqs_queue.lane[*].name)} holds more than ${var.lane_depth_threshold} visible messages: near the 120,000 a FIFO receive looks at, heads parked after a held group's backlog are not seen. Runbook: docs/runbook.md, 'The retry lane fills or ages'."
+      namespace   = "AWS/SQS"
+      metric      = "ApproximateNumberOfMessagesVisible"
+      dimensions  = { QueueName = one(aws_sqs_queue.lane[*].name) }
+      statistic   = "Maximum"
+      threshold   = var.lane_depth_threshold
+      missing     = "notBreaching"
+    }
+    lane-oldest-message-age = {
+      description = "The oldest message in the retry lane ${one(aws_sqs_queue.lane[*].name)} is older than ${var.lane_oldest_message_age_seconds} s: a held group has waited that long for an operator. Runbook: docs/runbook.md, 'The retry lane fills or ages'."
+      namespace   = "AWS/SQS"
+      metric      = "ApproximateAgeOfOldestMessage"
+      dimensions  = { QueueName = one(aws_sqs_queue.lane[*].name) }
+      statistic   = "Maximum"
+      threshold   = var.lane_oldest_message_age_seconds
+      missing     = "notBreaching"
+    }
+  } : {}
+}
+
 resource "aws_cloudwatch_metric_alarm" "health" {
-  for_each = var.health_alarms ? { for key, alarm in local.health_alarms : key => alarm if key != "held" || var.fifo_on_dead_letter == "hold" } : {}
+  for_each = var.health_alarms ? merge({ for key, alarm in local.health_alarms : key => alarm if key != "held" || var.fifo_on_dead_letter == "hold" }, local.lane_alarms) : {}
 
   alarm_name          = "${var.name}-${each.key}"
   alarm_description   = each.value.description

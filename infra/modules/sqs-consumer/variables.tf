@@ -313,6 +313,30 @@ variable "oldest_message_age_seconds" {
   }
 }
 
+variable "lane_depth_threshold" {
+  description = "With the retry lane (FIFO with hold): alarm when the lane holds more visible messages than this, below the 120,000 a FIFO receive looks at (past them, heads parked after a held group's backlog are not seen)."
+  type        = number
+  default     = 100000
+  nullable    = false
+
+  validation {
+    condition     = var.lane_depth_threshold >= 1 && var.lane_depth_threshold < 120000
+    error_message = "lane_depth_threshold must be at least 1 and below 120000, the messages a FIFO receive looks at."
+  }
+}
+
+variable "lane_oldest_message_age_seconds" {
+  description = "With the retry lane (FIFO with hold): alarm when the lane's oldest message is older than this, a held group waiting that long for an operator; below message_retention_seconds less a day, when a hold ends in the DLQ."
+  type        = number
+  default     = 86400
+  nullable    = false
+
+  validation {
+    condition     = var.lane_oldest_message_age_seconds >= 60 && (var.fifo_on_dead_letter != "hold" || var.lane_oldest_message_age_seconds < var.message_retention_seconds - 86400)
+    error_message = "lane_oldest_message_age_seconds must be at least 60 and below message_retention_seconds less a day (when a hold ends in the DLQ)."
+  }
+}
+
 variable "lambda_errors_threshold" {
   description = "Alarm when the function's Errors sum exceeds this in a period."
   type        = number

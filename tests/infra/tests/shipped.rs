@@ -52,8 +52,9 @@ fn every_configuration_is_rendered_and_every_queue_takes_the_largest_copy_the_en
         .count();
     assert_eq!(
         names.len(),
-        1 + examples,
-        "one rendering per configuration: {names:?}"
+        2 + examples,
+        "one rendering per configuration (the root, the root holding its FIFO groups, each \
+         example): {names:?}"
     );
     let mut queues = 0;
     for (path, rendering) in &renderings {
