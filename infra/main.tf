@@ -44,10 +44,11 @@ module "alerts" {
 
 # Large messages: one bucket for the stack, each consumer writing under a prefix of its own. The
 # lifecycle rule outlasts every copy that may point at an object: the longest source retention
-# plus DLQ retention, once more for each redrive the reprocessor may make, and a day.
+# (twice with hold: a parked copy keeps its pointer in the retry lane, whose retention is the
+# source's) plus DLQ retention, once more for each redrive the reprocessor may make, and a day.
 locals {
   payload_expiry_days = 1 + ceil(
-    max(0, [for consumer in var.consumers : consumer.message_retention_seconds + consumer.dlq_message_retention_seconds]...)
+    max(0, [for consumer in var.consumers : consumer.message_retention_seconds * (consumer.fifo_on_dead_letter == "hold" ? 2 : 1) + consumer.dlq_message_retention_seconds]...)
     * (var.redrive.max_reprocess + 1) / 86400
   )
 }

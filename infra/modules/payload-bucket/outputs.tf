@@ -9,12 +9,19 @@ output "bucket_arn" {
 }
 
 output "access_statements" {
-  description = "The IAM statements each consumer's role needs, by consumer: GetObject anywhere in the bucket (producers' Extended Clients write at any key), PutObject and DeleteObject under its own prefix only. Pass them in the consumer's extra_statements."
+  description = "The IAM statements each consumer's role needs, by consumer: GetObject anywhere in the bucket (producers' Extended Clients write at any key), ListBucket on the bucket (so that S3 answers 404, not 403, for a body that is gone), PutObject and DeleteObject under its own prefix only. Pass them in the consumer's extra_statements."
   value = { for key, prefix in var.writer_prefixes : key => [
     {
       sid       = "ReadLargeMessages"
       actions   = ["s3:GetObject"]
       resources = ["${local.arn}/*"]
+    },
+    # S3 answers 404 for an object that is gone only to a role that may list the bucket, and 403
+    # otherwise, which reads as a refusal (Amazon S3 API reference, GetObject, "Permissions").
+    {
+      sid       = "TellMissingBodies"
+      actions   = ["s3:ListBucket"]
+      resources = [local.arn]
     },
     {
       sid       = "OffloadLargeMessages"

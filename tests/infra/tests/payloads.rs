@@ -59,3 +59,15 @@ fn a_consumer_that_may_write_or_delete_outside_its_prefix_is_caught() {
         ["modules/payload-bucket: output access_statements: puts or deletes objects outside the consumer's prefix"]
     );
 }
+
+/// Issue 53 item 7: a consumer granted GetObject but not ListBucket is told 403 for a body that
+/// is gone, and dead-letters it as `payload_refused` (a permission to fix) instead of
+/// `payload_missing`.
+#[test]
+fn a_consumer_that_reads_objects_without_listing_the_bucket_is_caught() {
+    let unlisted = broken(OUTPUTS, "actions   = [\"s3:ListBucket\"]", "actions   = []");
+    assert_eq!(
+        payload_buckets(&unlisted),
+        ["modules/payload-bucket: output access_statements: reads objects without s3:ListBucket on the bucket (a missing object answers 403, not 404)"]
+    );
+}

@@ -1035,7 +1035,8 @@ fn an_event_redrive_that_cannot_outwait_its_function_targets_is_refused() {
 }
 
 /// Large messages: the stack's lifecycle rule outlasts every copy that may point at an object
-/// (the tfvars' queues: (4 d + 14 d) x (3 redrives + 1) + 1 = 73 days), and the bucket module
+/// (the tfvars' queues: (4 d + 14 d) x (3 redrives + 1) + 1 = 73 days; a holding consumer's lane
+/// as long again as its source), and the bucket module
 /// takes what the stack gives it and refuses two consumers on one prefix or a URL for a name.
 #[test]
 fn the_payload_bucket_outlasts_every_copy_and_refuses_shared_prefixes() {
@@ -1066,6 +1067,19 @@ fn the_payload_bucket_outlasts_every_copy_and_refuses_shared_prefixes() {
     )
     .unwrap();
     assert_eq!(days, "109", "(4 d + 14 d) x 6 + 1");
+    // Issue 53 item 7: a holding consumer's copy hops through its retry lane, which keeps it as
+    // long again as its source.
+    let mut holding = tfvars();
+    holding["consumers"]["payments"]["fifo_on_dead_letter"] = serde_json::json!("hold");
+    holding["consumers"]["payments"]["max_receive_count"] = serde_json::json!(111);
+    let days = console(
+        &config,
+        &holding,
+        "payload-expiry-hold",
+        "local.payload_expiry_days\n",
+    )
+    .unwrap();
+    assert_eq!(days, "89", "(4 d + 4 d in the lane + 14 d) x 4 + 1");
 
     let module =
         std::fs::read_to_string(infra().join("modules/payload-bucket/variables.tf")).unwrap();

@@ -292,6 +292,11 @@ pub fn sdk_actions() -> BTreeMap<String, BTreeSet<String>> {
     if let Some(lambda) = services.get_mut("lambda") {
         lambda.insert("InvokeFunction".into());
     }
+    // ListObjects' action, which also decides whether GetObject tells a missing key (404) from a
+    // refusal (403) (Amazon S3 API reference, ListObjectsV2 and GetObject, "Permissions").
+    if let Some(s3) = services.get_mut("s3") {
+        s3.insert("ListBucket".into());
+    }
     services
 }
 

@@ -1,5 +1,5 @@
-//! Large message buckets: private, encrypted, TLS only, emptied by a lifecycle rule, and written
-//! by each consumer under its own prefix only.
+//! Large message buckets: private, encrypted, TLS only, emptied by a lifecycle rule, written by
+//! each consumer under its own prefix only, and read by roles that S3 tells a missing object.
 use crate::{attr, child, label, Module};
 
 /// Every S3 bucket the modules make keeps its bodies from the public and from plain HTTP, and lets
@@ -63,7 +63,25 @@ pub fn payload_buckets(modules: &[Module]) -> Vec<String> {
                 continue;
             }
             let value = attr(output, "value").unwrap_or_default();
-            for statement in value.split("sid =").skip(1) {
+            // Without s3:ListBucket on the bucket, S3 answers 403 for an object that is not
+            // there, which the engine cannot tell from a refusal (payload_refused, not
+            // payload_missing): Amazon S3 API reference, GetObject, "Permissions".
+            let statements: Vec<&str> = value.split("sid =").skip(1).collect();
+            let reads = statements.iter().any(|s| s.contains("s3:GetObject"));
+            let lists = statements.iter().any(|s| {
+                s.contains("s3:ListBucket")
+                    && s.split("resources =")
+                        .nth(1)
+                        .is_some_and(|r| r.replace(' ', "").starts_with("[local.arn]"))
+            });
+            if reads && !lists {
+                violations.push(format!(
+                    "{}: output {}: reads objects without s3:ListBucket on the bucket (a missing object answers 403, not 404)",
+                    module.dir,
+                    label(output, 0)
+                ));
+            }
+            for statement in statements {
                 let writes = ["s3:PutObject", "s3:DeleteObject"]
                     .iter()
                     .any(|action| statement.contains(action));
