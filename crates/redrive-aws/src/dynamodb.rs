@@ -331,10 +331,12 @@ impl AttemptLedger for DynamoDbStore {
                     request.expression_attribute_values(":untried", receives(hold.receive_count));
             }
             // A renewal (the head came back held) must not bring back a hold an operator has
-            // released meanwhile.
+            // released meanwhile, nor set a long wait on a head released to the DLQ.
             let renewal = hold.error_kind.is_empty();
             if renewal {
-                request = request.condition_expression("attribute_exists(held_since)");
+                request = request.condition_expression(
+                    "attribute_exists(held_since) AND attribute_not_exists(held_release)",
+                );
             } else {
                 // Listed first, so that `dlq held` never misses a hold (a listed message whose
                 // hold is gone is dropped from the list when it is read).

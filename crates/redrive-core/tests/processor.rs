@@ -842,9 +842,9 @@ enum Script {
     Fail,
     /// It answers for these ids only (`BatchGetItem`'s `UnprocessedKeys`).
     Only(Vec<&'static str>),
-    /// It answers, then an operator releases this head to be retried: the release lands between
-    /// the consumer's read and its renewal of the hold.
-    ThenRelease(&'static str),
+    /// It answers, then an operator releases this head: the release lands between the
+    /// consumer's read and its renewal of the hold.
+    ThenRelease(&'static str, Release),
     /// It answers reads, and refuses every hold (a throttled `UpdateItem`).
     RefusesHolds,
 }
@@ -874,8 +874,8 @@ impl AttemptLedger for Scripted {
                     .zip(read)
                     .map(|(id, entry)| entry.filter(|_| answers.contains(id)))
                     .collect()),
-                Script::ThenRelease(head) => {
-                    self.inner.release_hold(head, Release::Retry).await?;
+                Script::ThenRelease(head, release) => {
+                    self.inner.release_hold(head, *release).await?;
                     Ok(read)
                 }
                 Script::Fail => unreachable!(),
@@ -1179,7 +1179,7 @@ fn holding(ledger: Arc<dyn AttemptLedger>, clock: Arc<ManualClock>) -> Processor
 async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
     let ledger = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        script: Script::ThenRelease("a1"),
+        script: Script::ThenRelease("a1", Release::Retry),
     });
     let processor = holding(ledger.clone(), Arc::new(ManualClock::at(NOW)));
     let handler = handler();
@@ -1213,6 +1213,47 @@ async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
         ("rh-a1".to_owned(), Duration::ZERO),
         "it comes back at once, to be tried with its fresh attempts"
     );
+}
+
+/// `dlq release --dead-letter` while the head is in flight: the consumer's renewal must not set an
+/// 11 h 40 min wait on a head released to the DLQ; it comes back at once and goes there.
+#[tokio::test]
+async fn a_release_to_the_dlq_that_lands_while_the_head_is_in_flight_takes_effect_at_once() {
+    let ledger = Arc::new(Scripted {
+        inner: MemoryLedger::new(),
+        script: Script::ThenRelease("a1", Release::DeadLetter),
+    });
+    let processor = holding(ledger.clone(), Arc::new(ManualClock::at(NOW)));
+    let handler = handler();
+    let held = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a1", "permanent", "A", 1)]),
+    )
+    .await;
+    assert_eq!(held.report.held, 1);
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a1", "ok", "A", 2)]),
+    )
+    .await;
+    assert_eq!(failures(&processed), ["a1"], "given back, untried");
+    assert_eq!(
+        processor.queue().visibility_changes().last(),
+        Some(&("rh-a1".to_owned(), Duration::ZERO)),
+        "it comes back at once"
+    );
+    assert!(processor.queue().sent_to(DLQ).is_empty());
+    // Back: the release to the DLQ is read before anything, and carried out.
+    let dead = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a1", "ok", "A", 3)]),
+    )
+    .await;
+    assert!(failures(&dead).is_empty());
+    assert_eq!(processor.queue().sent_to(DLQ).len(), 1);
 }
 
 /// A hold the ledger did not write leaves its head where no operator sees it (`dlq held`, the

@@ -137,8 +137,9 @@ pub trait AttemptLedger: Send + Sync {
     /// Holds the group on `message_id`, or renews the hold with this receive (`since_ms`, an
     /// operator's release already written and, when `hold` has none, the error are kept from the
     /// hold before). `untried`: this receive was not a try (the head came back while held), and
-    /// is written down as such. A renewal (no error in `hold`) is conditional on the hold still
-    /// standing: `Ok(false)` when an operator released it meanwhile, and nothing is written.
+    /// is written down as such. A renewal (no error in `hold`) is conditional on the hold standing
+    /// unreleased: `Ok(false)` when an operator released it meanwhile (to be retried or to the
+    /// DLQ), and nothing is written.
     fn hold<'a>(
         &'a self,
         message_id: &'a str,
@@ -309,7 +310,11 @@ impl AttemptLedger for MemoryLedger {
     ) -> BoxFuture<'a, Result<bool, PortError>> {
         let mut entries = lock(&self.entries);
         let entry = entries.entry(message_id.to_owned()).or_default();
-        if hold.error_kind.is_empty() && entry.hold.is_none() {
+        let released = entry
+            .hold
+            .as_ref()
+            .is_none_or(|held| held.release.is_some());
+        if hold.error_kind.is_empty() && released {
             return ready(false);
         }
         if untried && !entry.untried.contains(&hold.receive_count) {
@@ -587,6 +592,13 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(released.unwrap().receipt_handle, "rh-6");
+        // A renewal by a consumer that read the hold before that release is refused: its head
+        // comes back at once and goes to the DLQ, instead of waiting 11 h 40 min.
+        let renewal = Hold {
+            error_kind: String::new(),
+            ..hold(7, 2000)
+        };
+        assert!(!ledger.hold("m-1", &renewal, true).await.unwrap());
         ledger.hold("m-1", &hold(7, 2000), true).await.unwrap();
         let entry = ledger.entries(&["m-1"]).await.unwrap()[0].clone().unwrap();
         assert_eq!(
