@@ -636,3 +636,33 @@ async fn the_local_queues_take_the_attributes_terraform_ships() {
         }
     }
 }
+
+/// Issue 53 B: each consumer runs here with the `REDRIVE_*` environment Terraform plans for its
+/// function (`infra/rendered/infra.json`), not one the local stack derives: before, the source's
+/// visibility timeout and retention, the idempotency lease and TTL and the metrics namespace were
+/// left at the engine's defaults.
+#[test]
+fn each_consumer_runs_with_the_environment_terraform_ships() {
+    use redrive_local::topology::{self, Topology};
+
+    let topology = Topology::load(&topology::default_path()).unwrap();
+    let rendering = topology::rendering("infra").unwrap();
+    for key in topology.consumers.keys() {
+        let shipped =
+            &rendering["functions"][format!("{}-{key}", topology.name_prefix)]["environment"];
+        let env = topology.function_env(key, "https://dlq");
+        for (name, value) in shipped.as_object().unwrap() {
+            let value = value.as_str().unwrap();
+            if value == "(known after apply)" {
+                continue; // a queue URL: the local stack's own
+            }
+            let local = env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+            assert_eq!(local, Some(value), "{key}: {name}");
+        }
+        assert!(
+            env.iter()
+                .any(|(n, v)| n == "REDRIVE_SOURCE_VISIBILITY_TIMEOUT" && v.ends_with('s')),
+            "{key}: {env:?}"
+        );
+    }
+}

@@ -11,9 +11,6 @@ use serde::Deserialize;
 pub struct Topology {
     pub name_prefix: String,
     pub consumers: BTreeMap<String, Consumer>,
-    pub retry: Retry,
-    pub deadline_margin_seconds: u32,
-    pub breaker: Breaker,
     pub alarms: Alarms,
 }
 
@@ -38,22 +35,10 @@ pub struct Consumer {
     /// The DLQ's `MaximumMessageSize`, as Terraform plans it.
     #[serde(skip)]
     pub dlq_max_message_size: u64,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Retry {
-    pub max_attempts: u32,
-    pub backoff_base_seconds: f64,
-    pub backoff_factor: f64,
-    pub backoff_cap_seconds: f64,
-    pub sequence_seconds: Vec<f64>,
-    pub defer_max_age_seconds: f64,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Breaker {
-    pub threshold: u32,
-    pub open_for_seconds: f64,
+    /// The function's `REDRIVE_*` environment as Terraform plans it, less what is known only
+    /// after apply (queue URLs: the local stack's own).
+    #[serde(skip)]
+    pub environment: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -97,6 +82,9 @@ pub fn rendering(configuration: &str) -> Result<serde_json::Value, TopologyError
             .join(format!("{configuration}.json")),
     )
 }
+
+/// What a plan shows for a value known only after apply.
+const KNOWN_AFTER_APPLY: &str = "(known after apply)";
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, TopologyError> {
     let shown = path.display().to_string();
@@ -170,6 +158,13 @@ impl Topology {
             consumer.idempotency_key = environment["REDRIVE_IDEMPOTENCY_KEY"]
                 .as_str()
                 .map(str::to_owned);
+            consumer.environment = environment
+                .as_object()
+                .ok_or_else(|| missing(format!("the environment of consumer {key}")))?
+                .iter()
+                .filter_map(|(name, value)| Some((name.clone(), value.as_str()?.to_owned())))
+                .filter(|(_, value)| value != KNOWN_AFTER_APPLY)
+                .collect();
         }
         Ok(())
     }
@@ -188,58 +183,32 @@ impl Topology {
         )
     }
 
-    /// The `REDRIVE_*` environment Terraform gives the function of consumer `key` (see infra/).
+    /// The `REDRIVE_*` environment Terraform gives the function of consumer `key`, with the local
+    /// stack's DLQ and idempotency table, and the queue's visibility timeout and retention as this
+    /// topology has them (a test or the demo may shorten them).
     pub fn function_env(&self, key: &str, dlq_url: &str) -> Vec<(String, String)> {
-        let seconds = |s: f64| format!("{s}s");
-        let mut env = vec![
-            ("REDRIVE_DLQ_URL".to_owned(), dlq_url.to_owned()),
-            (
-                "REDRIVE_CONCURRENCY".to_owned(),
-                self.consumers[key].record_concurrency.to_string(),
-            ),
-            (
-                "REDRIVE_MAX_ATTEMPTS".to_owned(),
-                self.retry.max_attempts.to_string(),
-            ),
-            (
-                "REDRIVE_BACKOFF_BASE".to_owned(),
-                seconds(self.retry.backoff_base_seconds),
-            ),
-            (
-                "REDRIVE_BACKOFF_FACTOR".to_owned(),
-                self.retry.backoff_factor.to_string(),
-            ),
-            (
-                "REDRIVE_BACKOFF_CAP".to_owned(),
-                seconds(self.retry.backoff_cap_seconds),
-            ),
-            (
-                "REDRIVE_DEFER_MAX_AGE".to_owned(),
-                seconds(self.retry.defer_max_age_seconds),
-            ),
-            (
-                "REDRIVE_DEADLINE_MARGIN".to_owned(),
-                seconds(f64::from(self.deadline_margin_seconds)),
-            ),
-            (
-                "REDRIVE_BREAKER_THRESHOLD".to_owned(),
-                self.breaker.threshold.to_string(),
-            ),
-            (
-                "REDRIVE_BREAKER_OPEN_FOR".to_owned(),
-                seconds(self.breaker.open_for_seconds),
-            ),
-        ];
-        if !self.retry.sequence_seconds.is_empty() {
-            let sequence: Vec<String> = self
-                .retry
-                .sequence_seconds
-                .iter()
-                .map(|s| seconds(*s))
-                .collect();
-            env.push(("REDRIVE_RETRY_SEQUENCE".to_owned(), sequence.join(",")));
+        let consumer = &self.consumers[key];
+        let mut env = consumer.environment.clone();
+        env.insert("REDRIVE_DLQ_URL".to_owned(), dlq_url.to_owned());
+        if let Some(table) = env.get_mut("REDRIVE_IDEMPOTENCY_TABLE") {
+            // The table modules/idempotency-table makes, under this topology's prefix.
+            *table = format!("{}-{key}-idempotency", self.name_prefix);
         }
-        env
+        for (name, seconds) in [
+            (
+                "REDRIVE_SOURCE_VISIBILITY_TIMEOUT",
+                consumer.visibility_timeout_seconds,
+            ),
+            (
+                "REDRIVE_SOURCE_RETENTION",
+                consumer.message_retention_seconds,
+            ),
+        ] {
+            if let Some(value) = env.get_mut(name) {
+                *value = format!("{seconds}s");
+            }
+        }
+        env.into_iter().collect()
     }
 
     /// The settings the function gets from that environment, with `overrides` applied: the same
@@ -261,14 +230,26 @@ impl Topology {
 
     /// Divides every wait by `factor` (the demo runs minutes of retries in seconds).
     pub fn scale_time(&mut self, factor: f64) {
-        let scale = |s: &mut f64| *s /= factor;
-        scale(&mut self.retry.backoff_base_seconds);
-        scale(&mut self.retry.backoff_cap_seconds);
-        self.retry.sequence_seconds.iter_mut().for_each(scale);
-        // REDRIVE_DEFER_MAX_AGE is at least a minute.
-        self.retry.defer_max_age_seconds = (self.retry.defer_max_age_seconds / factor).max(60.0);
-        self.breaker.open_for_seconds = (self.breaker.open_for_seconds / factor).max(1.0);
         for consumer in self.consumers.values_mut() {
+            for (name, value) in &mut consumer.environment {
+                // REDRIVE_DEFER_MAX_AGE is at least a minute; a breaker stays open a second or more.
+                let floor = match name.as_str() {
+                    "REDRIVE_BACKOFF_BASE" | "REDRIVE_BACKOFF_CAP" | "REDRIVE_RETRY_SEQUENCE" => {
+                        0.0
+                    }
+                    "REDRIVE_DEFER_MAX_AGE" => 60.0,
+                    "REDRIVE_BREAKER_OPEN_FOR" => 1.0,
+                    _ => continue,
+                };
+                let scaled: Vec<String> = value
+                    .split(',')
+                    .map(|seconds| {
+                        let seconds: f64 = seconds.trim_end_matches('s').parse().unwrap_or(0.0);
+                        format!("{}s", (seconds / factor).max(floor))
+                    })
+                    .collect();
+                *value = scaled.join(",");
+            }
             let visibility =
                 (f64::from(consumer.visibility_timeout_seconds) / factor).ceil() as u32;
             consumer.visibility_timeout_seconds = visibility.max(1);
