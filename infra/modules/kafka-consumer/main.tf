@@ -29,6 +29,24 @@ locals {
       )
     },
   ] : []
+  # Lambda polls a cluster in a VPC through network interfaces it makes in the cluster's subnets,
+  # with the function's role (the AWSLambdaMSKExecutionRole managed policy's EC2 actions; Lambda
+  # developer guide, "Configuring Lambda permissions for Amazon MSK event source mappings"). Its
+  # on-failure SQS destination is then reached from that VPC: through a NAT gateway or an SQS VPC
+  # endpoint, which is the network's to provide (README).
+  in_vpc = local.msk || var.source_cluster.subnet_ids != null
+  network_statements = local.in_vpc ? [
+    {
+      sid       = "ManageNetworkInterfaces"
+      actions   = ["ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DeleteNetworkInterface", "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"]
+      resources = ["*"]
+    },
+  ] : []
+  access_configurations = concat(
+    [for arn in compact([var.source_cluster.sasl_scram_secret_arn]) : { type = "SASL_SCRAM_512_AUTH", uri = arn }],
+    [for id in coalesce(var.source_cluster.subnet_ids, []) : { type = "VPC_SUBNET", uri = "subnet:${id}" }],
+    [for id in coalesce(var.source_cluster.security_group_ids, []) : { type = "VPC_SECURITY_GROUP", uri = "security_group:${id}" }],
+  )
   secret_statements = var.source_cluster.sasl_scram_secret_arn == null ? [] : [
     {
       # SASL/SCRAM credentials of a self-managed cluster.
@@ -59,7 +77,7 @@ module "consumer" {
   function_timeout_seconds = var.function_timeout_seconds
   function_memory_mb       = var.function_memory_mb
   environment              = merge(var.environment, { REDRIVE_LEDGER_TABLE = module.ledger.table_name })
-  extra_statements = concat(local.msk_statements, local.secret_statements, [module.ledger.access_statement], [
+  extra_statements = concat(local.msk_statements, local.network_statements, local.secret_statements, [module.ledger.access_statement], [
     {
       # Lambda sends a discarded batch's record with the function's role.
       sid       = "RecordDiscarded"
@@ -132,10 +150,10 @@ resource "aws_lambda_event_source_mapping" "kafka" {
   }
 
   dynamic "source_access_configuration" {
-    for_each = var.source_cluster.sasl_scram_secret_arn == null ? [] : [var.source_cluster.sasl_scram_secret_arn]
+    for_each = local.access_configurations
     content {
-      type = "SASL_SCRAM_512_AUTH"
-      uri  = source_access_configuration.value
+      type = source_access_configuration.value.type
+      uri  = source_access_configuration.value.uri
     }
   }
 

@@ -14,11 +14,13 @@ variable "function_zip" {
 }
 
 variable "source_cluster" {
-  description = "The cluster: an Amazon MSK cluster by ARN (IAM access control), or a self-managed one by its bootstrap servers, with the Secrets Manager secret of its SASL/SCRAM-512 credentials if it needs them."
+  description = "The cluster: an Amazon MSK cluster by ARN (IAM access control), or a self-managed one by its bootstrap servers, with the Secrets Manager secret of its SASL/SCRAM-512 credentials, the subnets and security groups through which Lambda reaches it in a VPC, or both."
   type = object({
     msk_cluster_arn       = optional(string)
     bootstrap_servers     = optional(list(string))
     sasl_scram_secret_arn = optional(string)
+    subnet_ids            = optional(list(string))
+    security_group_ids    = optional(list(string))
   })
   nullable = false
 
@@ -37,6 +39,20 @@ variable "source_cluster" {
   validation {
     condition     = var.source_cluster.sasl_scram_secret_arn == null || (var.source_cluster.msk_cluster_arn == null && can(regex("^arn:aws[a-z-]*:secretsmanager:", var.source_cluster.sasl_scram_secret_arn)))
     error_message = "sasl_scram_secret_arn is a Secrets Manager secret's ARN, for a self-managed cluster (MSK here uses IAM access control)."
+  }
+  # Lambda asks a self-managed mapping for a source access configuration: credentials, or the VPC
+  # it reaches the brokers through (Lambda API reference, SourceAccessConfiguration).
+  validation {
+    condition     = var.source_cluster.msk_cluster_arn != null || var.source_cluster.sasl_scram_secret_arn != null || var.source_cluster.subnet_ids != null
+    error_message = "A self-managed cluster needs sasl_scram_secret_arn, or subnet_ids and security_group_ids (the VPC Lambda reaches it through), or both: Lambda refuses a self-managed mapping with neither."
+  }
+  validation {
+    condition     = (var.source_cluster.subnet_ids == null) == (var.source_cluster.security_group_ids == null) && (var.source_cluster.subnet_ids == null || var.source_cluster.msk_cluster_arn == null)
+    error_message = "subnet_ids and security_group_ids come together, for a self-managed cluster (Lambda reaches an MSK cluster through the cluster's own VPC)."
+  }
+  validation {
+    condition     = alltrue([for id in coalesce(var.source_cluster.subnet_ids, []) : can(regex("^subnet-[0-9a-z]+$", id))]) && alltrue([for id in coalesce(var.source_cluster.security_group_ids, []) : can(regex("^sg-[0-9a-z]+$", id))])
+    error_message = "subnet_ids are subnet-… ids and security_group_ids sg-… ids."
   }
 }
 

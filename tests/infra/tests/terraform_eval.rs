@@ -1119,3 +1119,58 @@ fn the_payload_bucket_outlasts_every_copy_and_refuses_shared_prefixes() {
         assert!(error.contains(message), "{name}: {error}");
     }
 }
+
+/// Issue 53 item 6: a self-managed Kafka cluster with neither credentials nor the VPC Lambda
+/// reaches it through plans, and Lambda refuses its mapping at apply; the module refuses it
+/// first, and takes subnets and security groups for a cluster in a VPC.
+#[test]
+fn a_self_managed_kafka_cluster_needs_credentials_or_its_vpc() {
+    if !terraform_installed() {
+        return;
+    }
+    let module =
+        std::fs::read_to_string(infra().join("modules/kafka-consumer/variables.tf")).unwrap();
+    let inputs = |cluster: serde_json::Value| {
+        serde_json::json!({
+            "name": "orders-kafka", "function_zip": "bootstrap.zip", "source_cluster": cluster,
+            "topics": ["orders"], "consumer_group_id": "warehouse", "alarm_topic_arn": "arn:aws:sns:eu-west-1:123456789012:alarms",
+        })
+    };
+    let servers = serde_json::json!(["broker-1.internal:9092"]);
+    for (name, cluster) in [
+        (
+            "kafka-secret",
+            serde_json::json!({ "bootstrap_servers": servers, "sasl_scram_secret_arn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:kafka" }),
+        ),
+        (
+            "kafka-vpc",
+            serde_json::json!({ "bootstrap_servers": servers, "subnet_ids": ["subnet-0a1b"], "security_group_ids": ["sg-0c1d"] }),
+        ),
+    ] {
+        assert_eq!(
+            console(&module, &inputs(cluster), name, "").err(),
+            None,
+            "{name}"
+        );
+    }
+    for (name, cluster, message) in [
+        (
+            "kafka-neither",
+            serde_json::json!({ "bootstrap_servers": servers }),
+            "A self-managed cluster needs sasl_scram_secret_arn, or subnet_ids and",
+        ),
+        (
+            "kafka-subnets-alone",
+            serde_json::json!({ "bootstrap_servers": servers, "subnet_ids": ["subnet-0a1b"] }),
+            "subnet_ids and security_group_ids come together",
+        ),
+        (
+            "kafka-not-an-id",
+            serde_json::json!({ "bootstrap_servers": servers, "subnet_ids": ["10.0.0.0/24"], "security_group_ids": ["sg-0c1d"] }),
+            "subnet_ids are subnet-",
+        ),
+    ] {
+        let error = console(&module, &inputs(cluster), name, "").unwrap_err();
+        assert!(error.contains(message), "{name}: {error}");
+    }
+}
