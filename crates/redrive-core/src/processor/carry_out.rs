@@ -351,28 +351,29 @@ impl<Q: QueuePort> Processor<Q> {
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
         let written = fifo::write_holds(ledger.as_ref(), &holds, deadline).await;
         for (&index, written) in holding.iter().zip(written) {
-            let visibility = match written {
+            let message_id = items[index].id;
+            rulings[index].fate = match written {
                 HoldWritten::Held => continue,
                 HoldWritten::Released => {
                     tracing::info!(
-                        message_id = items[index].id,
+                        message_id,
                         "its hold was released while it was in flight: it comes back at once",
                     );
-                    rulings[index].fate = Fate::GiveBack {
+                    Fate::GiveBack {
                         reason: GiveBackReason::Released,
                         visibility: Some(Duration::ZERO),
-                    };
-                    continue;
+                    }
                 }
-                HoldWritten::NotWritten => None,
-            };
-            tracing::warn!(
-                message_id = items[index].id,
-                "its hold not written to the attempt ledger: it comes back after its visibility timeout to be held again",
-            );
-            rulings[index].fate = Fate::GiveBack {
-                reason: GiveBackReason::Held,
-                visibility,
+                HoldWritten::NotWritten => {
+                    tracing::warn!(
+                        message_id,
+                        "its hold not written to the attempt ledger: it comes back after its visibility timeout to be held again",
+                    );
+                    Fate::GiveBack {
+                        reason: GiveBackReason::Held,
+                        visibility: None,
+                    }
+                }
             };
         }
     }
