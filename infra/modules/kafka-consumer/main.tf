@@ -172,3 +172,24 @@ module "discarded_alarm" {
   alarm_topic_arn = var.alarm_topic_arn
   tags            = var.tags
 }
+
+# Lambda publishes OffsetLag for a function a Kafka mapping invokes: the records written to the
+# topic that the consumer group has not processed (AWS Compute Blog, "Offset lag metric for Amazon
+# MSK as an event source for Lambda"). Missing data breaches: a mapping that stops polling
+# (disabled, its role, its network, a deleted secret) publishes none.
+resource "aws_cloudwatch_metric_alarm" "offset_lag" {
+  alarm_name          = "${var.name}-offset-lag"
+  alarm_description   = "The Kafka mapping of ${var.name} is ${var.offset_lag_threshold} records or more behind its topic, or has published no OffsetLag for ${var.offset_lag_minutes} minutes (it stopped polling). Runbook: docs/runbook.md, 'Kafka consumer behind or stopped'."
+  namespace           = "AWS/Lambda"
+  metric_name         = "OffsetLag"
+  dimensions          = { FunctionName = module.consumer.function_name }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = var.offset_lag_minutes
+  threshold           = var.offset_lag_threshold
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  treat_missing_data  = "breaching"
+  alarm_actions       = [var.alarm_topic_arn]
+  ok_actions          = [var.alarm_topic_arn]
+  tags                = var.tags
+}

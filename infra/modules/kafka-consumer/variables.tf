@@ -212,6 +212,30 @@ variable "log_retention_days" {
   default     = 14
 }
 
+variable "offset_lag_threshold" {
+  description = "Alarm when the mapping is this many records or more behind its topic (OffsetLag, Maximum) for offset_lag_minutes; missing data alarms too (the mapping stopped polling)."
+  type        = number
+  default     = 10000
+  nullable    = false
+
+  validation {
+    condition     = var.offset_lag_threshold >= 1
+    error_message = "offset_lag_threshold must be at least 1."
+  }
+}
+
+variable "offset_lag_minutes" {
+  description = "Minutes the offset lag (or its absence) must last before the alarm fires."
+  type        = number
+  default     = 5
+  nullable    = false
+
+  validation {
+    condition     = var.offset_lag_minutes >= 1 && var.offset_lag_minutes <= 60 && floor(var.offset_lag_minutes) == var.offset_lag_minutes
+    error_message = "offset_lag_minutes must be a whole number from 1 to 60."
+  }
+}
+
 variable "alarm_topic_arn" {
   description = "SNS topic for alarm and OK notifications."
   type        = string

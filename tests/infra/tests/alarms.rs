@@ -90,6 +90,20 @@ fn a_stream_whose_stopped_mapping_goes_unnoticed_is_caught() {
     );
 }
 
+/// Issue 53 item 6: nothing alarmed when a Kafka mapping stopped or fell behind.
+#[test]
+fn a_kafka_mapping_that_stops_or_falls_behind_unnoticed_is_caught() {
+    let silent = broken(
+        "modules/kafka-consumer/main.tf",
+        "metric_name         = \"OffsetLag\"",
+        "metric_name         = \"Invocations\"",
+    );
+    assert_eq!(
+        stream_alarms(&silent),
+        ["modules/kafka-consumer: kafka: no alarm on the Kafka mapping's offset lag that breaches on missing data"]
+    );
+}
+
 #[test]
 fn an_emf_alarm_that_flaps_between_invocations_is_caught() {
     let consumer = broken(

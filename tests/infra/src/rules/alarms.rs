@@ -96,7 +96,8 @@ pub fn dlq_alarms(modules: &[Module]) -> Vec<String> {
 /// Every Kinesis stream is watched from its own side: an alarm on its
 /// `GetRecords.IteratorAgeMilliseconds` that counts missing data as breaching, so that a stopped
 /// mapping (which silences the function's `IteratorAge`) is an alarm too. A stream made on a
-/// condition (`count`) has its alarm on the same one.
+/// condition (`count`) has its alarm on the same one. Every Kafka mapping likewise: its
+/// function's `OffsetLag`, missing data breaching.
 pub fn stream_alarms(modules: &[Module]) -> Vec<String> {
     let mut violations = Vec::new();
     for module in modules {
@@ -122,6 +123,27 @@ pub fn stream_alarms(modules: &[Module]) -> Vec<String> {
                     "{}: {}: no alarm on the stream's iterator age that breaches on missing data",
                     module.dir,
                     label(stream, 1)
+                ));
+            }
+        }
+        // A Kafka mapping (one with `topics`): Lambda's OffsetLag for its function, missing data
+        // breaching, so that a mapping that stops polling is an alarm too.
+        for mapping in module
+            .blocks("resource", "aws_lambda_event_source_mapping")
+            .filter(|mapping| present(mapping, "topics"))
+        {
+            let watched = module
+                .blocks("resource", "aws_cloudwatch_metric_alarm")
+                .any(|alarm| {
+                    attr(alarm, "namespace").as_deref() == Some("\"AWS/Lambda\"")
+                        && attr(alarm, "metric_name").as_deref() == Some("\"OffsetLag\"")
+                        && attr(alarm, "treat_missing_data").as_deref() == Some("\"breaching\"")
+                });
+            if !watched {
+                violations.push(format!(
+                    "{}: {}: no alarm on the Kafka mapping's offset lag that breaches on missing data",
+                    module.dir,
+                    label(mapping, 1)
                 ));
             }
         }
