@@ -1173,55 +1173,13 @@ fn holding(ledger: Arc<dyn AttemptLedger>, clock: Arc<ManualClock>) -> Processor
         .with_ledger(ledger)
 }
 
-/// `dlq release` while the head is in flight: the consumer read the hold before the release, and
-/// its renewal must not bring the hold back (nor set an 11 h 40 min wait the release undid).
-#[tokio::test]
-async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
+/// A head held on its first receive (no ledger read then: nothing to release yet), then back
+/// after its wait while the operator releases it with `release`: that batch in flight read the
+/// hold before the release. Returns the processor and its ledger.
+async fn released_while_in_flight(release: Release) -> (Processor<RecordingQueue>, Arc<Scripted>) {
     let ledger = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        script: Script::ThenRelease("a1", Release::Retry),
-    });
-    let processor = holding(ledger.clone(), Arc::new(ManualClock::at(NOW)));
-    let handler = handler();
-    // Held on its first receive (no ledger read then: nothing to release yet).
-    let processed = run(
-        &processor,
-        &handler,
-        &event(vec![fifo_record("a1", "permanent", "A", 1)]),
-    )
-    .await;
-    assert_eq!(processed.report.held, 1);
-    // Back after its wait; the operator releases it while this batch is in flight.
-    let processed = run(
-        &processor,
-        &handler,
-        &event(vec![fifo_record("a1", "ok", "A", 2)]),
-    )
-    .await;
-    assert_eq!(failures(&processed), ["a1"], "given back, untried");
-    assert!(
-        ledger.held().await.unwrap().is_empty(),
-        "the release stands: {:?}",
-        ledger.held().await.unwrap()
-    );
-    let Some(Call::ChangeVisibility { changes, .. }) = processor.queue().calls().last().cloned()
-    else {
-        panic!("a visibility change")
-    };
-    assert_eq!(
-        changes[0],
-        ("rh-a1".to_owned(), Duration::ZERO),
-        "it comes back at once, to be tried with its fresh attempts"
-    );
-}
-
-/// `dlq release --dead-letter` while the head is in flight: the consumer's renewal must not set an
-/// 11 h 40 min wait on a head released to the DLQ; it comes back at once and goes there.
-#[tokio::test]
-async fn a_release_to_the_dlq_that_lands_while_the_head_is_in_flight_takes_effect_at_once() {
-    let ledger = Arc::new(Scripted {
-        inner: MemoryLedger::new(),
-        script: Script::ThenRelease("a1", Release::DeadLetter),
+        script: Script::ThenRelease("a1", release),
     });
     let processor = holding(ledger.clone(), Arc::new(ManualClock::at(NOW)));
     let handler = handler();
@@ -1239,6 +1197,31 @@ async fn a_release_to_the_dlq_that_lands_while_the_head_is_in_flight_takes_effec
     )
     .await;
     assert_eq!(failures(&processed), ["a1"], "given back, untried");
+    (processor, ledger)
+}
+
+/// `dlq release` while the head is in flight: the consumer's renewal must not bring the hold back
+/// (nor set an 11 h 40 min wait the release undid).
+#[tokio::test]
+async fn a_release_that_lands_while_the_head_is_in_flight_is_not_undone() {
+    let (processor, ledger) = released_while_in_flight(Release::Retry).await;
+    assert!(
+        ledger.held().await.unwrap().is_empty(),
+        "the release stands: {:?}",
+        ledger.held().await.unwrap()
+    );
+    assert_eq!(
+        processor.queue().visibility_changes().last(),
+        Some(&("rh-a1".to_owned(), Duration::ZERO)),
+        "it comes back at once, to be tried with its fresh attempts"
+    );
+}
+
+/// `dlq release --dead-letter` while the head is in flight: the consumer's renewal must not set an
+/// 11 h 40 min wait on a head released to the DLQ; it comes back at once and goes there.
+#[tokio::test]
+async fn a_release_to_the_dlq_that_lands_while_the_head_is_in_flight_takes_effect_at_once() {
+    let (processor, _) = released_while_in_flight(Release::DeadLetter).await;
     assert_eq!(
         processor.queue().visibility_changes().last(),
         Some(&("rh-a1".to_owned(), Duration::ZERO)),
@@ -1248,7 +1231,7 @@ async fn a_release_to_the_dlq_that_lands_while_the_head_is_in_flight_takes_effec
     // Back: the release to the DLQ is read before anything, and carried out.
     let dead = run(
         &processor,
-        &handler,
+        &handler(),
         &event(vec![fifo_record("a1", "ok", "A", 3)]),
     )
     .await;
