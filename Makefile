@@ -45,14 +45,15 @@ demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, prin
 	@start=$$(date +%s); $(CARGO) build --locked -p redrive-local --bin redrive-demo && echo "demo build took $$(( $$(date +%s) - start ))s"
 	tools/with-local-aws $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
 
-soak: $(STAMP) $(TANSU) ## Fault-injection soak: 100,000 messages in memory, 2,000 on moto, 2,000 changes of a DynamoDB stream and 2,000 Kafka orders per seed (SEEDS=1,2,3)
-	tools/with-local-aws $(CARGO) run --release --locked --quiet -p redrive-local --bin redrive-soak -- --seeds $(SEEDS)
-
-# A Kafka-compatible broker for the Kafka end-to-end test (Apache Kafka's jars are on no reachable
+# A Kafka-compatible broker for the Kafka end-to-end test and soak (Apache Kafka's jars are on no reachable
 # registry). The dev profile without debug info builds in about half the release build's time.
 TANSU := .cache/tools/bin/tansu
 $(TANSU):
 	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) install tansu --version 0.6.0 --features dynostore --locked --debug --root .cache/tools
+
+# Defined above its users: a prerequisite is expanded when its rule is read.
+soak: $(STAMP) $(LOCALSTACK_STAMP) $(TANSU) ## Fault-injection soak: 100,000 messages in memory, 2,000 on moto, 2,000 changes of a DynamoDB stream and 2,000 Kafka orders per seed (SEEDS=1,2,3)
+	tools/with-local-aws $(CARGO) run --release --locked --quiet -p redrive-local --bin redrive-soak -- --seeds $(SEEDS)
 
 FUZZ_SECONDS ?= 60
 CARGO_FUZZ   := .cache/tools/bin/cargo-fuzz

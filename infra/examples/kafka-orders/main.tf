@@ -5,14 +5,12 @@
 module "orders_kafka" {
   source = "../../modules/kafka-consumer"
 
-  name                       = "warehouse-orders-kafka"
-  function_zip               = startswith(var.function_zip, "/") ? var.function_zip : "${path.root}/${var.function_zip}"
-  source_cluster             = { msk_cluster_arn = var.msk_cluster_arn }
-  topics                     = ["orders"]
-  consumer_group_id          = "warehouse-orders"
-  batch_size                 = 100
-  pollers                    = { minimum = 1, maximum = 4 }
-  maximum_retry_attempts     = 5
-  maximum_record_age_seconds = 86400
-  alarm_topic_arn            = var.alarm_topic_arn
+  name              = "warehouse-orders-kafka"
+  function_zip      = startswith(var.function_zip, "/") ? var.function_zip : "${path.root}/${var.function_zip}"
+  source_cluster    = { msk_cluster_arn = var.msk_cluster_arn }
+  topics            = ["orders"]
+  consumer_group_id = "warehouse-orders"
+  batch_size        = 100
+  pollers           = { minimum = 1, maximum = 4 }
+  alarm_topic_arn   = var.alarm_topic_arn
 }

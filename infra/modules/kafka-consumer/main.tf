@@ -34,7 +34,11 @@ locals {
   # developer guide, "Configuring Lambda permissions for Amazon MSK event source mappings"). Its
   # on-failure SQS destination is then reached from that VPC: through a NAT gateway or an SQS VPC
   # endpoint, which is the network's to provide (README).
-  in_vpc = local.msk || var.source_cluster.subnet_ids != null
+  # Lambda records a discarded batch only where its retries are bounded: with -1 it retries
+  # until the batch succeeds or leaves the topic, and a destination would cap that at 10
+  # (Lambda developer guide, "Using a Kafka topic as an on-failure destination").
+  discards = var.maximum_retry_attempts >= 0
+  in_vpc   = local.msk || var.source_cluster.subnet_ids != null
   network_statements = local.in_vpc ? [
     {
       sid       = "ManageNetworkInterfaces"
@@ -78,12 +82,12 @@ module "consumer" {
   function_memory_mb       = var.function_memory_mb
   environment              = merge(var.environment, { REDRIVE_LEDGER_TABLE = module.ledger.table_name })
   extra_statements = concat(local.msk_statements, local.network_statements, local.secret_statements, [module.ledger.access_statement], [
-    {
+    for arn in aws_sqs_queue.discarded[*].arn : {
       # Lambda sends a discarded batch's record with the function's role.
       sid       = "RecordDiscarded"
       actions   = ["sqs:SendMessage"]
-      resources = [aws_sqs_queue.discarded.arn]
-    },
+      resources = [arn]
+    }
   ], var.extra_statements)
   max_attempts        = var.max_attempts
   fifo_on_dead_letter = var.lane_on_dead_letter
@@ -99,10 +103,13 @@ module "consumer" {
   tags                       = var.tags
 }
 
-# What Lambda itself gives up on (a batch whose retries ran out: the function failed as a whole,
-# or could not send a record to the lane) is recorded here; Kafka keeps the records.
+# With bounded retries, what Lambda itself gives up on (a batch whose retries ran out: the
+# function failed as a whole, or could not send a record to the lane) is recorded here, metadata
+# only (Lambda developer guide, "Capturing discarded batches for Amazon MSK and self-managed Apache
+# Kafka event sources"); Kafka keeps the records until its retention.
 resource "aws_sqs_queue" "discarded" {
-  name = "${var.name}-discarded"
+  count = local.discards ? 1 : 0
+  name  = "${var.name}-discarded"
   # What redrive may send (SQS takes up to 1 MiB); the provider creates 256 KiB queues unless told
   # (AWS provider, aws_sqs_queue: max_message_size defaults to 262144).
   max_message_size          = 1048576
@@ -157,9 +164,12 @@ resource "aws_lambda_event_source_mapping" "kafka" {
     }
   }
 
-  destination_config {
-    on_failure {
-      destination_arn = aws_sqs_queue.discarded.arn
+  dynamic "destination_config" {
+    for_each = aws_sqs_queue.discarded[*].arn
+    content {
+      on_failure {
+        destination_arn = destination_config.value
+      }
     }
   }
   tags = var.tags
@@ -167,8 +177,9 @@ resource "aws_lambda_event_source_mapping" "kafka" {
 
 module "discarded_alarm" {
   source          = "../dlq-alarm"
+  count           = local.discards ? 1 : 0
   name            = "${var.name}-discarded"
-  queue_name      = aws_sqs_queue.discarded.name
+  queue_name      = aws_sqs_queue.discarded[0].name
   alarm_topic_arn = var.alarm_topic_arn
   tags            = var.tags
 }

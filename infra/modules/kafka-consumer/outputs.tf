@@ -19,8 +19,8 @@ output "dlq_arn" {
 }
 
 output "discarded_url" {
-  description = "URL of the queue of Lambda's on-failure records (batches its retries gave up on)."
-  value       = aws_sqs_queue.discarded.url
+  description = "URL of the queue of Lambda's on-failure records (batches its retries gave up on); null with unbounded retries (the default), which discard nothing."
+  value       = one(aws_sqs_queue.discarded[*].url)
 }
 
 output "ledger_table_name" {

@@ -126,24 +126,29 @@ variable "pollers" {
 }
 
 variable "maximum_retry_attempts" {
-  description = "Lambda's retries of a batch the function fails as a whole (or gives back because the lane refused a record). Bounded: -1 would retry until the record ages out."
+  description = "Lambda's retries of a batch the function fails as a whole (the lane or the ledger could not take a record; the function crashed). -1, the default: until the batch succeeds or leaves the topic's retention; its partition waits meanwhile (the offset-lag alarm) and nothing is discarded. 0 to 10000: past them Lambda discards the batch, and this module makes a queue for its on-failure records (metadata only: the records stay in Kafka until its retention)."
   type        = number
-  default     = 5
+  default     = -1
 
   validation {
-    condition     = var.maximum_retry_attempts >= 0 && var.maximum_retry_attempts <= 10
-    error_message = "maximum_retry_attempts must be 0 to 10 (Lambda applies at most 10 with an on-failure destination)."
+    condition     = var.maximum_retry_attempts == -1 || (var.maximum_retry_attempts >= 0 && var.maximum_retry_attempts <= 10000)
+    error_message = "maximum_retry_attempts must be -1 (until the batch succeeds) or 0 to 10000."
   }
 }
 
 variable "maximum_record_age_seconds" {
-  description = "Records older than this are recorded as discarded instead of being processed."
+  description = "Records older than this are discarded instead of being processed; -1, the default: no limit but the topic's retention. A limit needs bounded maximum_retry_attempts: a record discarded for its age is recorded only in the on-failure queue, and with an on-failure destination Lambda caps unbounded retries at 10 anyway."
   type        = number
-  default     = 86400
+  default     = -1
 
   validation {
-    condition     = var.maximum_record_age_seconds >= 60 && var.maximum_record_age_seconds <= 604800
-    error_message = "maximum_record_age_seconds must be 60 to 604800."
+    condition     = var.maximum_record_age_seconds == -1 || (var.maximum_record_age_seconds >= 60 && var.maximum_record_age_seconds <= 604800)
+    error_message = "maximum_record_age_seconds must be -1 (no limit) or 60 to 604800."
+  }
+
+  validation {
+    condition     = var.maximum_record_age_seconds == -1 || var.maximum_retry_attempts >= 0
+    error_message = "maximum_record_age_seconds needs bounded maximum_retry_attempts (0 to 10000): the on-failure queue that records what ages out exists only then, and Lambda would cap unbounded retries at 10 with it."
   }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use redrive::reprocess::ReprocessCommand;
 use redrive_e2e::{order, Options, Stack};
 use redrive_local::kafka_poller::{Broker, KafkaPoller};
+use redrive_local::mapping::ShippedMapping;
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use rskafka::record::Record;
 
@@ -141,9 +142,15 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
         .chain(&later)
         .map(|(key, id)| (*id, *key))
         .collect();
-    let mut poller = KafkaPoller::new(&client, &broker.address, "orders", 2, 100)
-        .await
-        .unwrap();
+    let mut poller = KafkaPoller::new(
+        &client,
+        &broker.address,
+        "orders",
+        2,
+        ShippedMapping::kafka().unwrap(),
+    )
+    .await
+    .unwrap();
 
     // The payment service is down: no partition waits. Each key's first order fails into the
     // lane and its later ones follow it there untried; o-61 is poison (a panic): it goes to the

@@ -6,7 +6,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use redrive::reprocess::ReprocessCommand;
 use redrive_e2e::{meta, Options, Stack};
-use redrive_local::stream_poller::{StreamMapping, StreamPoll, StreamPoller};
+use redrive_local::mapping::ShippedMapping;
+use redrive_local::stream_poller::{StreamPoll, StreamPoller};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -83,9 +84,9 @@ async fn a_poison_change_is_dead_lettered_the_shard_goes_on_and_its_redrive_char
     // The mapping Terraform ships for a table's stream, in batches of 4 so that the test sees
     // several batches.
     let rendering = redrive_local::topology::rendering("table-stream").unwrap();
-    let mapping = StreamMapping {
+    let mapping = ShippedMapping {
         batch_size: 4,
-        ..StreamMapping::shipped(
+        ..ShippedMapping::shipped(
             &rendering,
             "module.orders_changes.aws_lambda_event_source_mapping.stream",
             Some(stack.queue.dlq_url.clone()),
@@ -174,9 +175,9 @@ async fn a_batch_older_than_the_record_age_is_discarded_with_its_on_failure_reco
     put_order(&client, &table, "o-1", "NEW").await;
     // The shipped mapping, but records count as too old at once: the first retry is past the age.
     let rendering = redrive_local::topology::rendering("table-stream").unwrap();
-    let mapping = StreamMapping {
+    let mapping = ShippedMapping {
         maximum_record_age: Some(Duration::ZERO),
-        ..StreamMapping::shipped(
+        ..ShippedMapping::shipped(
             &rendering,
             "module.orders_changes.aws_lambda_event_source_mapping.stream",
             Some(stack.queue.dlq_url.clone()),

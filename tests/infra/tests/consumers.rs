@@ -66,14 +66,10 @@ fn a_mapping_without_item_failures_or_with_the_wrong_arguments_is_caught() {
         mappings(&on_demand),
         ["modules/kafka-consumer: kafka: a Kafka mapping needs provisioned mode (provisioned_poller_config) for its error controls"]
     );
-    let unbounded = broken(
-        kafka,
-        "maximum_retry_attempts             = var.maximum_retry_attempts",
-        "maximum_retry_attempts             = -1",
-    );
+    let unrecorded = broken(kafka, "destination_arn = destination_config.value", "");
     assert_eq!(
-        mappings(&unbounded),
-        ["modules/kafka-consumer: kafka: maximum_retry_attempts must be set and bounded"]
+        mappings(&unrecorded),
+        ["modules/kafka-consumer: kafka: no on-failure destination"]
     );
 }
 

@@ -82,6 +82,71 @@ fn a_queue_left_at_the_providers_default_size_is_caught() {
     assert_eq!(queues_too_small(&rendering).len(), 1);
 }
 
+/// The Kafka mappings of one rendering that discard records without a record of them, or whose
+/// unbounded retries Lambda would cap at 10 beside an on-failure destination (Lambda developer
+/// guide, "Using a Kafka topic as an on-failure destination").
+fn kafka_discards_unrecorded(rendering: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    for (address, mapping) in rendering["mappings"].as_object().unwrap() {
+        if mapping["topics"].is_null() {
+            continue;
+        }
+        let bounded = |name: &str| mapping[name].as_i64().is_some_and(|n| n >= 0);
+        let discards =
+            bounded("maximum_retry_attempts") || bounded("maximum_record_age_in_seconds");
+        let recorded = mapping["on_failure_destination"].as_bool().unwrap();
+        if discards && !recorded {
+            found.push(format!(
+                "{address}: discards without an on-failure destination"
+            ));
+        }
+        if !bounded("maximum_retry_attempts") && recorded {
+            found.push(format!(
+                "{address}: unbounded retries beside an on-failure destination (Lambda caps them at 10)"
+            ));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_kafka_mapping_keeps_a_failing_batch_until_it_succeeds_or_records_what_it_discards() {
+    let mut kafka = 0;
+    for (path, rendering) in renderings() {
+        kafka += rendering["mappings"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter(|m| !m["topics"].is_null())
+            .count();
+        assert_eq!(
+            kafka_discards_unrecorded(&rendering),
+            Vec::<String>::new(),
+            "{path}"
+        );
+    }
+    assert!(kafka >= 1, "the renderings hold a Kafka mapping");
+    let (_, mut rendering) = renderings()
+        .into_iter()
+        .find(|(_, r)| r["configuration"] == "examples/kafka-orders")
+        .unwrap();
+    let mut shipped = |retries: i64, destination: bool| {
+        let mapping = rendering["mappings"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+            .find(|m| !m["topics"].is_null())
+            .unwrap();
+        mapping["maximum_retry_attempts"] = retries.into();
+        mapping["on_failure_destination"] = destination.into();
+        kafka_discards_unrecorded(&rendering).len()
+    };
+    // What the module shipped before: 5 retries with a destination.
+    assert_eq!(shipped(5, true), 0);
+    assert_eq!(shipped(5, false), 1);
+    assert_eq!(shipped(-1, true), 1);
+}
+
 /// `Ok` when one of the functions' settings types takes `environment` (unknowns stood in for).
 fn accepted(environment: &serde_json::Map<String, Value>) -> Result<(), String> {
     let values: Vec<(String, String)> = environment

@@ -1174,3 +1174,61 @@ fn a_self_managed_kafka_cluster_needs_credentials_or_its_vpc() {
         assert!(error.contains(message), "{name}: {error}");
     }
 }
+
+/// Issue 53 item 2: a Kafka mapping's retries are unbounded by default, and a record age limit
+/// comes only with bounded retries (what ages out is recorded only in the on-failure queue, which
+/// exists only with bounded retries; and Lambda caps unbounded retries at 10 beside one).
+#[test]
+fn a_kafka_record_age_limit_needs_bounded_retries() {
+    if !terraform_installed() {
+        return;
+    }
+    let module =
+        std::fs::read_to_string(infra().join("modules/kafka-consumer/variables.tf")).unwrap();
+    let inputs = |limits: serde_json::Value| {
+        let mut inputs = serde_json::json!({
+            "name": "orders-kafka", "function_zip": "bootstrap.zip",
+            "source_cluster": { "msk_cluster_arn": "arn:aws:kafka:eu-west-1:123456789012:cluster/orders/0a1b" },
+            "topics": ["orders"], "consumer_group_id": "warehouse", "alarm_topic_arn": "arn:aws:sns:eu-west-1:123456789012:alarms",
+        });
+        inputs
+            .as_object_mut()
+            .unwrap()
+            .extend(limits.as_object().unwrap().clone());
+        inputs
+    };
+    assert_eq!(
+        console(
+            &module,
+            &inputs(serde_json::json!({})),
+            "kafka-defaults",
+            "[var.maximum_retry_attempts, var.maximum_record_age_seconds]"
+        ),
+        Ok("[\n  -1,\n  -1,\n]".to_owned())
+    );
+    assert_eq!(
+        console(
+            &module,
+            &inputs(serde_json::json!({ "maximum_retry_attempts": 5, "maximum_record_age_seconds": 86400 })),
+            "kafka-bounded",
+            ""
+        )
+        .err(),
+        None
+    );
+    for (name, limits, message) in [
+        (
+            "kafka-age-alone",
+            serde_json::json!({ "maximum_record_age_seconds": 86400 }),
+            "maximum_record_age_seconds needs bounded maximum_retry_attempts",
+        ),
+        (
+            "kafka-retries-past-range",
+            serde_json::json!({ "maximum_retry_attempts": 10001 }),
+            "maximum_retry_attempts must be -1",
+        ),
+    ] {
+        let error = console(&module, &inputs(limits), name, "").unwrap_err();
+        assert!(error.contains(message), "{name}: {error}");
+    }
+}

@@ -15,6 +15,7 @@ use redrive::kafka::KafkaEvent;
 use redrive::port::RecordingQueue;
 use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler};
 use redrive_local::kafka_poller::{Broker, KafkaPoller};
+use redrive_local::mapping::ShippedMapping;
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 
 use crate::event::{order_body, Order, FAIL_EVERY};
@@ -337,6 +338,10 @@ pub fn drain() -> Result<Drain, String> {
                 .map_err(|e| e.to_string())?;
         }
         let downstream = Downstream::start();
+        let drain_mapping = ShippedMapping {
+            batch_size: DRAIN_BATCH,
+            ..ShippedMapping::kafka().map_err(|e| e.to_string())?
+        };
         let mut drained = Vec::new();
         for lane in [true, false] {
             let processor = if lane {
@@ -356,9 +361,10 @@ pub fn drain() -> Result<Drain, String> {
                 downstream: &downstream,
                 first_tried: Mutex::default(),
             };
-            let mut poller = KafkaPoller::new(&client, &broker.address, "orders", 1, DRAIN_BATCH)
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut poller =
+                KafkaPoller::new(&client, &broker.address, "orders", 1, drain_mapping.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
             let started = Instant::now();
             let (mut invocations, mut committed) = (0, 0);
             while let Some(poll) = poller

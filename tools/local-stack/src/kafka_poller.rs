@@ -4,15 +4,20 @@
 //! `<topic>-<partition>` as Lambda groups them (Lambda developer guide, "Using Lambda with Amazon
 //! MSK", the example event); a partition's offset is committed past its batch unless the partial
 //! batch response names one of its records (`{"partition": "<topic>-<partition>", "offset": n}`),
-//! from which it is delivered again; a function error commits nothing. Offsets are kept here, as
-//! the mapping keeps them in its consumer group. Also the broker: `tansu`, started on a free port
-//! and stopped on drop.
+//! from which it is delivered again; a function error commits nothing, and with bisection halves
+//! the batch of each partition in it (a split does not count as a retry). A partition whose
+//! records come back more than `maximum_retry_attempts` times in a row, or once one of them is
+//! older than `maximum_record_age`, has them discarded: its offset moves past the batch (Lambda
+//! developer guide, "Configuring error handling controls for Kafka event sources"; the on-failure
+//! record, metadata only, is not played). The settings are the ones Terraform ships
+//! ([`ShippedMapping::shipped`]). Offsets are kept here, as the mapping keeps them in its consumer
+//! group. Also the broker: `tansu`, started on a free port and stopped on drop.
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -20,6 +25,7 @@ use rskafka::client::partition::{PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use serde_json::{json, Value};
 
+use crate::mapping::ShippedMapping;
 use crate::Error;
 
 /// A `tansu` broker on loopback, its storage in memory; stopped when dropped.
@@ -97,29 +103,35 @@ pub struct KafkaPoll {
     pub given_back: usize,
     /// The function failed as a whole.
     pub whole_batch_failed: bool,
+    /// Records discarded: past the retries or the record age.
+    pub discarded: usize,
 }
 
 struct Partition {
     client: PartitionClient,
     committed: i64,
+    /// Times in a row the records from `committed` came back.
+    retries: u32,
+    batch_limit: usize,
 }
 
 /// Plays the mapping of one topic.
 pub struct KafkaPoller {
     topic: String,
     bootstrap: String,
-    batch_size: usize,
+    mapping: ShippedMapping,
     partitions: Vec<Partition>,
 }
 
 impl KafkaPoller {
-    /// Reads every partition of `topic` from its start.
+    /// Reads every partition of `topic` from its start, in batches of the mapping's size per
+    /// partition.
     pub async fn new(
         client: &Client,
         bootstrap: &str,
         topic: &str,
         partitions: i32,
-        batch_size: usize,
+        mapping: ShippedMapping,
     ) -> Result<Self, Error> {
         let mut clients = Vec::new();
         for partition in 0..partitions {
@@ -130,12 +142,14 @@ impl KafkaPoller {
             clients.push(Partition {
                 client,
                 committed: 0,
+                retries: 0,
+                batch_limit: mapping.batch_size.max(1),
             });
         }
         Ok(Self {
             topic: topic.to_owned(),
             bootstrap: bootstrap.to_owned(),
-            batch_size: batch_size.max(1),
+            mapping,
             partitions: clients,
         })
     }
@@ -148,15 +162,19 @@ impl KafkaPoller {
         Fut: Future<Output = Result<String, String>>,
     {
         let mut records: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-        let mut last: BTreeMap<usize, i64> = BTreeMap::new();
+        // Each partition's batch: (offset, timestamp in ms) of its records.
+        let mut batches: BTreeMap<usize, Vec<(i64, i64)>> = BTreeMap::new();
         for (index, partition) in self.partitions.iter().enumerate() {
             let fetched = fetch_from(&partition.client, partition.committed).await?;
             let batch: Vec<Value> = fetched
                 .into_iter()
                 .filter(|r| r.offset >= partition.committed)
-                .take(self.batch_size)
+                .take(partition.batch_limit)
                 .map(|r| {
-                    last.insert(index, r.offset);
+                    batches
+                        .entry(index)
+                        .or_default()
+                        .push((r.offset, r.record.timestamp.timestamp_millis()));
                     lambda_record(&self.topic, partition.client.partition(), &r)
                 })
                 .collect();
@@ -181,28 +199,70 @@ impl KafkaPoller {
             ..KafkaPoll::default()
         };
         let given_back = match invoke(event.to_string()).await.and_then(|r| given_back(&r)) {
-            Ok(given_back) => given_back,
+            Ok(given_back) => Some(given_back),
             Err(error) => {
                 tracing::warn!(%error, "Kafka batch failed as a whole: nothing committed");
                 poll.whole_batch_failed = true;
-                return Ok(Some(poll));
+                None
             }
         };
-        for (index, last) in last {
+        for (index, batch) in batches {
             let partition = &mut self.partitions[index];
             let name = format!("{}-{}", self.topic, partition.client.partition());
-            let next = match given_back.get(&name) {
-                Some(&offset) => {
-                    poll.given_back += 1;
-                    offset
-                }
-                None => last + 1,
+            let Some(&(last, _)) = batch.last() else {
+                continue;
             };
-            poll.committed += usize::try_from(next - partition.committed).unwrap_or(0);
-            partition.committed = next;
+            let back_from = match &given_back {
+                None if self.mapping.bisect_batch_on_function_error && batch.len() > 1 => {
+                    partition.batch_limit = batch.len() / 2;
+                    continue;
+                }
+                None => partition.committed,
+                Some(given_back) => match given_back.get(&name) {
+                    Some(&offset) => {
+                        poll.given_back += 1;
+                        offset
+                    }
+                    None => last + 1,
+                },
+            };
+            if back_from > partition.committed {
+                poll.committed += usize::try_from(back_from - partition.committed).unwrap_or(0);
+                partition.committed = back_from;
+                partition.retries = 0;
+            }
+            if back_from > last {
+                partition.batch_limit = self.mapping.batch_size.max(1);
+                continue;
+            }
+            partition.retries += 1;
+            let oldest = batch
+                .iter()
+                .filter(|&&(offset, _)| offset >= back_from)
+                .map(|&(_, timestamp)| age_of(timestamp))
+                .max()
+                .unwrap_or_default();
+            if !self.mapping.discards(partition.retries, oldest) {
+                continue;
+            }
+            tracing::warn!(partition = %name, from = back_from, to = last, "Kafka records discarded");
+            poll.discarded += usize::try_from(last + 1 - back_from).unwrap_or(0);
+            partition.committed = last + 1;
+            partition.retries = 0;
+            partition.batch_limit = self.mapping.batch_size.max(1);
         }
         Ok(Some(poll))
     }
+}
+
+/// How long ago a record stamped `timestamp` (ms since the epoch) was written.
+fn age_of(timestamp: i64) -> Duration {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let now = i64::try_from(now).unwrap_or(i64::MAX);
+    Duration::from_millis(u64::try_from(now - timestamp).unwrap_or(0))
 }
 
 /// The records of `client`'s partition from `offset` on. Asked for an offset inside a record batch,

@@ -7,15 +7,20 @@
 //! attempt ledger (DynamoDB on moto) remembering the customers with orders out; then the poison is
 //! fixed, the held heads released and the DLQ redriven into the lane. The invariant: every order takes
 //! effect exactly once, each customer's orders in the order the topic has them, none lost.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redrive::dynamodb::DynamoDbStore;
+use redrive::envelope::OutgoingMessage;
 use redrive::fifo::{release_head, AttemptLedger, Release};
 use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
-use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler, SqsQueue};
+use redrive::port::{EntryFailure, ForwardingPort, QueuePort as _, VisibilityChange};
+use redrive::{
+    Message, PortError, Processor, ProcessorConfig, RecordError, RecordHandler, SqsQueue,
+};
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 
 use crate::kafka_poller::{Broker, KafkaPoller};
@@ -23,6 +28,10 @@ use crate::poller::Poller;
 use crate::stream_soak::{dice, invoke, invoke_with, redrive_and_drain, Faults};
 use crate::topology::{self, Topology};
 use crate::Error;
+
+/// How much faster than AWS's clock the soak runs the lane's waits (its visibility timeout, backoff,
+/// breaker and deferral age), as the demo does: 6 minutes' visibility in 6 seconds.
+const TIME_SCALE: f64 = 60.0;
 
 /// A run's size and seed.
 #[derive(Debug, Clone)]
@@ -59,6 +68,10 @@ pub struct KafkaSoakReport {
     pub invocations: usize,
     pub whole_batch_failures: usize,
     pub given_back: usize,
+    /// Records the Kafka mapping discarded (past its retries or record age).
+    pub discarded: usize,
+    /// Rounds during which SQS refused the lane's and the DLQ's sends.
+    pub sqs_outage_rounds: usize,
 }
 
 impl KafkaSoakReport {
@@ -74,7 +87,8 @@ impl fmt::Display for KafkaSoakReport {
             f,
             "orders {}: once {}, twice {}, lost {}, from the lane {}, dead-lettered then redriven {}, \
              held in the lane then released {}, customers out of order {}; invocations {} (failed \
-             whole {}, gave a partition back {}): {}",
+             whole {}, gave a partition back {}), discarded by the mapping {}, rounds with SQS down \
+             {}: {}",
             self.orders,
             self.once,
             self.twice,
@@ -86,6 +100,8 @@ impl fmt::Display for KafkaSoakReport {
             self.invocations,
             self.whole_batch_failures,
             self.given_back,
+            self.discarded,
+            self.sqs_outage_rounds,
             if self.holds() { "HOLDS" } else { "BROKEN" }
         )
     }
@@ -115,7 +131,90 @@ impl RecordHandler for Orders {
     }
 }
 
-fn port(error: redrive::PortError) -> Error {
+/// One partition's orders not produced yet.
+struct Producer {
+    client: rskafka::client::partition::PartitionClient,
+    left: VecDeque<(u64, String)>,
+}
+
+impl Producer {
+    /// Produces the next record batch (1 to 10 orders, stamped now: the mapping's record age
+    /// counts from here); whether there was one.
+    async fn produce(&mut self, seed: u64) -> Result<bool, Error> {
+        if self.left.is_empty() {
+            return Ok(false);
+        }
+        let partition = self.client.partition();
+        let size = 1 + dice(seed, &format!("batch {partition} {}", self.left.len())) % 10;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as i64;
+        let records = self
+            .left
+            .drain(..(size as usize).min(self.left.len()))
+            .map(|(n, customer)| rskafka::record::Record {
+                value: Some(
+                    serde_json::json!({ "n": n, "customer": customer })
+                        .to_string()
+                        .into_bytes(),
+                ),
+                key: Some(customer.into_bytes()),
+                headers: BTreeMap::new(),
+                timestamp: rskafka::chrono::DateTime::from_timestamp_millis(now)
+                    .expect("a timestamp"),
+            })
+            .collect();
+        self.client
+            .produce(records, Compression::NoCompression)
+            .await
+            .map_err(|e| Error::Emulator(e.to_string()))?;
+        Ok(true)
+    }
+}
+
+/// The lane's and the DLQ's SQS, refusing every send and visibility change while `down`.
+struct SqsOutage {
+    inner: SqsQueue,
+    down: Arc<AtomicBool>,
+}
+
+impl SqsOutage {
+    fn refuse(&self, operation: &'static str) -> Result<(), PortError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(PortError::new(operation, "injected: SQS is unavailable"));
+        }
+        Ok(())
+    }
+}
+
+impl ForwardingPort for SqsOutage {
+    type Inner = SqsQueue;
+
+    fn inner(&self) -> &SqsQueue {
+        &self.inner
+    }
+
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        messages: &[OutgoingMessage<'_>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        self.refuse("SendMessageBatch")?;
+        self.inner.send_batch(queue_url, messages).await
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        queue_url: &str,
+        changes: &[VisibilityChange<'_>],
+    ) -> Result<Vec<EntryFailure>, PortError> {
+        self.refuse("ChangeMessageVisibilityBatch")?;
+        self.inner.change_visibility_batch(queue_url, changes).await
+    }
+}
+
+fn port(error: PortError) -> Error {
     Error::Emulator(error.to_string())
 }
 
@@ -135,65 +234,58 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
         .await
         .map_err(|e| emulator(e.to_string()))?;
 
-    // A customer's orders are in one partition, produced in record batches of seeded sizes (so
-    // that a partition is given back inside a batch as often as at its start).
-    let mut by_partition: BTreeMap<i32, Vec<(u64, String)>> = BTreeMap::new();
+    // A customer's orders are in one partition, produced while the soak runs: each round, a
+    // record batch of seeded size per partition (so that a partition is given back inside a batch
+    // as often as at its start).
+    let mut by_partition: BTreeMap<i32, VecDeque<(u64, String)>> = BTreeMap::new();
     for n in 0..config.orders as u64 {
         let customer = dice(config.seed, &format!("customer {n}")) as usize % config.customers;
         let partition = (customer % config.partitions as usize) as i32;
         by_partition
             .entry(partition)
             .or_default()
-            .push((n, format!("c-{customer}")));
+            .push_back((n, format!("c-{customer}")));
     }
-    for (partition, orders) in &by_partition {
+    let mut producers = Vec::new();
+    for (partition, orders) in by_partition {
         let partition_client = client
-            .partition_client("orders", *partition, UnknownTopicHandling::Retry)
+            .partition_client("orders", partition, UnknownTopicHandling::Retry)
             .await
             .map_err(|e| emulator(e.to_string()))?;
-        let mut left = orders.as_slice();
-        while !left.is_empty() {
-            let size =
-                (1 + dice(config.seed, &format!("batch {partition} {}", left.len())) % 40) as usize;
-            let (chunk, rest) = left.split_at(size.min(left.len()));
-            let records = chunk
-                .iter()
-                .map(|(n, customer)| rskafka::record::Record {
-                    key: Some(customer.clone().into_bytes()),
-                    value: Some(
-                        serde_json::json!({ "n": n, "customer": customer })
-                            .to_string()
-                            .into_bytes(),
-                    ),
-                    headers: BTreeMap::new(),
-                    timestamp: rskafka::chrono::DateTime::from_timestamp_millis(1_763_790_000_000)
-                        .expect("a timestamp"),
-                })
-                .collect();
-            partition_client
-                .produce(records, Compression::NoCompression)
-                .await
-                .map_err(|e| emulator(e.to_string()))?;
-            left = rest;
-        }
+        producers.push(Producer {
+            client: partition_client,
+            left: orders,
+        });
     }
 
-    // The lane and its DLQ: the FIFO consumer of the tfvars, its names prefixed.
+    // The Kafka mapping, the lane, its DLQ and the lane's function as Terraform ships them
+    // (infra/examples/kafka-orders on modules/kafka-consumer's defaults), the waits scaled.
     let sdk = redrive::sqs::sdk_config_from_env();
     let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let shipped = crate::mapping::ShippedMapping::kafka()?;
     let mut topology =
         Topology::load(&topology::default_path()).map_err(|e| emulator(e.to_string()))?;
     topology.name_prefix = prefix.to_owned();
-    topology.consumers.retain(|_, consumer| consumer.fifo);
-    let key = topology
-        .consumers
-        .keys()
-        .next()
-        .cloned()
-        .ok_or_else(|| emulator("the tfvars have no FIFO consumer".to_owned()))?;
-    let consumer = topology.consumers.get_mut(&key).expect("the key just read");
-    consumer.visibility_timeout_seconds = 2;
-    consumer.max_receive_count = 1_000;
+    let rendering = topology::rendering("kafka-orders").map_err(|e| emulator(e.to_string()))?;
+    let lane_consumer = topology::Consumer::shipped(
+        std::path::Path::new("infra/rendered/kafka-orders.json"),
+        &rendering,
+        topology::ShippedNames {
+            queue: "warehouse-orders-kafka.fifo",
+            dlq: "warehouse-orders-kafka-dlq.fifo",
+            mapping: "module.orders_kafka.module.consumer.aws_lambda_event_source_mapping.consumer",
+            function: "warehouse-orders-kafka",
+        },
+    )
+    .map_err(|e| emulator(e.to_string()))?;
+    let lane_concurrency = rendering["mappings"]
+        ["module.orders_kafka.module.consumer.aws_lambda_event_source_mapping.consumer"]
+        ["maximum_concurrency"]
+        .as_u64()
+        .unwrap_or(2) as usize;
+    let key = "orders-kafka".to_owned();
+    topology.consumers = BTreeMap::from([(key.clone(), lane_consumer)]);
+    topology.scale_time(TIME_SCALE);
     let lane = crate::provision::provision(&sqs, &topology)
         .await?
         .remove(0);
@@ -207,18 +299,17 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
             &[
                 ("REDRIVE_LANE_URL", lane.url.as_str()),
                 ("REDRIVE_LEDGER_TABLE", table.as_str()),
-                ("REDRIVE_RETRY_SEQUENCE", "1s"),
-                // A poison order in the lane holds its customer's group there (as
-                // modules/kafka-consumer sets it), and an outage does not use its tries up.
-                ("REDRIVE_FIFO_ON_DEAD_LETTER", "hold"),
-                ("REDRIVE_MAX_ATTEMPTS", "100"),
-                ("REDRIVE_DEFER_MAX_AGE", "1h"),
             ],
         )
         .map_err(|e| emulator(e.to_string()))?;
     let ledger = Arc::new(DynamoDbStore::with_client(dynamodb, table));
+    // SQS itself has seeded outages: the lane and its DLQ refuse every send and visibility change.
+    let sqs_down = Arc::new(AtomicBool::new(false));
     let processor = Processor::new(
-        SqsQueue::with_client(sqs.clone()),
+        SqsOutage {
+            inner: SqsQueue::with_client(sqs.clone()),
+            down: sqs_down.clone(),
+        },
         ProcessorConfig::from(&settings),
     )
     .with_ledger(ledger.clone());
@@ -234,19 +325,45 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
         KeyFrom::MessageId,
     );
 
-    let mut kafka =
-        KafkaPoller::new(&client, &broker.address, "orders", config.partitions, 10).await?;
-    let lane_poller = Poller::new(sqs.clone(), &lane, 10, Duration::ZERO);
+    let mut kafka = KafkaPoller::new(
+        &client,
+        &broker.address,
+        "orders",
+        config.partitions,
+        shipped,
+    )
+    .await?;
+    let lane_consumer = &topology.consumers[&key];
+    let lane_poller = Poller::new(
+        sqs.clone(),
+        &lane,
+        lane_consumer.batch_size,
+        Duration::from_secs(u64::from(lane_consumer.batching_window_seconds)),
+    );
+    let lane_visibility = Duration::from_secs(u64::from(lane_consumer.visibility_timeout_seconds));
     let mut report = KafkaSoakReport {
         orders: config.orders,
         ..KafkaSoakReport::default()
     };
     let started = Instant::now();
     let mut round = 0_u64;
-    let mut idle_rounds = 0;
+    let mut idle_since: Option<Instant> = None;
     loop {
         round += 1;
+        let mut producing = false;
+        for producer in &mut producers {
+            producing |= producer.produce(config.seed).await?;
+        }
         orders.faults.roll_outage(round);
+        // An SQS outage starts on one round in fifteen and ends on one in four.
+        let roll = dice(config.seed, &format!("sqs outage {round}")) % 60;
+        let sqs_is_down = if sqs_down.load(Ordering::SeqCst) {
+            roll >= 15
+        } else {
+            roll < 4
+        };
+        sqs_down.store(sqs_is_down, Ordering::SeqCst);
+        report.sqs_outage_rounds += usize::from(sqs_is_down);
         let crash = dice(config.seed, &format!("crash {round}")).is_multiple_of(8);
         // One invocation in four meets its deadline soon: past the 2 s margin, up to 60 ms to
         // handle records in; the rest of each partition is given back.
@@ -272,30 +389,35 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
             report.invocations += 1;
             report.whole_batch_failures += usize::from(poll.whole_batch_failed);
             report.given_back += usize::from(poll.given_back > 0);
+            report.discarded += poll.discarded;
         }
-        // The lane's mapping runs beside the topic's: a few of its batches per round.
+        // The lane's mapping runs beside the topic's, as many invocations at once as its
+        // maximum concurrency allows.
+        let lane_polls = (0..lane_concurrency).map(|_| {
+            lane_poller.poll(Duration::ZERO, |event| {
+                Box::pin(invoke(&processor, &handler, event))
+            })
+        });
         let mut from_lane = 0;
-        for _ in 0..3 {
-            from_lane += lane_poller
-                .poll(Duration::ZERO, |event| {
-                    Box::pin(invoke(&processor, &handler, event))
-                })
-                .await?
-                .received;
+        for poll in futures_util::future::join_all(lane_polls).await {
+            from_lane += poll?.received;
         }
-        if poll.is_none() && from_lane == 0 && !orders.faults.is_down() {
+        let quiet = poll.is_none() && from_lane == 0 && !producing;
+        if quiet && !orders.faults.is_down() && !sqs_is_down {
             // Done when the lane is empty, or has delivered nothing for longer than its
             // visibility timeout while heads are held (their groups' messages wait behind them).
-            idle_rounds += 1;
+            let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
             let (visible, in_flight, delayed) = crate::provision::depth(&sqs, &lane.url).await?;
             let held = ledger.held().await.map_err(port)?.len();
-            if visible + in_flight + delayed == 0 || (held > 0 && idle_rounds >= 20) {
+            if visible + in_flight + delayed == 0
+                || (held > 0 && idle > lane_visibility + Duration::from_secs(1))
+            {
                 report.held = held;
                 break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         } else {
-            idle_rounds = 0;
+            idle_since = None;
         }
         if started.elapsed() > Duration::from_secs(600) {
             return Err(emulator(format!(
@@ -304,6 +426,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
         }
     }
 
+    sqs_down.store(false, Ordering::SeqCst);
     // The poison is fixed: the held heads are released to be tried again, and the DLQ's dead
     // letters go to the lane, the same function.
     orders.faults.heal();

@@ -3,6 +3,7 @@
 pub mod conformance;
 pub mod kafka_poller;
 pub mod kafka_soak;
+pub mod mapping;
 pub mod memory;
 pub mod observe;
 pub mod poller;

@@ -8,7 +8,7 @@
 //! past `maximum_retry_attempts` retries, or once a record of it is older than
 //! `maximum_record_age`, the batch is discarded and its on-failure record (shard, sequence range,
 //! condition) sent to the destination queue. The settings are the ones Terraform ships
-//! ([`StreamMapping::shipped`]).
+//! ([`ShippedMapping::shipped`]).
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -18,51 +18,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
+use crate::mapping::ShippedMapping;
 use crate::Error;
-
-/// The event source mapping's settings the poller plays.
-#[derive(Debug, Clone)]
-pub struct StreamMapping {
-    /// Records per batch at the most.
-    pub batch_size: usize,
-    /// Retries of a failing batch before it is discarded; `None` for -1 (no count).
-    pub maximum_retry_attempts: Option<u32>,
-    /// The age past which a failing batch is discarded; `None` for -1 (until the stream trims it).
-    pub maximum_record_age: Option<Duration>,
-    /// Split a batch in two on a function error.
-    pub bisect_batch_on_function_error: bool,
-    /// Where a discarded batch's on-failure record goes (an SQS queue URL).
-    pub on_failure_queue_url: Option<String>,
-}
-
-impl StreamMapping {
-    /// The mapping at `address` in a rendering of Terraform's plan (`infra/rendered/`), its
-    /// on-failure records sent to `on_failure_queue_url`.
-    pub fn shipped(
-        rendering: &Value,
-        address: &str,
-        on_failure_queue_url: Option<String>,
-    ) -> Result<Self, Error> {
-        let mapping = &rendering["mappings"][address];
-        let number = |name: &str| {
-            mapping[name].as_i64().ok_or_else(|| {
-                Error::Emulator(format!("the rendering has no {name} for {address}"))
-            })
-        };
-        let unbounded = |value: i64| (value >= 0).then_some(value);
-        Ok(Self {
-            batch_size: usize::try_from(number("batch_size")?).unwrap_or(1),
-            maximum_retry_attempts: unbounded(number("maximum_retry_attempts")?)
-                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
-            maximum_record_age: unbounded(number("maximum_record_age_in_seconds")?)
-                .map(|s| Duration::from_secs(s.unsigned_abs())),
-            bisect_batch_on_function_error: mapping["bisect_batch_on_function_error"]
-                .as_bool()
-                .unwrap_or(false),
-            on_failure_queue_url,
-        })
-    }
-}
 
 /// What one invocation did to a shard.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -92,7 +49,7 @@ pub struct StreamPoller {
     streams: aws_sdk_dynamodbstreams::Client,
     sqs: aws_sdk_sqs::Client,
     stream_arn: String,
-    mapping: StreamMapping,
+    mapping: ShippedMapping,
     shards: BTreeMap<String, Shard>,
 }
 
@@ -102,7 +59,7 @@ impl StreamPoller {
     pub async fn new(
         config: &aws_types::SdkConfig,
         stream_arn: &str,
-        mapping: StreamMapping,
+        mapping: ShippedMapping,
     ) -> Result<Self, Error> {
         let streams = aws_sdk_dynamodbstreams::Client::new(config);
         let sqs = aws_sdk_sqs::Client::new(config);
@@ -243,18 +200,18 @@ impl StreamPoller {
             }
         };
         shard.retries += 1;
-        let retries_left = self
-            .mapping
-            .maximum_retry_attempts
-            .is_none_or(|limit| shard.retries <= limit);
-        let too_old = self.mapping.maximum_record_age.is_some_and(|age| {
-            batch[failed_from..]
-                .iter()
-                .any(|record| record_age(record) > age)
-        });
-        if retries_left && !too_old {
+        let oldest = batch[failed_from..]
+            .iter()
+            .map(record_age)
+            .max()
+            .unwrap_or_default();
+        if !self.mapping.discards(shard.retries, oldest) {
             return Ok(poll);
         }
+        let too_old = self
+            .mapping
+            .maximum_record_age
+            .is_some_and(|age| oldest > age);
         let discarded: Vec<Value> = shard.pending.drain(..batch.len() - failed_from).collect();
         let invokes = shard.retries;
         shard.retries = 0;

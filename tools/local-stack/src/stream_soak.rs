@@ -18,11 +18,14 @@ use redrive::config::ReprocessSettings;
 use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
 use redrive::lambda::Bytes;
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
-use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler, SqsQueue};
+use redrive::{
+    Message, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler, SqsQueue,
+};
 
+use crate::mapping::ShippedMapping;
 use crate::poller::Poller;
 use crate::provision::{queue_arn, QueuePair};
-use crate::stream_poller::{StreamMapping, StreamPoller};
+use crate::stream_poller::StreamPoller;
 use crate::Error;
 
 /// A run's size and seed.
@@ -202,8 +205,8 @@ impl RecordHandler for Changes {
 }
 
 /// Invokes the function in process as Lambda would, with 30 seconds to go.
-pub(crate) async fn invoke<H: RecordHandler>(
-    processor: &Processor<SqsQueue>,
+pub(crate) async fn invoke<Q: QueuePort, H: RecordHandler>(
+    processor: &Processor<Q>,
     handler: &H,
     event: String,
 ) -> Result<String, String> {
@@ -211,8 +214,8 @@ pub(crate) async fn invoke<H: RecordHandler>(
 }
 
 /// [`invoke`] with `left` to go.
-pub(crate) async fn invoke_with<H: RecordHandler>(
-    processor: &Processor<SqsQueue>,
+pub(crate) async fn invoke_with<Q: QueuePort, H: RecordHandler>(
+    processor: &Processor<Q>,
     handler: &H,
     event: String,
     left: Duration,
@@ -300,7 +303,7 @@ pub async fn run_on_moto(
     // The DynamoDB stream mapping Terraform ships (infra/examples/table-stream).
     let rendering =
         crate::topology::rendering("table-stream").map_err(|e| Error::Emulator(e.to_string()))?;
-    let mapping = StreamMapping::shipped(
+    let mapping = ShippedMapping::shipped(
         &rendering,
         "module.orders_changes.aws_lambda_event_source_mapping.stream",
         Some(queue.dlq_url.clone()),
@@ -375,11 +378,11 @@ pub async fn run_on_moto(
 
 /// Redrives every dead letter of `dlq_url` into `queue` (whatever origin it names) and drains
 /// `queue` through the function, for two minutes at most: the dead letters redriven.
-pub(crate) async fn redrive_and_drain<H: RecordHandler>(
+pub(crate) async fn redrive_and_drain<Q: QueuePort, H: RecordHandler>(
     sqs: &aws_sdk_sqs::Client,
     dlq_url: &str,
     queue: &QueuePair,
-    processor: &Processor<SqsQueue>,
+    processor: &Processor<Q>,
     handler: &H,
 ) -> Result<usize, Error> {
     let emulator = |e: String| Error::Emulator(e);

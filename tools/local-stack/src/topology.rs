@@ -41,6 +41,85 @@ pub struct Consumer {
     pub environment: BTreeMap<String, String>,
 }
 
+/// Where a rendering holds one consumer: its queue, DLQ, mapping and function.
+#[derive(Debug, Clone, Copy)]
+pub struct ShippedNames<'a> {
+    pub queue: &'a str,
+    pub dlq: &'a str,
+    /// The mapping's address in the plan.
+    pub mapping: &'a str,
+    pub function: &'a str,
+}
+
+impl Consumer {
+    /// The consumer `names` point at in `rendering` (read from `path`), as Terraform plans it.
+    pub fn shipped(
+        path: &Path,
+        rendering: &serde_json::Value,
+        names: ShippedNames<'_>,
+    ) -> Result<Self, TopologyError> {
+        let missing = |what: String| TopologyError::Rendering {
+            path: path.display().to_string(),
+            what,
+        };
+        let queue = &rendering["queues"][names.queue];
+        let dlq = &rendering["queues"][names.dlq];
+        let mapping = &rendering["mappings"][names.mapping];
+        let function = &rendering["functions"][names.function];
+        let environment = &function["environment"];
+        let number = |value: &serde_json::Value, what: &str| {
+            value
+                .as_u64()
+                .ok_or_else(|| missing(format!("{what} of {}", names.queue)))
+        };
+        let whole = |value: &serde_json::Value, what: &str| -> Result<u32, TopologyError> {
+            let n = number(value, what)?;
+            u32::try_from(n).map_err(|_| missing(format!("{what} of {} as a u32", names.queue)))
+        };
+        Ok(Self {
+            fifo: queue["fifo_queue"].as_bool().unwrap_or(false),
+            function_timeout_seconds: whole(&function["timeout"], "function timeout")?,
+            visibility_timeout_seconds: whole(
+                &queue["visibility_timeout_seconds"],
+                "queue visibility",
+            )?,
+            message_retention_seconds: whole(
+                &queue["message_retention_seconds"],
+                "queue retention",
+            )?,
+            dlq_message_retention_seconds: whole(
+                &dlq["message_retention_seconds"],
+                "DLQ retention",
+            )?,
+            max_receive_count: whole(
+                &queue["redrive_policy"]["max_receive_count"],
+                "queue receive count",
+            )?,
+            batch_size: whole(&mapping["batch_size"], "mapping batch size")?,
+            batching_window_seconds: mapping["maximum_batching_window_in_seconds"]
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(0),
+            record_concurrency: environment["REDRIVE_CONCURRENCY"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| missing(format!("REDRIVE_CONCURRENCY of {}", names.function)))?,
+            idempotency_key: environment["REDRIVE_IDEMPOTENCY_KEY"]
+                .as_str()
+                .map(str::to_owned),
+            max_message_size: number(&queue["max_message_size"], "queue size")?,
+            dlq_max_message_size: number(&dlq["max_message_size"], "DLQ size")?,
+            environment: environment
+                .as_object()
+                .ok_or_else(|| missing(format!("the environment of {}", names.function)))?
+                .iter()
+                .filter_map(|(name, value)| Some((name.clone(), value.as_str()?.to_owned())))
+                .filter(|(_, value)| value != KNOWN_AFTER_APPLY)
+                .collect(),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct Alarms {
     pub period_seconds: u32,
@@ -114,57 +193,22 @@ impl Topology {
         path: &Path,
         rendering: &serde_json::Value,
     ) -> Result<(), TopologyError> {
-        let missing = |what: String| TopologyError::Rendering {
-            path: path.display().to_string(),
-            what,
-        };
         let keys: Vec<String> = self.consumers.keys().cloned().collect();
         for key in keys {
             let (name, dlq_name) = self.queue_names(&key);
-            let queue = &rendering["queues"][&name];
-            let dlq = &rendering["queues"][&dlq_name];
-            let mapping = &rendering["mappings"]
-                [format!("module.consumer[\"{key}\"].aws_lambda_event_source_mapping.consumer")];
-            let function = &rendering["functions"][format!("{}-{key}", self.name_prefix)];
-            let environment = &function["environment"];
-            let number = |value: &serde_json::Value, what: &str| {
-                value
-                    .as_u64()
-                    .ok_or_else(|| missing(format!("{what} of consumer {key}")))
-            };
-            let consumer = self.consumers.get_mut(&key).expect("a key of the map");
-            consumer.visibility_timeout_seconds =
-                number(&queue["visibility_timeout_seconds"], "queue visibility")? as u32;
-            consumer.message_retention_seconds =
-                number(&queue["message_retention_seconds"], "queue retention")? as u32;
-            consumer.max_message_size = number(&queue["max_message_size"], "queue size")?;
-            consumer.max_receive_count = number(
-                &queue["redrive_policy"]["max_receive_count"],
-                "queue receive count",
-            )? as u32;
-            consumer.dlq_message_retention_seconds =
-                number(&dlq["message_retention_seconds"], "DLQ retention")? as u32;
-            consumer.dlq_max_message_size = number(&dlq["max_message_size"], "DLQ size")?;
-            consumer.batch_size = number(&mapping["batch_size"], "mapping batch size")? as u32;
-            consumer.batching_window_seconds = mapping["maximum_batching_window_in_seconds"]
-                .as_u64()
-                .unwrap_or(0) as u32;
-            consumer.function_timeout_seconds =
-                number(&function["timeout"], "function timeout")? as u32;
-            consumer.record_concurrency = environment["REDRIVE_CONCURRENCY"]
-                .as_str()
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| missing(format!("REDRIVE_CONCURRENCY of consumer {key}")))?;
-            consumer.idempotency_key = environment["REDRIVE_IDEMPOTENCY_KEY"]
-                .as_str()
-                .map(str::to_owned);
-            consumer.environment = environment
-                .as_object()
-                .ok_or_else(|| missing(format!("the environment of consumer {key}")))?
-                .iter()
-                .filter_map(|(name, value)| Some((name.clone(), value.as_str()?.to_owned())))
-                .filter(|(_, value)| value != KNOWN_AFTER_APPLY)
-                .collect();
+            let shipped = Consumer::shipped(
+                path,
+                rendering,
+                ShippedNames {
+                    queue: &name,
+                    dlq: &dlq_name,
+                    mapping: &format!(
+                        "module.consumer[\"{key}\"].aws_lambda_event_source_mapping.consumer"
+                    ),
+                    function: &format!("{}-{key}", self.name_prefix),
+                },
+            )?;
+            self.consumers.insert(key, shipped);
         }
         Ok(())
     }
@@ -228,31 +272,53 @@ impl Topology {
         redrive::Settings::from_lookup(env.iter().map(|(n, _)| n.as_str()), lookup)
     }
 
-    /// Divides every wait by `factor` (the demo runs minutes of retries in seconds).
+    /// Divides every wait by `factor` (the demo and the Kafka soak run minutes of retries in
+    /// seconds), the engine's defaults of the waits Terraform leaves unset included.
     pub fn scale_time(&mut self, factor: f64) {
+        // (variable, floor in seconds): REDRIVE_DEFER_MAX_AGE is at least a minute; a breaker
+        // stays open a second or more.
+        const SCALED: [(&str, f64); 5] = [
+            ("REDRIVE_BACKOFF_BASE", 0.0),
+            ("REDRIVE_BACKOFF_CAP", 0.0),
+            ("REDRIVE_RETRY_SEQUENCE", 0.0),
+            ("REDRIVE_DEFER_MAX_AGE", 60.0),
+            ("REDRIVE_BREAKER_OPEN_FOR", 1.0),
+        ];
         for consumer in self.consumers.values_mut() {
-            for (name, value) in &mut consumer.environment {
-                // REDRIVE_DEFER_MAX_AGE is at least a minute; a breaker stays open a second or more.
-                let floor = match name.as_str() {
-                    "REDRIVE_BACKOFF_BASE" | "REDRIVE_BACKOFF_CAP" | "REDRIVE_RETRY_SEQUENCE" => {
-                        0.0
-                    }
-                    "REDRIVE_DEFER_MAX_AGE" => 60.0,
-                    "REDRIVE_BREAKER_OPEN_FOR" => 1.0,
-                    _ => continue,
+            for (name, floor) in SCALED {
+                let Some(value) = consumer
+                    .environment
+                    .get(name)
+                    .cloned()
+                    .or_else(|| engine_default(name))
+                else {
+                    continue;
                 };
-                let scaled: Vec<String> = value
+                let scaled: Option<Vec<String>> = value
                     .split(',')
-                    .map(|seconds| {
-                        let seconds: f64 = seconds.trim_end_matches('s').parse().unwrap_or(0.0);
-                        format!("{}s", (seconds / factor).max(floor))
+                    .map(|wait| {
+                        let seconds = redrive::backoff::parse_duration(wait)?.as_secs_f64();
+                        Some(format!("{}s", (seconds / factor).max(floor)))
                     })
                     .collect();
-                *value = scaled.join(",");
+                if let Some(scaled) = scaled {
+                    consumer
+                        .environment
+                        .insert(name.to_owned(), scaled.join(","));
+                }
             }
             let visibility =
                 (f64::from(consumer.visibility_timeout_seconds) / factor).ceil() as u32;
             consumer.visibility_timeout_seconds = visibility.max(1);
         }
     }
+}
+
+/// The engine's default of `name` where it is a wait (`2s`, `1h: ...` in [`redrive::config::VARIABLES`]).
+fn engine_default(name: &str) -> Option<String> {
+    let (_, documented) = redrive::config::VARIABLES
+        .iter()
+        .find(|(n, _)| *n == name)?;
+    let default = documented.split([':', ' ']).next()?;
+    redrive::backoff::parse_duration(default).map(|_| default.to_owned())
 }

@@ -22,13 +22,16 @@ pub fn present(block: &Block, name: &str) -> bool {
 }
 
 /// Every mapping reports item failures. A mapping on a stream (Kinesis, DynamoDB Streams, or
-/// Kafka: one that reads `topics`) bisects, sets its retries and a bounded record age, and has an
-/// on-failure destination. Kinesis and DynamoDB retries may be -1, bounded by the record age (an
-/// outage is then bounded by time, not by how fast Lambda retries); Kafka's must be bounded, as
-/// Lambda caps infinite retries at 10 with an on-failure destination (Lambda developer guide,
-/// "Using a Kafka topic as an on-failure destination"); a Kafka mapping runs in provisioned mode, which those error
-/// controls need (Lambda developer guide, "Configuring error handling controls for Kafka event
-/// sources"); any other mapping is an SQS mapping and carries no stream-only argument.
+/// Kafka: one that reads `topics`) bisects and sets its retries and record age. Kinesis and DynamoDB
+/// retries may be -1, bounded by the record age (an outage is then bounded by time, not by how fast
+/// Lambda retries), with an on-failure destination. A Kafka mapping's retries and record age may
+/// both be -1 (kept until the batch succeeds or leaves the topic); its destination is then a
+/// `dynamic` block, present only where the retries are bounded, since Lambda caps infinite retries
+/// at 10 beside one (Lambda developer guide, "Using a Kafka topic as an on-failure destination";
+/// the renderings check each configuration's outcome). A Kafka mapping runs in provisioned mode,
+/// which those error controls need (Lambda developer guide, "Configuring error handling controls
+/// for Kafka event sources"); any other mapping is an SQS mapping and carries no stream-only
+/// argument.
 pub fn mappings(modules: &[Module]) -> Vec<String> {
     let mut violations = Vec::new();
     for module in modules {
@@ -60,18 +63,25 @@ pub fn mappings(modules: &[Module]) -> Vec<String> {
                 ));
             }
             for (limit, unbounded_allowed) in [
-                ("maximum_retry_attempts", !kafka),
-                ("maximum_record_age_in_seconds", false),
+                ("maximum_retry_attempts", true),
+                ("maximum_record_age_in_seconds", kafka),
             ] {
                 match attr(mapping, limit) {
                     Some(value) if value != "-1" || unbounded_allowed => {}
                     _ => violations.push(format!("{name}: {limit} must be set and bounded")),
                 }
             }
-            if !child(mapping, "destination_config")
-                .and_then(|d| child(d, "on_failure"))
-                .is_some_and(|f| present(f, "destination_arn"))
-            {
+            let destination = |config: &Block| {
+                child(config, "on_failure").is_some_and(|f| present(f, "destination_arn"))
+                    || child(config, "content")
+                        .and_then(|c| child(c, "on_failure"))
+                        .is_some_and(|f| present(f, "destination_arn"))
+            };
+            let fixed = child(mapping, "destination_config").is_some_and(destination);
+            let dynamic = mapping.body().blocks().any(|b| {
+                b.identifier() == "dynamic" && label(b, 0) == "destination_config" && destination(b)
+            });
+            if !(fixed || (kafka && dynamic)) {
                 violations.push(format!("{name}: no on-failure destination"));
             }
         }

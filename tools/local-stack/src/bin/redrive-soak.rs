@@ -100,10 +100,14 @@ async fn main() -> ExitCode {
             // LocalStack, the second implementation (its stores in memory; DynamoDB is moto's part).
             // As on moto, the order is counted, not held: LocalStack hands out a group's records
             // given back while their head is in flight (docs/reliability.md, the conformance table).
-            if let (true, Ok(endpoint)) = (
-                args.localstack > 0,
-                std::env::var("LOCALSTACK_ENDPOINT_URL"),
-            ) {
+            let localstack = std::env::var("LOCALSTACK_ENDPOINT_URL");
+            if args.localstack > 0 && localstack.is_err() {
+                println!(
+                    "== LocalStack, {kind}, seed {seed}: SKIPPED (LocalStack is not installed: \
+                     `make localstack` needs Python 3.13; `tools/with-local-aws` starts it)"
+                );
+            }
+            if let (true, Ok(endpoint)) = (args.localstack > 0, localstack) {
                 println!(
                     "== LocalStack through the SDK, {kind}, {} messages, seed {seed}",
                     args.localstack
