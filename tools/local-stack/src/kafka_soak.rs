@@ -348,6 +348,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
     let started = Instant::now();
     let mut round = 0_u64;
     let mut idle_since: Option<Instant> = None;
+    let mut topic_busy = true;
     loop {
         round += 1;
         let mut producing = false;
@@ -355,13 +356,15 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
             producing |= producer.produce(config.seed).await?;
         }
         orders.faults.roll_outage(round);
-        // An SQS outage starts on one round in fifteen and ends on one in four.
-        let roll = dice(config.seed, &format!("sqs outage {round}")) % 60;
-        let sqs_is_down = if sqs_down.load(Ordering::SeqCst) {
-            roll >= 15
-        } else {
-            roll < 4
-        };
+        // While the topic has records to deliver, an SQS outage starts on one round in eight and
+        // ends on one in four (the lane alone then drains without one).
+        let roll = dice(config.seed, &format!("sqs outage {round}")) % 8;
+        let sqs_is_down = topic_busy
+            && if sqs_down.load(Ordering::SeqCst) {
+                roll >= 2
+            } else {
+                roll == 0
+            };
         sqs_down.store(sqs_is_down, Ordering::SeqCst);
         report.sqs_outage_rounds += usize::from(sqs_is_down);
         let crash = dice(config.seed, &format!("crash {round}")).is_multiple_of(8);
@@ -402,8 +405,9 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
         for poll in futures_util::future::join_all(lane_polls).await {
             from_lane += poll?.received;
         }
+        topic_busy = producing || poll.is_some();
         let quiet = poll.is_none() && from_lane == 0 && !producing;
-        if quiet && !orders.faults.is_down() && !sqs_is_down {
+        if quiet && !sqs_is_down {
             // Done when the lane is empty, or has delivered nothing for longer than its
             // visibility timeout while heads are held (their groups' messages wait behind them).
             let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
@@ -420,8 +424,16 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
             idle_since = None;
         }
         if started.elapsed() > Duration::from_secs(600) {
+            let (visible, in_flight, delayed) = crate::provision::depth(&sqs, &lane.url).await?;
             return Err(emulator(format!(
-                "the topic and the lane did not drain in 10 minutes: {report}"
+                "the topic and the lane did not drain in 10 minutes (round {round}, the topic \
+                 {}, the lane {visible} visible, {in_flight} in flight, {delayed} delayed): \
+                 {report}",
+                if topic_busy {
+                    "still delivering"
+                } else {
+                    "done"
+                }
             )));
         }
     }

@@ -436,10 +436,10 @@ async fn a_dynamodb_stream_keeps_every_change_once_and_in_order_on_moto() {
 /// A Kafka topic on `tansu`, its retry lane and DLQ on moto, with the mapping and the lane
 /// Terraform ships (`infra/rendered/kafka-orders.json`): 300 orders of 100 customers in 3
 /// partitions on two seeds, with downstream and SQS outages, flaky orders, crashed and short
-/// invocations, poison orders redriven into the lane (or held there, then released): each order takes effect once,
-/// each customer's in the topic's order, and the faults really happened. With the lane's FIFO rule
-/// `continue` instead of `hold`, seed 6 breaks: a customer's order poisoned in the lane is passed
-/// by the next.
+/// invocations, poison orders redriven into the lane (or held there, then released): each order
+/// takes effect once, each customer's in the topic's order, and the faults really happened. With
+/// the lane's FIFO rule `continue` instead of `hold`, seed 5 breaks: a customer's order poisoned
+/// in the lane is passed by the next (10 customers out of order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_topic_keeps_every_order_once_and_each_customer_in_order() {
     assert!(
