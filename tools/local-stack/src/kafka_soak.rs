@@ -349,6 +349,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
     let mut round = 0_u64;
     let mut idle_since: Option<Instant> = None;
     let mut topic_busy = true;
+    let mut applied_before = 0;
     loop {
         round += 1;
         let mut producing = false;
@@ -401,15 +402,17 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
                 Box::pin(invoke(&processor, &handler, event))
             })
         });
-        let mut from_lane = 0;
         for poll in futures_util::future::join_all(lane_polls).await {
-            from_lane += poll?.received;
+            poll?;
         }
         topic_busy = producing || poll.is_some();
-        let quiet = poll.is_none() && from_lane == 0 && !producing;
-        if quiet && !sqs_is_down {
-            // Done when the lane is empty, or has delivered nothing for longer than its
-            // visibility timeout while heads are held (their groups' messages wait behind them).
+        let applied = orders.applied.lock().unwrap().len();
+        let progressed = applied != applied_before;
+        applied_before = applied;
+        if !topic_busy && !progressed && !sqs_is_down {
+            // Done when the lane is empty, or nothing has taken effect for longer than its
+            // visibility timeout while heads are held (their groups' messages wait behind them;
+            // a record deferred in an outage meanwhile is drained after the heal below).
             let idle = idle_since.get_or_insert_with(Instant::now).elapsed();
             let (visible, in_flight, delayed) = crate::provision::depth(&sqs, &lane.url).await?;
             let held = ledger.held().await.map_err(port)?.len();
