@@ -1,7 +1,9 @@
 //! The Kafka soak: orders of many customers (the key) on the partitions of a `tansu` topic, read
-//! by the stand-in for Lambda's Kafka mapping ([`crate::kafka_poller`]) while the downstream has
-//! seeded outages, orders fail transiently a seeded number of times and invocations fail as a whole
-//! after their effects (Lambda delivers the batch again). Transient failures go to the retry lane
+//! by the stand-in for Lambda's Kafka mapping ([`crate::kafka_poller`]), the mapping, the lane and
+//! the lane's function as Terraform ships them (`infra/rendered/kafka-orders.json`, the waits
+//! scaled), while the downstream and SQS itself have seeded outages, orders fail transiently a
+//! seeded number of times and invocations fail as a whole after their effects (Lambda delivers the
+//! batch again). Transient failures go to the retry lane
 //! (SQS FIFO on moto, read by the same function), poison orders and their customer's later orders
 //! to the DLQ (or, poisoned in the lane, held there at the head of their customer's group), the
 //! attempt ledger (DynamoDB on moto) remembering the customers with orders out; then the poison is
