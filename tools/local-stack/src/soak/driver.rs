@@ -366,19 +366,21 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
         }
     }
 
-    /// The producer's send, tried again when the server does not answer within the carry-out's
-    /// timeouts (a loaded machine): a send it took without answering arrives twice, as SQS's
-    /// at-least-once delivery may hand any message out twice.
+    /// The producer's send, tried again for up to two minutes, with pauses doubling to 8 s, when
+    /// a loaded server does not answer within the carry-out's timeouts: a send it took without
+    /// answering arrives twice, as SQS's at-least-once delivery may hand any message out twice.
     async fn produce(
         &self,
         batch: &[OutgoingMessage<'static>],
     ) -> Result<Vec<EntryFailure>, PortError> {
-        let mut tries = 1;
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(500);
         loop {
             match self.queue.inner().send_batch(self.url, batch).await {
-                Err(error) if tries < 5 => {
-                    eprintln!("the producer's send failed ({error}): sent again");
-                    tries += 1;
+                Err(error) if started.elapsed() < Duration::from_secs(120) => {
+                    eprintln!("the producer's send failed ({error}): sent again in {pause:?}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(8));
                 }
                 sent => return sent,
             }
