@@ -41,36 +41,33 @@ pub struct Stack {
     pub ledger: Option<std::sync::Arc<redrive::dynamodb::DynamoDbStore>>,
 }
 
+/// What a test sets differently from what Terraform ships; everything it leaves unset is the
+/// shipped configuration (`infra/rendered/infra.json`).
+#[derive(Default)]
 pub struct Options<'a> {
     pub fifo: bool,
-    pub max_receive_count: u32,
-    pub visibility_timeout_seconds: u32,
-    /// Extra or overriding `REDRIVE_*` settings.
+    /// The source's `maxReceiveCount`, where a test is about it; otherwise what Terraform ships.
+    pub max_receive_count: Option<u32>,
+    /// The source's visibility timeout, where a test is about it; otherwise what Terraform ships,
+    /// scaled by [`TIME_SCALE`].
+    pub visibility_timeout_seconds: Option<u32>,
+    /// Extra or overriding `REDRIVE_*` settings, where a test is about them; otherwise the
+    /// function's environment as Terraform ships it, its waits scaled by [`TIME_SCALE`].
     pub settings: &'a [(&'a str, &'a str)],
     /// `PAYMENTS_*` fault knobs.
     pub knobs: &'a [(&'a str, &'a str)],
-    /// Records per batch the poller hands over, as the mapping's `batch_size`.
-    pub batch_size: u32,
+    /// Records per batch the poller hands over, where a test is about it; otherwise the mapping's
+    /// `batch_size` as Terraform ships it.
+    pub batch_size: Option<u32>,
     /// Count FIFO attempts with the attempt ledger in a DynamoDB table on moto.
     pub ledger: bool,
     /// Large messages through this S3 bucket on moto (`REDRIVE_PAYLOAD_BUCKET`).
     pub payload_bucket: Option<&'a str>,
 }
 
-impl Default for Options<'_> {
-    fn default() -> Self {
-        Self {
-            fifo: false,
-            max_receive_count: 10,
-            visibility_timeout_seconds: 2,
-            settings: &[("REDRIVE_RETRY_SEQUENCE", "1s")],
-            knobs: &[],
-            batch_size: 10,
-            ledger: false,
-            payload_bucket: None,
-        }
-    }
-}
+/// How much faster than AWS's clock the tests run the shipped waits (visibility timeout, backoff,
+/// breaker, deferral age), as the demo does: 3 minutes' visibility in 3 seconds.
+pub const TIME_SCALE: f64 = 60.0;
 
 impl Stack {
     pub async fn new(test: &str, options: Options<'_>) -> Self {
@@ -86,8 +83,15 @@ impl Stack {
             "the tfvars define `{key}` as the {} consumer",
             if options.fifo { "FIFO" } else { "standard" }
         );
-        consumer.max_receive_count = options.max_receive_count;
-        consumer.visibility_timeout_seconds = options.visibility_timeout_seconds;
+        topology.scale_time(TIME_SCALE);
+        let consumer = topology.consumers.get_mut(key).unwrap();
+        if let Some(count) = options.max_receive_count {
+            consumer.max_receive_count = count;
+        }
+        if let Some(seconds) = options.visibility_timeout_seconds {
+            consumer.visibility_timeout_seconds = seconds;
+        }
+        let batch_size = options.batch_size.unwrap_or(consumer.batch_size);
 
         let client = redrive_local::sqs_client();
         let queue = provision(&client, &topology).await.unwrap().remove(0);
@@ -145,7 +149,7 @@ impl Stack {
             consumer,
             processor,
             timeout,
-            batch_size: options.batch_size,
+            batch_size,
             payloads,
             ledger,
         }

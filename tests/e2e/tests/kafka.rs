@@ -90,13 +90,12 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
         "kafka",
         Options {
             fifo: true,
-            settings: &[("REDRIVE_RETRY_SEQUENCE", "1s,1s,1s,1s")],
             knobs: &[
                 ("PAYMENTS_OUTAGE_FILE", &outage_file),
                 ("PAYMENTS_POISON_ORDERS", "o-61"),
                 ("PAYMENTS_FLAKY_ORDERS", "o-40:1"),
             ],
-            batch_size: 1,
+            batch_size: Some(1),
             ledger: true,
             ..Options::default()
         },
@@ -104,10 +103,7 @@ async fn a_kafka_partition_never_waits_and_each_key_takes_effect_in_order() {
     .await;
     // The consumer's FIFO queue is the lane: the same function reads it.
     let lane = stack.queue.url.clone();
-    stack.reconfigure(&[
-        ("REDRIVE_RETRY_SEQUENCE", "1s,1s,1s,1s"),
-        ("REDRIVE_LANE_URL", &lane),
-    ]);
+    stack.reconfigure(&[("REDRIVE_LANE_URL", &lane)]);
     let client = broker.client().await.unwrap();
     client
         .controller_client()

@@ -45,10 +45,7 @@ async fn dlq_depth(stack: &Stack) -> u64 {
 #[tokio::test]
 async fn the_dlq_reprocessor_sends_healed_failures_home_once_and_leaves_the_rest() {
     let knobs = [("PAYMENTS_FLAKY_ORDERS", "o-outage:99")];
-    let settings = [
-        ("REDRIVE_RETRY_SEQUENCE", "1s"),
-        ("REDRIVE_MAX_ATTEMPTS", "2"),
-    ];
+    let settings = [("REDRIVE_MAX_ATTEMPTS", "2")];
     let mut stack = Stack::new(
         "reprocess",
         Options {

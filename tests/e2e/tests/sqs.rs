@@ -28,6 +28,7 @@ async fn a_transient_failure_is_re_sent_with_its_delay_and_attributes_then_succe
         "transient",
         Options {
             knobs: &knobs,
+            // A delay long enough to see the copy wait it out (the shipped 2 s scaled is 33 ms).
             settings: &[("REDRIVE_RETRY_SEQUENCE", "2s")],
             ..Options::default()
         },
@@ -93,10 +94,7 @@ async fn a_transient_failure_is_re_sent_with_its_delay_and_attributes_then_succe
 #[tokio::test]
 async fn transient_failures_that_exhaust_their_attempts_land_in_the_dlq_with_metadata() {
     let knobs = [("PAYMENTS_FLAKY_ORDERS", "o-down:99")];
-    let settings = [
-        ("REDRIVE_RETRY_SEQUENCE", "1s"),
-        ("REDRIVE_MAX_ATTEMPTS", "3"),
-    ];
+    let settings = [("REDRIVE_MAX_ATTEMPTS", "3")];
     let stack = Stack::new(
         "exhausted",
         Options {
@@ -197,7 +195,6 @@ async fn fifo_keeps_group_order_under_failure_while_other_groups_advance() {
         Options {
             fifo: true,
             knobs: &knobs,
-            visibility_timeout_seconds: 2,
             ..Options::default()
         },
     )
@@ -243,10 +240,7 @@ async fn fifo_groups_run_side_by_side_each_in_order_end_to_end() {
         ("PAYMENTS_LATENCY", "30ms"),
         ("PAYMENTS_FLAKY_ORDERS", "b-2:1"),
     ];
-    let settings = [
-        ("REDRIVE_RETRY_SEQUENCE", "1s"),
-        ("REDRIVE_CONCURRENCY", "3"),
-    ];
+    let settings = [("REDRIVE_CONCURRENCY", "3")];
     let stack = Stack::new(
         "fifo-lanes",
         Options {
@@ -282,13 +276,10 @@ async fn fifo_groups_run_side_by_side_each_in_order_end_to_end() {
 #[tokio::test]
 async fn a_failing_retry_send_gives_the_record_back_and_nothing_is_lost() {
     let knobs = [("PAYMENTS_FLAKY_ORDERS", "o-flaky:1")];
-    let broken = [
-        (
-            "REDRIVE_SOURCE_QUEUE_URL",
-            "http://127.0.0.1:1/123456789012/no-such-queue",
-        ),
-        ("REDRIVE_RETRY_SEQUENCE", "1s"),
-    ];
+    let broken = [(
+        "REDRIVE_SOURCE_QUEUE_URL",
+        "http://127.0.0.1:1/123456789012/no-such-queue",
+    )];
     let stack = Stack::new(
         "sendfail",
         Options {
@@ -317,7 +308,7 @@ async fn a_failing_retry_send_gives_the_record_back_and_nothing_is_lost() {
 
     // With the send path repaired, the record comes back after its visibility timeout and is retried.
     let mut stack = stack;
-    stack.reconfigure(&[("REDRIVE_RETRY_SEQUENCE", "1s")]);
+    stack.reconfigure(&[]);
     stack.drain(LIMIT).await;
     let mut charged = stack.charged();
     charged.sort();
@@ -332,8 +323,8 @@ async fn a_record_given_back_max_receive_count_times_is_dead_lettered_by_the_que
     let stack = Stack::new(
         "redrivepolicy",
         Options {
-            max_receive_count: 2,
-            visibility_timeout_seconds: 1,
+            max_receive_count: Some(2),
+            visibility_timeout_seconds: Some(1),
             ..Options::default()
         },
     )
@@ -423,7 +414,7 @@ async fn fifo_attempts_count_only_own_failures_with_a_batch_of_one() {
             Options {
                 fifo: true,
                 knobs: &knobs,
-                batch_size,
+                batch_size: Some(batch_size),
                 ledger,
                 ..Options::default()
             },
