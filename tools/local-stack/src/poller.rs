@@ -3,6 +3,7 @@
 //! does not list. A whole-batch error or timeout deletes nothing; given-back records reappear after
 //! the visibility timeout.
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::encodings::Base64Data;
@@ -22,6 +23,11 @@ pub struct Poller {
     region: String,
     batch_size: usize,
     window: Duration,
+    /// One ReceiveMessage at a time from this poller and its clones. SQS hands a FIFO group's
+    /// messages to one receive until they are deleted or visible again ("FIFO queue delivery
+    /// logic in Amazon SQS"); moto 5.x checks the group's in-flight messages without a lock, so
+    /// concurrent receives can each take a message of one group, which SQS never does.
+    receiving: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What one poll did.
@@ -51,6 +57,7 @@ impl Poller {
                 .to_owned(),
             batch_size: batch_size.clamp(1, 10_000) as usize,
             window,
+            receiving: Arc::default(),
         }
     }
 
@@ -133,6 +140,7 @@ impl Poller {
             } else {
                 self.window.saturating_sub(started.elapsed())
             };
+            let turn = self.receiving.lock().await;
             let output = self
                 .client
                 .receive_message()
@@ -144,6 +152,7 @@ impl Poller {
                 .send()
                 .await
                 .map_err(Error::sdk)?;
+            drop(turn);
             let received = output.messages.unwrap_or_default();
             let got_none = received.is_empty();
             messages.extend(received);
