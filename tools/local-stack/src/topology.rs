@@ -181,8 +181,20 @@ impl Topology {
     /// The tfvars at `path`, each consumer's settings taken from the rendering of the stack's plan
     /// beside it (`rendered/infra.json`).
     pub fn load(path: &Path) -> Result<Self, TopologyError> {
+        Self::load_as(path, "infra")
+    }
+
+    /// This checkout's tfvars, each consumer as the rendering of `configuration` (`infra` or
+    /// `infra-held`, the tfvars with a FIFO consumer holding its groups) ships it.
+    pub fn shipped(configuration: &str) -> Result<Self, TopologyError> {
+        Self::load_as(&default_path(), configuration)
+    }
+
+    fn load_as(path: &Path, configuration: &str) -> Result<Self, TopologyError> {
         let mut topology: Self = read_json(path)?;
-        let rendering = path.with_file_name("rendered").join("infra.json");
+        let rendering = path
+            .with_file_name("rendered")
+            .join(format!("{configuration}.json"));
         topology.take_shipped(&rendering, &read_json(&rendering)?)?;
         Ok(topology)
     }

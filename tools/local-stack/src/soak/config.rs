@@ -5,6 +5,31 @@ use std::time::Duration;
 use redrive::fifo::FifoOnDeadLetter;
 use redrive::RetryPolicy;
 
+use crate::topology::Topology;
+
+/// How much faster than AWS's clock the runs on a server (moto, LocalStack) play the shipped waits:
+/// 3 minutes' visibility in 3 seconds. The in-memory runs keep AWS's clock (it is virtual there).
+const TIME_SCALE: f64 = 60.0;
+
+/// Consumer `key` as the rendering of `configuration` ships it (`infra/rendered/`), every wait
+/// divided by `time_scale`: its source's `maxReceiveCount`, and the settings its function parses
+/// from the environment Terraform gives it.
+fn shipped(configuration: &str, key: &str, time_scale: f64) -> (u32, redrive::Settings) {
+    let refuse = |error: &dyn std::fmt::Display| -> ! {
+        panic!("the soak runs consumer `{key}` as `{configuration}` ships it: {error}")
+    };
+    let mut topology = Topology::shipped(configuration).unwrap_or_else(|e| refuse(&e));
+    topology.scale_time(time_scale);
+    let settings = topology
+        .settings(
+            key,
+            "https://sqs.us-east-1.amazonaws.com/123456789012/dlq",
+            &[],
+        )
+        .unwrap_or_else(|e| refuse(&e));
+    (topology.consumers[key].max_receive_count, settings)
+}
+
 /// Soak parameters; every random choice comes from `seed`.
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
@@ -100,6 +125,13 @@ pub struct Outage {
 impl SoakConfig {
     /// The in-memory run: virtual time, so waits cost nothing but the slow handlers' real time.
     pub fn memory(messages: usize, seed: u64) -> Self {
+        Self::on_orders(messages, seed, 1.0)
+    }
+
+    /// The in-memory run's faults on the standard consumer (`orders`) as Terraform ships it, its
+    /// waits divided by `time_scale`.
+    fn on_orders(messages: usize, seed: u64, time_scale: f64) -> Self {
+        let (max_receive_count, orders) = shipped("infra", "orders", time_scale);
         Self {
             messages,
             seed,
@@ -113,22 +145,14 @@ impl SoakConfig {
             throttled_invocations: 0.01,
             overlapping_deliveries: 0.01,
             lost_deletes: 0.01,
-            max_receive_count: 10,
-            visibility: Duration::from_secs(30),
-            retry: RetryPolicy {
-                backoff: redrive::Backoff::Exponential {
-                    base: Duration::from_secs(1),
-                    factor: 2.0,
-                    cap: Duration::from_secs(60),
-                },
-                max_attempts: 5,
-                ..RetryPolicy::default()
-            },
+            max_receive_count,
+            visibility: orders.processor.source.visibility_timeout,
+            retry: orders.processor.retry.clone(),
             slow_for: Duration::from_millis(30),
             budget: Duration::from_millis(15),
             completion_time: Duration::ZERO,
             reprocess_cap: 3,
-            concurrency: NonZeroUsize::new(4).expect("not zero"),
+            concurrency: orders.processor.concurrency,
             fifo_groups: None,
             containers: NonZeroUsize::new(3).expect("not zero"),
             outage: None,
@@ -137,7 +161,7 @@ impl SoakConfig {
             second_source: false,
             fifo_on_dead_letter: FifoOnDeadLetter::Continue,
             lane: false,
-            retention: crate::memory::DEFAULT_RETENTION,
+            retention: orders.processor.source.retention,
             engine_retention: None,
             fifo_scan_window: crate::memory::FIFO_SCAN_WINDOW,
             large_every: None,
@@ -145,30 +169,24 @@ impl SoakConfig {
         }
     }
 
-    /// The long outage in memory: the downstream is down for three hours, eighteen times the
-    /// deferral age limit, behind a breaker that opens after 5 failures for 30 s. The messages
-    /// themselves are sound; the AWS faults (failed and late calls, lost deletes, throttled
-    /// invocations) stay.
+    /// The long outage in memory: the downstream is down for three hours, three times the shipped
+    /// deferral age limit, behind the breaker Terraform ships (5 failures open it for 30 s). The
+    /// messages themselves are sound; the AWS faults (failed and late calls, lost deletes,
+    /// throttled invocations) stay.
     pub fn outage(messages: usize, seed: u64) -> Self {
-        let memory = Self::memory(messages, seed);
+        let (_, orders) = shipped("infra", "orders", 1.0);
         Self {
-            retry: RetryPolicy {
-                defer_max_age: Duration::from_secs(600),
-                ..memory.retry.clone()
-            },
             outage: Some(Outage {
                 down_for: Duration::from_secs(3 * 3600),
-                breaker: redrive::BreakerSettings {
-                    threshold: 5,
-                    open_for: Duration::from_secs(30),
-                },
+                breaker: orders.breaker,
             }),
-            ..memory
+            ..Self::memory(messages, seed)
         }
     }
 
     /// The long outage on FIFO: the same three hours, with a deferral age limit (12 h) that
-    /// outlasts them, so that every group waits the outage out in place and goes on in order.
+    /// outlasts them, as a team sets `retry.defer_max_age_seconds` for a FIFO consumer that must
+    /// wait an outage out in order (docs/runbook.md): every group waits in place and goes on.
     pub fn fifo_outage(messages: usize, seed: u64) -> Self {
         let outage = Self::outage(messages, seed).fifo(8);
         Self {
@@ -180,18 +198,18 @@ impl SoakConfig {
         }
     }
 
-    /// The same FIFO run with `REDRIVE_FIFO_ON_DEAD_LETTER=hold` and a retry lane: a head that
-    /// would be dead-lettered holds its group there; an operator releases the held heads; every
-    /// group's effects are in order end to end.
+    /// The same FIFO run as `infra-held` ships its FIFO consumer (the tfvars with
+    /// `fifo_on_dead_letter = "hold"`): a head that would be dead-lettered holds its group in a
+    /// retry lane; an operator releases the held heads; every group's effects are in order end
+    /// to end.
     #[must_use]
     pub fn holding(self) -> Self {
+        let (max_receive_count, held) = shipped("infra-held", "payments", 1.0);
         Self {
-            fifo_on_dead_letter: FifoOnDeadLetter::Hold {
-                max_age: Duration::from_secs(13 * 86400),
-            },
+            fifo_on_dead_letter: held.processor.fifo_on_dead_letter,
             lane: true,
-            retention: Duration::from_secs(14 * 86400),
-            max_receive_count: 120,
+            retention: held.processor.source.retention,
+            max_receive_count,
             ..self
         }
     }
@@ -205,7 +223,7 @@ impl SoakConfig {
         }
     }
 
-    /// The moto run: real time, so short waits; fewer messages, so more faults.
+    /// The moto run: real time, so the shipped waits divided by 60; fewer messages, so more faults.
     pub fn moto(messages: usize, seed: u64) -> Self {
         Self {
             failed_calls: 0.05,
@@ -217,28 +235,19 @@ impl SoakConfig {
             throttled_invocations: 0.02,
             overlapping_deliveries: 0.02,
             lost_deletes: 0.05,
-            visibility: Duration::from_secs(2),
-            retry: RetryPolicy {
-                backoff: redrive::Backoff::Sequence(vec![Duration::from_secs(1)]),
-                max_attempts: 5,
-                ..RetryPolicy::default()
-            },
             slow_for: Duration::from_millis(600),
             budget: Duration::from_millis(300),
             completion_time: Duration::from_secs(1),
             order_checked: false,
-            ..Self::memory(messages, seed)
+            ..Self::on_orders(messages, seed, TIME_SCALE)
         }
     }
 }
 
 impl SoakConfig {
-    /// The same run on a FIFO queue whose messages are dealt round `groups` message groups, in
-    /// batches of ten with the attempt ledger, and the tfvars' FIFO `max_receive_count` (at least
-    /// batch size x (attempts + 1) + 21, modules/sqs-consumer).
-    #[must_use]
     /// Every `every`th message near SQS's size limit, through a payload bucket that fails 5% of
     /// its calls.
+    #[must_use]
     pub fn large(self, every: usize) -> Self {
         Self {
             large_every: Some(every),
@@ -247,10 +256,15 @@ impl SoakConfig {
         }
     }
 
+    /// The same run on a FIFO queue whose messages are dealt round `groups` message groups, in
+    /// batches of ten with the attempt ledger, and the `maxReceiveCount` Terraform ships for the
+    /// FIFO consumer (`payments`).
+    #[must_use]
     pub fn fifo(self, groups: usize) -> Self {
+        let (max_receive_count, _) = shipped("infra", "payments", 1.0);
         Self {
             fifo_groups: Some(groups),
-            max_receive_count: 100,
+            max_receive_count,
             ..self
         }
     }
