@@ -477,3 +477,98 @@ async fn a_kafka_topic_keeps_every_order_once_and_each_customer_in_order() {
         );
     }
 }
+
+/// The soaks' pollers run side by side on one FIFO queue, as a mapping's concurrent invocations
+/// do; SQS never hands two of them messages of one group at once, and neither may the local stack
+/// (moto's receive does, when its calls overlap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_polls_never_hold_two_messages_of_one_fifo_group() {
+    use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+    use redrive_local::poller::Poller;
+    use redrive_local::provision::QueuePair;
+
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok(),
+        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
+    );
+    let sqs = redrive_local::sqs_client();
+    let name = format!("t{}-concurrent-polls.fifo", std::process::id());
+    let url = sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        // Nothing is deleted and nothing comes back while the test runs.
+        .attributes(QueueAttributeName::VisibilityTimeout, "120")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let groups = 30;
+    for group in 0..groups {
+        let entries = (0..2)
+            .map(|i| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(format!("{group}-{i}"))
+                    .message_group_id(format!("g{group}"))
+                    .message_deduplication_id(format!("{group}-{i}"))
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        sqs.send_message_batch()
+            .queue_url(&url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .unwrap();
+    }
+    let queue = QueuePair {
+        key: "concurrent".to_owned(),
+        fifo: true,
+        url: url.clone(),
+        arn: format!("arn:aws:sqs:us-east-1:123456789012:{name}"),
+        dlq_url: String::new(),
+        dlq_arn: String::new(),
+    };
+    let poller = Poller::new(sqs.clone(), &queue, 1, Duration::ZERO);
+    let delivered = std::sync::Mutex::new(Vec::new());
+    // Every record is given back: what a poll takes stays in flight to the end.
+    let give_back = |event: String| {
+        let event: serde_json::Value = serde_json::from_str(&event).unwrap();
+        let records = event["Records"].as_array().unwrap().clone();
+        let mut failures = Vec::new();
+        for record in &records {
+            delivered.lock().unwrap().push(
+                record["attributes"]["MessageGroupId"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+            failures.push(serde_json::json!({ "itemIdentifier": record["messageId"] }));
+        }
+        async move { Ok(serde_json::json!({ "batchItemFailures": failures }).to_string()) }
+    };
+    for _ in 0..10 {
+        let polls = (0..10).map(|_| poller.poll(Duration::ZERO, &give_back));
+        for poll in futures_util::future::join_all(polls).await {
+            poll.unwrap();
+        }
+    }
+    let delivered = delivered.into_inner().unwrap();
+    let mut per_group = std::collections::BTreeMap::<&str, usize>::new();
+    for group in &delivered {
+        *per_group.entry(group).or_default() += 1;
+    }
+    assert_eq!(
+        per_group.len(),
+        groups,
+        "every group's head was delivered: {per_group:?}"
+    );
+    let twice: Vec<_> = per_group.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "groups with two messages in flight at once: {twice:?}"
+    );
+}
