@@ -62,8 +62,12 @@ pub struct KafkaSoakReport {
     pub from_lane: usize,
     /// Dead letters (poison, and the orders that followed them) redriven into the lane.
     pub redriven: usize,
-    /// Poison orders that held their customer's group in the lane, released once fixed.
+    /// Held heads released once the poison was fixed (a head is held again when it comes back
+    /// with its attempts spent in an outage, and released in the next round).
     pub held: usize,
+    /// Rounds of releasing the held heads and redriving the DLQ it took to empty the lane and
+    /// the DLQ (at most 5).
+    pub recovery_rounds: usize,
     /// Customers whose orders took effect out of the topic's order.
     pub out_of_order: usize,
     /// Invocations from Kafka, those that failed as a whole, and those that gave a partition back.
@@ -74,6 +78,9 @@ pub struct KafkaSoakReport {
     pub discarded: usize,
     /// Rounds during which SQS refused the lane's and the DLQ's sends.
     pub sqs_outage_rounds: usize,
+    /// For a broken run: each customer out of order and each order without effect, with the
+    /// path its orders took (every try, where from, what it met).
+    pub findings: Vec<String>,
 }
 
 impl KafkaSoakReport {
@@ -88,9 +95,9 @@ impl fmt::Display for KafkaSoakReport {
         write!(
             f,
             "orders {}: once {}, twice {}, lost {}, from the lane {}, dead-lettered then redriven {}, \
-             held in the lane then released {}, customers out of order {}; invocations {} (failed \
-             whole {}, gave a partition back {}), discarded by the mapping {}, rounds with SQS down \
-             {}: {}",
+             held in the lane then released {} (in {} rounds), customers out of order {}; \
+             invocations {} (failed whole {}, gave a partition back {}), discarded by the mapping \
+             {}, rounds with SQS down {}: {}",
             self.orders,
             self.once,
             self.twice,
@@ -98,6 +105,7 @@ impl fmt::Display for KafkaSoakReport {
             self.from_lane,
             self.redriven,
             self.held,
+            self.recovery_rounds,
             self.out_of_order,
             self.invocations,
             self.whole_batch_failures,
@@ -105,7 +113,11 @@ impl fmt::Display for KafkaSoakReport {
             self.discarded,
             self.sqs_outage_rounds,
             if self.holds() { "HOLDS" } else { "BROKEN" }
-        )
+        )?;
+        for finding in &self.findings {
+            write!(f, "\n  {finding}")?;
+        }
+        Ok(())
     }
 }
 
@@ -114,6 +126,8 @@ struct Orders {
     faults: Faults,
     /// Each order applied: (customer, n, from the lane), in the order applied.
     applied: Mutex<Vec<(String, u64, bool)>>,
+    /// Each try of each order: where it came from and what it met, in the order tried.
+    tries: Mutex<HashMap<u64, Vec<String>>>,
 }
 
 impl RecordHandler for Orders {
@@ -122,12 +136,27 @@ impl RecordHandler for Orders {
         let n = order["n"].as_u64().unwrap_or_default();
         let customer = order["customer"].as_str().unwrap_or_default().to_owned();
         let seed = self.faults.seed;
-        self.faults.meet(
+        let from_lane = message.kafka().is_some() && message.meta().is_some();
+        let outcome = self.faults.meet(
             &format!("order {n}"),
             dice(seed, &format!("poison {n}")).is_multiple_of(60),
             dice(seed, &format!("flaky {n}")) % 8 / 7,
-        )?;
-        let from_lane = message.kafka().is_some() && message.meta().is_some();
+        );
+        let place = match (from_lane, self.faults.is_healed()) {
+            (false, _) => "topic",
+            (true, false) => "lane",
+            (true, true) => "lane after the heal",
+        };
+        self.tries
+            .lock()
+            .unwrap()
+            .entry(n)
+            .or_default()
+            .push(match &outcome {
+                Ok(()) => format!("{place}: applied"),
+                Err(error) => format!("{place}: {}", error.kind()),
+            });
+        outcome?;
         self.applied.lock().unwrap().push((customer, n, from_lane));
         Ok(())
     }
@@ -220,6 +249,11 @@ fn port(error: PortError) -> Error {
     Error::Emulator(error.to_string())
 }
 
+/// Order `n`'s customer (its record's key is `c-<customer>`).
+fn customer(config: &KafkaSoakConfig, n: u64) -> usize {
+    dice(config.seed, &format!("customer {n}")) as usize % config.customers
+}
+
 /// Runs the soak: a broker of its own, the lane and the ledger on the emulator in
 /// `AWS_ENDPOINT_URL`, names prefixed with `prefix`.
 pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakReport, Error> {
@@ -241,7 +275,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
     // as often as at its start).
     let mut by_partition: BTreeMap<i32, VecDeque<(u64, String)>> = BTreeMap::new();
     for n in 0..config.orders as u64 {
-        let customer = dice(config.seed, &format!("customer {n}")) as usize % config.customers;
+        let customer = customer(config, n);
         let partition = (customer % config.partitions as usize) as i32;
         by_partition
             .entry(partition)
@@ -318,6 +352,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
     let orders = Orders {
         faults: Faults::new(config.seed),
         applied: Mutex::default(),
+        tries: Mutex::default(),
     };
     // A batch Lambda delivers again after a crash runs its orders again: the guard keeps their
     // effects to one, keyed by the record's id (`<topic>-<partition>:<offset>`, on its copies too).
@@ -421,7 +456,6 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
             if visible + in_flight + delayed == 0
                 || (held > 0 && idle > lane_visibility + Duration::from_secs(1))
             {
-                report.held = held;
                 break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -444,16 +478,45 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
     }
 
     sqs_down.store(false, Ordering::SeqCst);
-    // The poison is fixed: the held heads are released to be tried again, and the DLQ's dead
-    // letters go to the lane, the same function.
+    // The poison is fixed: an operator releases the held heads to be tried again and the
+    // scheduled reprocessor redrives the DLQ into the lane, the same function; again while either
+    // finds something. A head whose attempts ran out while the downstream was down is held again
+    // when it comes back, and a redrive SQS did not confirm stays in the DLQ for the next run.
     orders.faults.heal();
     let queue = SqsQueue::with_client(sqs.clone());
-    for (id, _) in ledger.held().await.map_err(port)? {
-        release_head(ledger.as_ref(), &queue, &id, Release::Retry)
-            .await
-            .map_err(port)?;
+    loop {
+        report.recovery_rounds += 1;
+        for (id, _) in ledger.held().await.map_err(port)? {
+            let released = release_head(ledger.as_ref(), &queue, &id, Release::Retry)
+                .await
+                .map_err(port)?;
+            report.held += 1;
+            if !released
+                .as_ref()
+                .is_some_and(|released| released.visible_now)
+            {
+                report.findings.push(format!(
+                    "held head {id} released, not visible at once: {released:?}"
+                ));
+            }
+        }
+        report.redriven += redrive_and_drain(
+            &sqs,
+            &lane.dlq_url,
+            &lane,
+            &processor,
+            &handler,
+            lane_visibility + Duration::from_secs(1),
+        )
+        .await?;
+        let total = |(visible, in_flight, delayed): (u64, u64, u64)| visible + in_flight + delayed;
+        let left = total(crate::provision::depth(&sqs, &lane.url).await?)
+            + total(crate::provision::depth(&sqs, &lane.dlq_url).await?);
+        let held = ledger.held().await.map_err(port)?.len();
+        if (left == 0 && held == 0) || report.recovery_rounds == 5 {
+            break;
+        }
     }
-    report.redriven = redrive_and_drain(&sqs, &lane.dlq_url, &lane, &processor, &handler).await?;
 
     let applied = orders.applied.lock().unwrap().clone();
     let mut effects: HashMap<u64, usize> = HashMap::new();
@@ -472,5 +535,43 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
     report.once = effects.values().filter(|&&n| n == 1).count();
     report.twice = effects.values().filter(|&&n| n > 1).count();
     report.lost = config.orders.saturating_sub(effects.len());
+    if !report.holds() {
+        let tries = orders.tries.lock().unwrap();
+        let path = |n: u64| {
+            format!(
+                "order {n} of c-{} [{}]",
+                customer(config, n),
+                tries.get(&n).map(|t| t.join(", ")).unwrap_or_default()
+            )
+        };
+        for customer in out_of_order.iter().take(5) {
+            let effects: Vec<String> = applied
+                .iter()
+                .filter(|(c, _, _)| c == customer)
+                .map(|(_, n, _)| path(*n))
+                .collect();
+            report.findings.push(format!(
+                "{customer} out of order, as applied: {}",
+                effects.join("; ")
+            ));
+        }
+        let without_effect: Vec<String> = (0..config.orders as u64)
+            .filter(|n| !effects.contains_key(n))
+            .take(10)
+            .map(path)
+            .collect();
+        if !without_effect.is_empty() {
+            let (lane_depth, dlq_depth) = (
+                crate::provision::depth(&sqs, &lane.url).await?,
+                crate::provision::depth(&sqs, &lane.dlq_url).await?,
+            );
+            report.findings.push(format!(
+                "without effect (lane visible/in flight/delayed {lane_depth:?}, its DLQ \
+                 {dlq_depth:?}, held {}): {}",
+                ledger.held().await.map_err(port)?.len(),
+                without_effect.join("; ")
+            ));
+        }
+    }
     Ok(report)
 }

@@ -163,6 +163,10 @@ impl Faults {
         self.down.store(down, Ordering::SeqCst);
     }
 
+    pub(crate) fn is_healed(&self) -> bool {
+        self.healed.load(Ordering::SeqCst)
+    }
+
     pub(crate) fn is_down(&self) -> bool {
         self.down.load(Ordering::SeqCst)
     }
@@ -363,8 +367,16 @@ pub async fn run_on_moto(
 
     // The poison is fixed: the DLQ's dead letters go through the queue the same function reads.
     changes.faults.heal();
-    report.dead_lettered =
-        redrive_and_drain(&sqs, &queue.dlq_url, &queue, &processor, &handler).await?;
+    report.dead_lettered = redrive_and_drain(
+        &sqs,
+        &queue.dlq_url,
+        &queue,
+        &processor,
+        &handler,
+        // The replay queue's visibility timeout (SQS's default, 30 s), and a second.
+        Duration::from_secs(31),
+    )
+    .await?;
 
     let mut effects: HashMap<String, usize> = HashMap::new();
     for (_, sequence) in changes.applied.lock().unwrap().iter() {
@@ -377,13 +389,15 @@ pub async fn run_on_moto(
 }
 
 /// Redrives every dead letter of `dlq_url` into `queue` (whatever origin it names) and drains
-/// `queue` through the function, for two minutes at most: the dead letters redriven.
+/// `queue` through the function, for two minutes at most, or until nothing has been delivered for
+/// `settle` with nothing delayed (what is left waits on a hold): the dead letters redriven.
 pub(crate) async fn redrive_and_drain<Q: QueuePort, H: RecordHandler>(
     sqs: &aws_sdk_sqs::Client,
     dlq_url: &str,
     queue: &QueuePair,
     processor: &Processor<Q>,
     handler: &H,
+    settle: Duration,
 ) -> Result<usize, Error> {
     let emulator = |e: String| Error::Emulator(e);
     let settings = ReprocessSettings::from_lookup(["REDRIVE_REPROCESS_AFTER"], |name| {
@@ -404,6 +418,7 @@ pub(crate) async fn redrive_and_drain<Q: QueuePort, H: RecordHandler>(
         .map_err(|e| emulator(e.to_string()))?;
     let replay = Poller::new(sqs.clone(), queue, 10, Duration::ZERO);
     let drained = Instant::now();
+    let mut delivered = Instant::now();
     while drained.elapsed() < Duration::from_secs(120) {
         // Boxed: the invocation's future nests too deeply to sit inside the poll's.
         let poll = replay
@@ -411,8 +426,14 @@ pub(crate) async fn redrive_and_drain<Q: QueuePort, H: RecordHandler>(
                 Box::pin(invoke(processor, handler, event))
             })
             .await?;
+        if poll.received > 0 {
+            delivered = Instant::now();
+        }
         let (visible, in_flight, delayed) = crate::provision::depth(sqs, &queue.url).await?;
-        if poll.received == 0 && visible + in_flight + delayed == 0 {
+        if poll.received == 0
+            && (visible + in_flight + delayed == 0
+                || (delayed == 0 && delivered.elapsed() > settle))
+        {
             break;
         }
     }
