@@ -536,7 +536,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
     report.twice = effects.values().filter(|&&n| n > 1).count();
     report.lost = config.orders.saturating_sub(effects.len());
     if !report.holds() {
-        let tries = orders.tries.lock().unwrap();
+        let tries = std::mem::take(&mut *orders.tries.lock().unwrap());
         let path = |n: u64| {
             format!(
                 "order {n} of c-{} [{}]",
