@@ -186,7 +186,7 @@ impl SoakConfig {
 
     /// The long outage on FIFO: the same three hours, with a deferral age limit (12 h) that
     /// outlasts them, as a team sets `retry.defer_max_age_seconds` for a FIFO consumer that must
-    /// wait an outage out in order (docs/runbook.md): every group waits in place and goes on.
+    /// wait an outage out in order (docs/design.md): every group waits in place and goes on.
     pub fn fifo_outage(messages: usize, seed: u64) -> Self {
         let outage = Self::outage(messages, seed).fifo(8);
         Self {
