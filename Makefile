@@ -12,7 +12,7 @@ SEEDS       ?= 1,2,3
 FUNCTIONS   := sqs-consumer event-consumer eventbridge-redrive dlq-redrive
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv localstack test lint infra-check build bench demo soak fuzz deploy destroy clean
+.PHONY: help venv localstack check test lint package-check infra-check build bench demo soak fuzz deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -70,8 +70,16 @@ fuzz: $(CARGO_FUZZ) ## cargo fuzz (nightly toolchain) each target for FUZZ_SECON
 	  ; [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz $$target found a crash: copy it from fuzz/artifacts/$$target into fuzz/regressions/$$target and fix"; exit 1; }; \
 	done
 
-test: $(STAMP) $(LOCALSTACK_STAMP) $(TANSU) lint infra-check ## Lint and infra checks, then unit, fixture, contract, end-to-end (moto) and cargo-lambda watch/invoke tests
+test: $(STAMP) $(LOCALSTACK_STAMP) $(TANSU) lint package-check infra-check ## Lint, packaging and infra checks, then unit, fixture, contract, end-to-end (moto), soak and cargo-lambda watch/invoke tests
 	tools/with-local-aws $(CARGO) test --workspace --locked
+
+# The crates for crates.io and what their tests need: no AWS endpoint, no broker, no Python.
+CRATES := redrive-event redrive-core redrive-aws redrive-recovery redrive-lambda redrive
+
+check: ## The inner loop, in minutes: cargo fmt --check, clippy, the published crates' unit and engine tests
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings -W clippy::match_bool
+	$(CARGO) test --locked $(foreach crate,$(CRATES),-p $(crate))
 
 CHECKOV_STAMP := .venv-checkov/.installed
 $(CHECKOV_STAMP): tools/checkov-requirements.txt
@@ -86,21 +94,23 @@ infra-check: $(CHECKOV_STAMP) $(STAMP) ## terraform fmt -check, a plan of every 
 	.venv-checkov/bin/checkov -d infra --framework terraform --quiet --compact --skip-download
 	tools/provider-schema
 
-# The crates for crates.io, packaged together (each verified against the others' packages).
-CRATES := redrive-event redrive-core redrive-aws redrive-recovery redrive-lambda redrive
-
-lint: ## cargo fmt --check, clippy and rustdoc with warnings denied, rust-version, cargo package
+lint: ## cargo fmt --check, clippy and rustdoc (the published crates) with warnings denied, rust-version, import floors
 	$(CARGO) fmt --all -- --check
 	tools/check-msrv
 	tools/import-floors
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings -W clippy::match_bool
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked --quiet
-	@# cargo takes the packages it verifies against each other for registry crates, whose sources
-	@# (unpacked in the cargo home) and builds (in the target directory) never change while the
-	@# version stays: a change since the last run would be verified against stale ones.
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --locked --quiet $(foreach crate,$(CRATES),-p $(crate))
+
+# `cargo package` verifies the crates against each other's packages, which it builds as registry
+# crates: cargo never looks for a change in those while the version stays, so they are cleaned out
+# first, in a target directory of their own (cleaning them in the workspace's would also clean the
+# workspace's builds of the same crates, and every test would be rebuilt). No debug info: nothing runs them.
+PACKAGE_TARGET_DIR ?= target/package-check
+package-check: ## cargo package the published crates, each verified against the others' packages
 	rm -rf $(foreach crate,$(CRATES),"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/-*/$(crate)-[0-9]*)
-	$(CARGO) clean --quiet --profile dev $(foreach crate,$(CRATES),-p $(crate))
-	$(CARGO) package --locked --allow-dirty --quiet $(foreach crate,$(CRATES),-p $(crate))
+	CARGO_TARGET_DIR=$(PACKAGE_TARGET_DIR) $(CARGO) clean --quiet --profile dev $(foreach crate,$(CRATES),-p $(crate))
+	CARGO_TARGET_DIR=$(PACKAGE_TARGET_DIR) CARGO_PROFILE_DEV_DEBUG=0 \
+	  $(CARGO) package --locked --allow-dirty --quiet $(foreach crate,$(CRATES),-p $(crate))
 
 build: $(STAMP) ## Release arm64 zips for Lambda (target/lambda/<function>/bootstrap.zip)
 	rustup target add aarch64-unknown-linux-gnu

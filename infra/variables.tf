@@ -82,7 +82,7 @@ variable "consumers" {
 
 # What follows "<name_prefix>-" in every name the stack's own parts build, and what follows
 # "<name_prefix>-<key>" in the names of a consumer: the consumer keys are checked against them.
-# tests/infra_contract.rs derives both lists from the modules and fails when a name is missing.
+# tests/infra/tests/infra/contract.rs derives both lists from the modules and fails when a name is missing.
 locals {
   stack_names = [
     "alarms",

@@ -1,5 +1,5 @@
 //! Properties the fuzz targets (`fuzz/`) check on arbitrary input, kept here so that the stable
-//! test suite replays every input that ever broke one (`tests/fuzz_regressions.rs`).
+//! test suite replays every input that ever broke one (`tests/package/fuzz_regressions.rs`).
 use crate::envelope::{annotate, Meta, Timestamp, META_VERSION};
 use crate::error::ErrorClass;
 use redrive_event::{SqsEvent, Text};

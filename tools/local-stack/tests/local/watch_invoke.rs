@@ -263,7 +263,7 @@ async fn cargo_lambda_invoke_against_watch_answers_the_sample_batch() {
     // the class for the on-failure record. (Its redelivery, which succeeds, needs the client
     // context the EventBridge redrive invokes with: `cargo lambda invoke --client-context-*`
     // hands it to the runtime still base64-encoded, which lambda_runtime refuses, where Lambda
-    // decodes it; functions/event-consumer/tests/events.rs covers it.)
+    // decodes it; functions/event-consumer/tests/function/events.rs covers it.)
     let event = "events/eventbridge-order-event.json";
     let failed = invoke(port, "event-consumer", event).unwrap_err();
     assert!(

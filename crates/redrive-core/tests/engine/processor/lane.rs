@@ -1,0 +1,301 @@
+//! A held FIFO group waiting in the retry lane while its source goes on.
+use super::*;
+
+const LANE: &str = "https://sqs.local/123456789012/orders-held.fifo";
+const LANE_ARN: &str = "arn:aws:sqs:eu-west-1:123456789012:orders-held.fifo";
+
+/// Writes down the body of every message it is handed, then acts on it as [`ByBody`] does.
+struct Logged {
+    inner: ByBody,
+    bodies: std::sync::Mutex<Vec<String>>,
+}
+
+impl RecordHandler for Logged {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        self.bodies.lock().unwrap().push(message.body().to_owned());
+        self.inner.handle(message).await
+    }
+}
+
+/// A FIFO source record with its `SequenceNumber`.
+fn sequenced(id: &str, body: &str, group: &str, receives: u32, sequence: u32) -> serde_json::Value {
+    let mut record = fifo_record(id, body, group, receives);
+    record["attributes"]["SequenceNumber"] = format!("1884949646046769{sequence:04}").into();
+    record
+}
+
+/// The lane's delivery `id` (received `receives` times) of a copy sent there.
+fn lane_record(copy: &OutgoingMessage<'_>, id: &str, receives: u32) -> serde_json::Value {
+    let group = copy.group_id.as_deref().expect("a lane copy has a group");
+    let mut record = fifo_record(id, &copy.body, group, receives);
+    record["eventSourceARN"] = LANE_ARN.into();
+    record["messageAttributes"] = copy
+        .attributes
+        .iter()
+        .map(|(name, value)| (name.to_string(), serde_json::to_value(value).unwrap()))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    record
+}
+
+/// A processor whose FIFO heads hold their group in the retry lane `LANE`, with `ledger`.
+fn laned(ledger: Arc<dyn AttemptLedger>) -> Processor<RecordingQueue> {
+    let config = ProcessorConfig {
+        dlq_url: Some(DLQ.into()),
+        fifo_on_dead_letter: redrive_core::fifo::FifoOnDeadLetter::Hold {
+            max_age: Duration::from_secs(3 * 86400),
+        },
+        lane_url: Some(LANE.into()),
+        ..ProcessorConfig::default()
+    };
+    Processor::new(RecordingQueue::default(), config)
+        .with_clock(Arc::new(ManualClock::at(NOW)))
+        .with_ledger(ledger)
+}
+
+/// Issue 42, item 1: with a retry lane, a head that would hold its group is parked there with its
+/// failure and deleted from the source, and the group's later records follow it there untried,
+/// in order, so that the source's other groups never queue behind a held group's backlog (SQS
+/// looks at the first 120,000 messages of a FIFO queue only). In the lane the head holds its
+/// group until an operator releases it; once the lane's records are done, the group runs in its
+/// source again, after them. Fails before the lane: the head is held in place in the source.
+#[tokio::test]
+async fn with_a_lane_a_held_group_waits_there_in_order_and_its_source_goes_on() {
+    let ledger = Arc::new(Counted::new(MemoryLedger::new()));
+    let processor = laned(ledger.clone());
+    let handler = Logged {
+        inner: handler(),
+        bodies: Default::default(),
+    };
+    let handled = || handler.bodies.lock().unwrap().clone();
+
+    // a1 fails: parked with its failure, deleted from the source; a2 behind it is given back
+    // untried; B goes on.
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![
+            sequenced("a1", "permanent:a1", "A", 1, 1),
+            sequenced("a2", "ok:a2", "A", 1, 2),
+            sequenced("b1", "ok:b1", "B", 1, 3),
+        ]),
+    )
+    .await;
+    assert_eq!(failures(&processed), ["a2"]);
+    assert_eq!((processed.report.parked, processed.report.held), (1, 0));
+    assert!(processor.queue().sent_to(DLQ).is_empty());
+    assert_eq!(handled(), ["permanent:a1", "ok:b1"]);
+
+    // a2 comes back and a3 arrives: both follow a1 to the lane untried, in order; B goes on.
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![
+            sequenced("a2", "ok:a2", "A", 2, 2),
+            sequenced("a3", "ok:a3", "A", 1, 4),
+            sequenced("b2", "ok:b2", "B", 1, 5),
+        ]),
+    )
+    .await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(processed.report.parked, 2);
+    assert_eq!(handled(), ["permanent:a1", "ok:b1", "ok:b2"]);
+    let lane = processor.queue().sent_to(LANE);
+    let bodies: Vec<&str> = lane.iter().map(|copy| &*copy.body).collect();
+    assert_eq!(bodies, ["permanent:a1", "ok:a2", "ok:a3"]);
+    assert!(lane
+        .iter()
+        .all(|copy| copy.group_id.as_deref() == Some("A")));
+    assert_eq!(&*meta_of(&lane[0]).error_kind, "invalid_order");
+    assert_eq!(&*meta_of(&lane[1]).error_kind, "follows_group");
+
+    // In the lane: the head holds its group there, untried, with the failure it was parked for.
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![lane_record(&lane[0], "l1", 1)]),
+    )
+    .await;
+    assert_eq!(failures(&processed), ["l1"]);
+    assert_eq!(handled().len(), 3, "not tried");
+    let held = ledger.held().await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        (&*held[0].0, &*held[0].1.queue_arn, &*held[0].1.error_kind),
+        ("l1", LANE_ARN, "invalid_order")
+    );
+    // Meanwhile the group's later records keep following it, and B keeps going, at the cost of
+    // one ledger read for the batch's groups.
+    let reads = ledger.reads();
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![
+            sequenced("a4", "ok:a4", "A", 1, 6),
+            sequenced("b3", "ok:b3", "B", 1, 7),
+        ]),
+    )
+    .await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(processor.queue().sent_to(LANE).len(), 4);
+    assert_eq!(ledger.reads(), reads + 1);
+
+    // Released to be tried again: tried with a fresh set of attempts; it fails again, and holds
+    // its group in place in the lane.
+    ledger.release_hold("l1", Release::Retry).await.unwrap();
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![lane_record(&lane[0], "l1", 2)]),
+    )
+    .await;
+    assert_eq!(failures(&processed), ["l1"]);
+    assert_eq!(handled().last().map(String::as_str), Some("permanent:a1"));
+    assert_eq!(ledger.held().await.unwrap().len(), 1);
+    // Released to the DLQ: the group goes on in the lane, in order.
+    ledger
+        .release_hold("l1", Release::DeadLetter)
+        .await
+        .unwrap();
+    let lane = processor.queue().sent_to(LANE);
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![
+            lane_record(&lane[0], "l1", 3),
+            lane_record(&lane[1], "l2", 1),
+        ]),
+    )
+    .await;
+    assert_eq!(
+        failures(&processed),
+        ["l2"],
+        "behind its dead-lettered head"
+    );
+    assert_eq!(
+        &*meta_of(&processor.queue().sent_to(DLQ)[0]).error_kind,
+        "released_to_dlq"
+    );
+    // A source record while the lane's records are not all done still follows them.
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![sequenced("a5", "ok:a5", "A", 1, 8)]),
+    )
+    .await;
+    assert!(failures(&processed).is_empty());
+    let lane = processor.queue().sent_to(LANE);
+    assert_eq!(lane.len(), 5);
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![
+            lane_record(&lane[1], "l2", 2),
+            lane_record(&lane[2], "l3", 1),
+            lane_record(&lane[3], "l4", 1),
+            lane_record(&lane[4], "l5", 1),
+        ]),
+    )
+    .await;
+    assert!(failures(&processed).is_empty());
+    // Every record of the lane done: the group runs in its source again, after them.
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![sequenced("a6", "ok:a6", "A", 1, 9)]),
+    )
+    .await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(processor.queue().sent_to(LANE).len(), 5, "a6 ran in place");
+    let group_a: Vec<String> = handled()
+        .into_iter()
+        .filter(|body| body.ends_with(|c: char| c.is_ascii_digit()) && body.contains(":a"))
+        .collect();
+    assert_eq!(
+        group_a,
+        [
+            "permanent:a1",
+            "permanent:a1",
+            "ok:a2",
+            "ok:a3",
+            "ok:a4",
+            "ok:a5",
+            "ok:a6"
+        ]
+    );
+}
+
+/// Issue 42, item 1, found by the soak: a record comes back to its source after it left for the
+/// lane when the answer to its copy's send or its source delete is lost. A held head whose copy
+/// SQS did not confirm is parked again as the held head (before: it followed itself, and was
+/// tried in the lane with a fresh set of attempts no operator gave it); a record whose copy SQS
+/// confirmed is done in its source, untried and not sent again (before: tried again in place,
+/// after its group's later records had taken effect from the lane).
+#[tokio::test]
+async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_parked_again_or_done() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let processor = laned(ledger.clone());
+    let handler = handler();
+    let source = |id: &str, body: &str, receives: u32, sequence: u32| {
+        event(vec![sequenced(id, body, "A", receives, sequence)])
+    };
+    let marks = || -> Vec<String> {
+        processor
+            .queue()
+            .sent_to(LANE)
+            .iter()
+            .map(|copy| copy.attribute("redrive-lane").unwrap_or_default()[..4].to_owned())
+            .collect()
+    };
+    // The lane refuses the copy: a1 is given back.
+    processor.queue().fail_calls_to(LANE);
+    let processed = run(&processor, &handler, &source("a1", "permanent", 1, 1)).await;
+    assert_eq!(failures(&processed), ["a1"]);
+    processor
+        .queue()
+        .fail_calls_to("https://sqs.local/123456789012/nowhere");
+    // Back, its group waiting on it: parked again as the held head, untried.
+    let processed = run(&processor, &handler, &source("a1", "permanent", 2, 1)).await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1, "not tried again");
+    // (The recording lists the refused send too.)
+    assert_eq!(marks(), ["held", "held"], "sent again, held");
+    // Its delete lost: back again, done here, its copy in the lane.
+    let processed = run(&processor, &handler, &source("a1", "permanent", 3, 1)).await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(marks(), ["held", "held"], "not sent again");
+    // a2 follows; its delete lost, it comes back: done here, not sent again, not tried.
+    run(&processor, &handler, &source("a2", "ok", 1, 2)).await;
+    assert_eq!(marks(), ["held", "held", "foll"]);
+    let processed = run(&processor, &handler, &source("a2", "ok", 2, 2)).await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(processed.report.done, 1);
+    assert_eq!(marks(), ["held", "held", "foll"]);
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+}
+
+/// Issue 53, item 5: a park SQS did not confirm may have landed. Given back at the queue's
+/// visibility timeout (360 s and more), it came back past the 5 minutes in which SQS deduplicates
+/// its copy by its id, and the lane could hold two copies of a held head. It and its group's
+/// records given back with it now come back within them.
+#[tokio::test]
+async fn a_park_not_confirmed_comes_back_within_the_lanes_deduplication_interval() {
+    let processor = laned(Arc::new(MemoryLedger::new()));
+    let handler = handler();
+    processor.queue().fail_calls_to(LANE);
+    let json = event(vec![
+        sequenced("a1", "permanent", "A", 1, 1),
+        sequenced("a2", "ok", "A", 1, 2),
+        sequenced("b1", "ok", "B", 1, 3),
+    ]);
+    let processed = run(&processor, &handler, &json).await;
+    assert_eq!(failures(&processed), ["a1", "a2"], "b1 is done");
+    let changes = processor.queue().visibility_changes();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    for (handle, visibility) in &changes {
+        assert!(
+            *visibility < Duration::from_secs(300),
+            "{handle} comes back within SQS's 5-minute deduplication interval: {visibility:?}"
+        );
+    }
+}
