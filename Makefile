@@ -12,7 +12,7 @@ SEEDS       ?= 1,2,3
 FUNCTIONS   := sqs-consumer event-consumer eventbridge-redrive dlq-redrive
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv localstack check test lint package-check infra-check build bench demo soak fuzz deploy destroy clean
+.PHONY: help venv localstack check test lint api package-check infra-check build bench demo soak fuzz deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -94,12 +94,17 @@ infra-check: $(CHECKOV_STAMP) $(STAMP) ## terraform fmt -check, a plan of every 
 	.venv-checkov/bin/checkov -d infra --framework terraform --quiet --compact --skip-download
 	tools/provider-schema
 
-lint: ## cargo fmt --check, clippy and rustdoc (the published crates) with warnings denied, rust-version, import floors
+lint: ## cargo fmt --check, clippy and rustdoc (the published crates) with warnings denied, rust-version, import floors, public API
 	$(CARGO) fmt --all -- --check
 	tools/check-msrv
 	tools/import-floors
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings -W clippy::match_bool
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --locked --quiet $(foreach crate,$(CRATES),-p $(crate))
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --locked --quiet --all-features $(foreach crate,$(CRATES),-p $(crate))
+	tools/public-api $(CRATES)
+
+api: ## Store the published crates' public API, every feature on (docs/api/), after a change that is meant
+	$(CARGO) doc --no-deps --locked --quiet --all-features $(foreach crate,$(CRATES),-p $(crate))
+	tools/public-api --write $(CRATES)
 
 # `cargo package` verifies the crates against each other's packages, which it builds as registry
 # crates: cargo never looks for a change in those while the version stays, so they are cleaned out

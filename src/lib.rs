@@ -1,9 +1,11 @@
 //! redrive: a record-fate engine for AWS Lambda queue consumers.
 //!
-//! Every record that enters a handler leaves with exactly one fate, decided in one place
+//! Every record that enters a handler leaves with exactly one of six fates, decided in one place
 //! (the fate judge, `fate.rs`): **done**, **retry** (re-sent with an SQS delay and an attempt count),
 //! **dead-letter** (sent to the DLQ with its failure context), **defer** (re-sent without spending
-//! an attempt) or **give back** (reported as a batchItemFailure so SQS delivers it again).
+//! an attempt), **give back** (reported as a batch item failure so its source delivers it again)
+//! or, for a FIFO group or a Kafka key held on a failure, **sent to the retry lane** (a FIFO queue
+//! where the group's records wait in order while the rest of the source goes on).
 //!
 //! This is the crate to depend on: it re-exports the engine (`redrive-core`), the event reader
 //! (`redrive-event`), the AWS adapters (`redrive-aws`), recovery (`redrive-recovery`) and, with the
@@ -30,11 +32,23 @@
 //! println!("{}", serde_json::to_string(&processed.response).unwrap());
 //! # Ok(()) }
 //! ```
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `lambda` | yes | the Lambda glue ([`lambda`]): the runtime loop, settings from `REDRIVE_*` variables, JSON logs |
+//! | `dynamodb` | no | `dynamodb::DynamoDbStore`: the idempotency store and attempt ledger every container shares |
+//! | `s3` | no | `s3::S3Payloads`: large messages through S3 (Extended Client pointers read, big copies offloaded) |
+//! | `test-util` | no | test doubles: `port::RecordingQueue`, `fifo::MemoryLedger`, `clock::ManualClock`, `payload::MemoryPayloads`, `eventbridge::RecordingInvoker` |
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use redrive_aws::dynamodb;
 #[cfg(feature = "s3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
 pub use redrive_aws::s3;
 pub use redrive_aws::sqs;
 #[doc(hidden)]
@@ -57,17 +71,18 @@ pub mod config {
 }
 pub use redrive_event as event;
 #[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
 pub use redrive_lambda as lambda;
 pub use redrive_recovery::{eventbridge, reprocess};
 
 pub use redrive_aws::SqsQueue;
 pub use redrive_core::{
     Backoff, BatchError, BatchHandler, BatchReport, BreakerSettings, CircuitBreaker, ConfigError,
-    DynamoDbEvent, DynamoDbRecord, ErrorClass, Fate, GiveBackReason, Invocation, KinesisEvent,
-    KinesisEventResponse, KinesisRecord, Message, Meta, PayloadStore, Payloads, PortError,
-    Processed, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler, RetryPolicy,
-    Settings, SourceQueue, SqsEvent, SqsRecord, StreamRecord, StreamsEventResponse,
-    DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE,
+    DynamoDbEvent, DynamoDbRecord, ErrorClass, Invocation, KinesisEvent, KinesisEventResponse,
+    KinesisRecord, Message, Meta, PayloadStore, Payloads, PortError, Processed, Processor,
+    ProcessorConfig, QueuePort, RecordError, RecordHandler, RetryPolicy, Settings, SourceQueue,
+    SqsEvent, SqsRecord, StreamRecord, StreamsEventResponse, DATA_ENCODING_ATTRIBUTE,
+    META_ATTRIBUTE,
 };
 
 /// The README's examples compile (`cargo test --doc`).

@@ -3,10 +3,13 @@
 //! feature `s3`, large message bodies (`s3::S3Payloads`). Every AWS call the consumers make goes
 //! through these.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
 #[cfg(feature = "s3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
 pub mod s3;
 pub mod sqs;
 

@@ -17,6 +17,7 @@ pub const DEFER_MAX_AGE_RANGE: std::ops::RangeInclusive<Duration> =
 
 /// How the wait before each retry grows.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Backoff {
     /// `random(0, min(cap, base * factor^(n-1)))` before retry `n`: "full jitter", which spreads
     /// a burst of failures over the whole window instead of re-synchronising them.
@@ -34,6 +35,7 @@ pub enum Backoff {
 
 /// How many attempts a record gets and how long it waits between them.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// The waits between attempts.
     pub backoff: Backoff,

@@ -11,6 +11,7 @@ use crate::error::{ErrorClass, RecordError};
 
 /// When a breaker opens and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BreakerSettings {
     /// Consecutive transient failures that open the breaker (0 disables it).
     pub threshold: u32,

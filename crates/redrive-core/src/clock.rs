@@ -23,10 +23,13 @@ impl Clock for SystemClock {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 /// A clock that only moves when told to.
 #[derive(Debug, Default)]
 pub struct ManualClock(std::sync::atomic::AtomicU64);
 
+#[cfg(any(test, feature = "test-util"))]
 impl ManualClock {
     /// A clock that stands at `ms` (ms since the epoch) until moved.
     pub fn at(ms: u64) -> Self {
@@ -38,6 +41,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.0.load(std::sync::atomic::Ordering::SeqCst)

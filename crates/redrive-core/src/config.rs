@@ -252,6 +252,7 @@ pub fn read_process_env<T>(
 
 /// The settings of a queue consumer, read from `REDRIVE_*` variables (see [`VARIABLES`]).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Settings {
     /// The processor's: the DLQ (none: report-only), the source queue, attempts and backoff, the
     /// deadline margin and how many records run at once.
@@ -271,6 +272,7 @@ pub struct Settings {
 
 /// Where a consumer's large message bodies go (`REDRIVE_PAYLOAD_BUCKET`, `REDRIVE_PAYLOAD_PREFIX`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PayloadSettings {
     /// The bucket.
     pub bucket: String,
@@ -329,6 +331,7 @@ impl From<&Settings> for ProcessorConfig {
 
 /// A consumer's shared idempotency store ([`IdempotencySettings::wrap`] applies it).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct IdempotencySettings {
     /// The DynamoDB table (partition key `pk`, TTL on `expires_at`).
     pub table: String,

@@ -75,6 +75,7 @@ impl<'de> Deserialize<'de> for Timestamp {
 /// The failure context a message carries. Field names are the documented schema (README).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Meta<'a> {
     /// Schema version.
     pub v: u32,
@@ -140,6 +141,36 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl<'a> Meta<'a> {
+    /// The context of a message's first failure, at `at`: no attempt counted, nothing redriven,
+    /// no function named. The struct grows with the schema, so code outside this crate starts here
+    /// and sets the fields it knows.
+    pub fn new(
+        origin_queue_arn: Text<'a>,
+        origin_message_id: Text<'a>,
+        at: Timestamp,
+        error_class: ErrorClass,
+        error_kind: Text<'a>,
+        error_message: Text<'a>,
+    ) -> Self {
+        Meta {
+            v: META_VERSION,
+            attempts: 0,
+            due_at: None,
+            origin_queue_arn,
+            origin_message_id,
+            first_failure_at: at,
+            last_failure_at: at,
+            error_class,
+            error_kind,
+            error_message,
+            reprocess_count: 0,
+            redriven_at: None,
+            dead_lettered_at: None,
+            failed_in: None,
+            attributes: None,
+        }
+    }
+
     /// The metadata with every borrowed string copied.
     pub fn into_owned(self) -> Meta<'static> {
         Meta {

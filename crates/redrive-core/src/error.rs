@@ -85,6 +85,7 @@ impl RecordError {
     /// transient; a service error the request caused (validation, not found, access denied) is
     /// permanent. (Feature `aws-sdk-errors`, on in the `redrive` crate.)
     #[cfg(feature = "aws-sdk-errors")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "aws-sdk-errors")))]
     pub fn from_sdk_error<E>(
         kind: impl Into<Cow<'static, str>>,
         error: &aws_smithy_runtime_api::client::result::SdkError<
@@ -201,6 +202,7 @@ impl PortError {
 /// A failure of the whole batch. Lambda then retries every record, so this is reserved for events
 /// that cannot be answered record by record.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BatchError {
     /// The event is not an event of a source redrive reads.
     #[error("the event is not an SQS, Kinesis or DynamoDB Streams event: {0}")]

@@ -110,6 +110,7 @@ impl SourceQueue {
 
 /// A record's fate. Every record of a batch gets exactly one.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Fate {
     /// Handled: Lambda deletes it.
     Done,
@@ -171,6 +172,7 @@ impl Fate {
 
 /// Why a record is given back to SQS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GiveBackReason {
     /// Not started before the deadline.
     Deadline,

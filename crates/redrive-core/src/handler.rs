@@ -63,6 +63,7 @@ pub trait BatchHandler: Sync {
 /// The Lambda invocation a batch arrived in. A bare deadline converts into one, for callers that
 /// have nothing else (tests, a batch from elsewhere).
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct Invocation<'a> {
     /// The Lambda deadline (`Context::deadline`, ms since the epoch).
     pub deadline_ms: u64,

@@ -16,6 +16,7 @@ use crate::handler::{caught, Message, RecordHandler, COMPLETING};
 
 /// What the store says when a key is claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Claim {
     /// Nobody has this key: go ahead, then `complete` (or `abandon` on failure).
     Claimed,
@@ -190,6 +191,7 @@ impl IdempotencyStore for MemoryStore {
 
 /// Where the idempotency key comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeyFrom {
     /// The original message id: a retry copy or a redriven copy carries it in its metadata.
     MessageId,

@@ -3,11 +3,21 @@
 //! drives (queues, idempotency stores) as traits. Users depend on the `redrive` crate, which
 //! re-exports this one beside the AWS adapters and the Lambda glue.
 //!
-//! Every record that enters a handler leaves with exactly one fate, decided in one place
+//! Every record that enters a handler leaves with exactly one of six fates, decided in one place
 //! (the fate judge, `fate.rs`): **done**, **retry** (re-sent with an SQS delay and an attempt count),
 //! **dead-letter** (sent to the DLQ with its failure context), **defer** (re-sent without spending
-//! an attempt) or **give back** (reported as a batchItemFailure so SQS delivers it again).
+//! an attempt), **give back** (reported as a batch item failure so its source delivers it again)
+//! or, for a FIFO group or a Kafka key held on a failure, **sent to the retry lane** (a FIFO queue
+//! where the group's records wait in order while the rest of the source goes on).
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `aws-sdk-errors` | `RecordError::from_sdk_error`: an AWS SDK error classified as transient or permanent |
+//! | `test-util` | test doubles: `port::RecordingQueue`, `fifo::MemoryLedger` and `fifo::Counted`, `clock::ManualClock`, `payload::MemoryPayloads` |
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
 pub mod breaker;
@@ -44,7 +54,7 @@ pub use breaker::{BreakerSettings, CircuitBreaker};
 pub use config::Settings;
 pub use envelope::{Meta, DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE};
 pub use error::{BatchError, ConfigError, ErrorClass, PortError, RecordError};
-pub use fate::{Fate, GiveBackReason, SourceQueue};
+pub use fate::SourceQueue;
 pub use handler::{BatchHandler, Invocation, Message, RecordHandler};
 pub use metrics::BatchReport;
 pub use payload::{PayloadStore, Payloads};

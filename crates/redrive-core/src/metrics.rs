@@ -9,6 +9,7 @@ use crate::handler::Invocation;
 /// One batch's figures (the EMF line's metrics).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "PascalCase")]
+#[non_exhaustive]
 pub struct BatchReport {
     /// Records in the batch.
     pub records: u32,

@@ -110,6 +110,7 @@ pub fn is_size_attribute(name: &str) -> bool {
 
 /// Why a body could not be read from, or written to, S3.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PayloadError {
     /// The message says it is a pointer, and its body is not one.
     #[error("the body is not an Extended Client pointer: {0}")]
@@ -214,8 +215,11 @@ impl Payloads {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub use memory::MemoryPayloads;
 
+#[cfg(any(test, feature = "test-util"))]
 mod memory {
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicUsize, Ordering};

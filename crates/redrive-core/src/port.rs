@@ -155,6 +155,7 @@ impl<Q: QueuePort> ForwardingPort for &Q {
 }
 
 #[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 /// Records every call; can be told to refuse entries or whole calls. For unit tests.
 #[derive(Default)]
 pub struct RecordingQueue {
@@ -167,6 +168,7 @@ pub struct RecordingQueue {
 }
 
 #[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 /// A call the in-memory queue recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Call {

@@ -29,6 +29,7 @@ pub use lambda_runtime::Error;
 /// The partial batch response of any source; each serialises as `{"batchItemFailures": [...]}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
+#[non_exhaustive]
 pub enum BatchResponse {
     /// An SQS batch's response: the message ids of the records given back.
     Sqs(SqsBatchResponse),
@@ -314,10 +315,7 @@ pub async fn handle_event<Q: QueuePort, H: RecordHandler>(
                     let processed = processor
                         .process_kafka(handler, &kafka, invocation(&context))
                         .await?;
-                    Ok(Processed {
-                        response: BatchResponse::Kafka(processed.response),
-                        report: processed.report,
-                    })
+                    Ok(processed.map_response(BatchResponse::Kafka))
                 }
                 _ => Err(not_sqs.into()),
             };
@@ -338,16 +336,10 @@ pub async fn handle_event<Q: QueuePort, H: RecordHandler>(
         }
         _ => {
             let processed = process_sqs(&sqs, &context, processor, handler).await?;
-            return Ok(Processed {
-                response: BatchResponse::Sqs(processed.response),
-                report: processed.report,
-            });
+            return Ok(processed.map_response(BatchResponse::Sqs));
         }
     };
-    Ok(Processed {
-        response: BatchResponse::Stream(stream.response),
-        report: stream.report,
-    })
+    Ok(stream.map_response(BatchResponse::Stream))
 }
 
 /// Handles one SQS batch: parses the event without copying and carries out every record's fate.
@@ -380,13 +372,13 @@ async fn process_sqs<Q: QueuePort, H: RecordHandler>(
 
 /// The invocation as the processor records it in failure metadata.
 fn invocation(context: &Context) -> Invocation<'_> {
-    Invocation {
-        deadline_ms: absolute_deadline(context.deadline, SystemClock.now_ms()),
-        function_name: Some(context.env_config.function_name.as_str())
-            .filter(|name| !name.is_empty()),
-        request_id: Some(context.request_id.as_str()).filter(|id| !id.is_empty()),
-        trace_id: context.xray_trace_id.as_deref(),
-    }
+    let mut invocation =
+        Invocation::from(absolute_deadline(context.deadline, SystemClock.now_ms()));
+    invocation.function_name =
+        Some(context.env_config.function_name.as_str()).filter(|name| !name.is_empty());
+    invocation.request_id = Some(context.request_id.as_str()).filter(|id| !id.is_empty());
+    invocation.trace_id = context.xray_trace_id.as_deref();
+    invocation
 }
 
 /// Writes the batch's figures as one EMF line on stdout (CloudWatch makes metrics of it), with the

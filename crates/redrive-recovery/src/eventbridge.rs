@@ -74,6 +74,7 @@ pub fn error_type(error: &RecordError) -> String {
 
 /// How a function answered a synchronous invoke.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Reply {
     /// It returned without an error.
     Succeeded,
@@ -113,6 +114,7 @@ pub trait InvokePort: Send + Sync {
 
 /// An event that failed to reach a target, as one of the two sources delivers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FailedEvent<'a> {
     /// From a rule target's DLQ.
     TargetDlq {
@@ -494,6 +496,7 @@ pub struct Invoke {
 }
 
 #[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 /// Records every invoke and answers it: the function succeeds unless told to fail, and Lambda runs
 /// it unless told to refuse. For tests: moto cannot run Lambda code without Docker.
 #[derive(Default)]

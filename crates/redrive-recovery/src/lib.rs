@@ -3,6 +3,7 @@
 //! ([`eventbridge::EventRedrive`]), which re-delivers a failed event to the one target that failed.
 //! Both drive redrive-core's ports, so they run against any queue and invoker.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod eventbridge;
 pub mod reprocess;

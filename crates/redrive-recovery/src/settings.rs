@@ -8,6 +8,7 @@ use redrive_core::reprocess_policy::ReprocessPolicy;
 
 /// Defaults of the DLQ reprocessor (a command may override the per-run ones).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ReprocessSettings {
     /// The DLQ a scheduled run drains, unless its command names one.
     pub source_url: Option<String>,
@@ -80,6 +81,7 @@ pub const DEFAULT_PARKED_ERROR_CODES: &[&str] = &[
 /// Settings of the EventBridge redrive, on top of the [`Settings`](redrive_core::Settings) of its
 /// queue consumer.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EventRedriveSettings {
     /// EventBridge error codes whose events are parked, not redriven.
     pub parked_error_codes: Vec<String>,

@@ -55,14 +55,12 @@ async fn each_order_gets_the_fate_its_failure_calls_for() {
     ]})
     .to_string();
     let event = SqsEvent::parse(&event).unwrap();
-    let processor = Processor::new(
-        RecordingQueue::default(),
-        ProcessorConfig {
-            dlq_url: Some(DLQ.into()),
-            source_queue_url: Some(SOURCE.into()),
-            ..ProcessorConfig::default()
-        },
-    );
+    let processor = Processor::new(RecordingQueue::default(), {
+        let mut processor_config = ProcessorConfig::default();
+        processor_config.dlq_url = Some(DLQ.into());
+        processor_config.source_queue_url = Some(SOURCE.into());
+        processor_config
+    });
     let processed = processor
         .process(&Reserve(Scripted), &event.records, u64::MAX / 2)
         .await

@@ -47,16 +47,14 @@ async fn handle(
 }
 
 async fn run(file: &str, handler: EventRedrive<RecordingQueue, RecordingInvoker>) -> Run {
-    let processor = Processor::new(
-        RecordingQueue::default(),
-        ProcessorConfig {
-            dlq_url: Some(PARKED.into()),
-            source_queue_url: None,
-            retry: RetryPolicy::default(),
-            deadline_margin: Duration::from_secs(2),
-            ..ProcessorConfig::default()
-        },
-    );
+    let processor = Processor::new(RecordingQueue::default(), {
+        let mut processor_config = ProcessorConfig::default();
+        processor_config.dlq_url = Some(PARKED.into());
+        processor_config.source_queue_url = None;
+        processor_config.retry = RetryPolicy::default();
+        processor_config.deadline_margin = Duration::from_secs(2);
+        processor_config
+    });
     let response = handle(&processor, &handler, &sample(file)).await;
     Run {
         response,
@@ -203,14 +201,12 @@ async fn a_function_that_fails_again_is_retried_by_the_redrive_then_parked_with_
     handler
         .lambda()
         .fail(&function, "redrive.transient.payment_timeout", u32::MAX);
-    let processor = Processor::new(
-        RecordingQueue::default(),
-        ProcessorConfig {
-            dlq_url: Some(PARKED.into()),
-            deadline_margin: Duration::from_secs(2),
-            ..ProcessorConfig::default()
-        },
-    );
+    let processor = Processor::new(RecordingQueue::default(), {
+        let mut processor_config = ProcessorConfig::default();
+        processor_config.dlq_url = Some(PARKED.into());
+        processor_config.deadline_margin = Duration::from_secs(2);
+        processor_config
+    });
     let mut batch = sample("lambda-on-failure-batch.json");
     for delivery in 1..=attempts {
         let processed = handle(&processor, &handler, &batch).await;
@@ -382,13 +378,11 @@ async fn an_event_for_a_fifo_queue_goes_in_its_rules_group_or_is_parked_when_non
     batch["Records"][0]["messageAttributes"]["TARGET_ARN"]["stringValue"] = LEDGER.into();
     let body = batch["Records"][0]["body"].as_str().unwrap().to_owned();
     let processor = || {
-        Processor::new(
-            RecordingQueue::default(),
-            ProcessorConfig {
-                dlq_url: Some(PARKED.into()),
-                ..ProcessorConfig::default()
-            },
-        )
+        Processor::new(RecordingQueue::default(), {
+            let mut processor_config = ProcessorConfig::default();
+            processor_config.dlq_url = Some(PARKED.into());
+            processor_config
+        })
     };
 
     let settings = EventRedriveSettings::from_lookup(["REDRIVE_FIFO_TARGET_GROUPS"], |name| {

@@ -12,8 +12,8 @@ use orders::OrdersHandler;
 use redrive::clock::{Clock, SystemClock};
 use redrive::lambda::Bytes;
 use redrive::{
-    BreakerSettings, CircuitBreaker, Message as Record, Meta, Payloads, Processor, ProcessorConfig,
-    RecordError, RecordHandler, SqsQueue,
+    CircuitBreaker, Message as Record, Meta, Payloads, Processor, ProcessorConfig, RecordError,
+    RecordHandler, SqsQueue,
 };
 use redrive_local::poller::{Poll, Poller};
 use redrive_local::provision::{depth, provision, QueuePair};
@@ -109,13 +109,11 @@ impl Stack {
         .recording();
         let consumer = OrdersHandler::new(
             payments,
-            CircuitBreaker::new(
-                "payments",
-                BreakerSettings {
-                    threshold: 0,
-                    ..settings.breaker
-                },
-            ),
+            CircuitBreaker::new("payments", {
+                let mut breaker_settings = settings.breaker;
+                breaker_settings.threshold = 0;
+                breaker_settings
+            }),
         );
         let payloads = options.payload_bucket.map(|bucket| {
             Payloads::new(std::sync::Arc::new(redrive::s3::S3Payloads::lazy()), bucket)

@@ -35,11 +35,12 @@ macro_rules! row {
 
             let processor = Processor::new(
                 RecordingQueue::default(),
-                ProcessorConfig {
-                    source_queue_url: Some(
+                {
+                    let mut processor_config = ProcessorConfig::default();
+                    processor_config.source_queue_url = Some(
                         "https://sqs.us-east-1.amazonaws.com/123456789012/orders".into(),
-                    ),
-                    ..ProcessorConfig::default()
+                    );
+                    processor_config
                 },
             );
             let mut times: Vec<Duration> = (0..runs)

@@ -63,14 +63,12 @@ pub async fn drain(batch_size: u32) -> Result<Drained, String> {
             .map_err(|e| e.to_string())?;
     }
     let ledger = Arc::new(Counted::new(MemoryLedger::new()));
-    let processor = Processor::new(
-        &sqs,
-        ProcessorConfig {
-            dlq_url: Some("mem://payments-dlq.fifo".into()),
-            source_queue_url: Some(url.clone()),
-            ..ProcessorConfig::default()
-        },
-    )
+    let processor = Processor::new(&sqs, {
+        let mut processor_config = ProcessorConfig::default();
+        processor_config.dlq_url = Some("mem://payments-dlq.fifo".into());
+        processor_config.source_queue_url = Some(url.clone());
+        processor_config
+    })
     .with_ledger(ledger.clone());
     let (mut invocations, mut requests) = (0u32, 0u32);
     let started = Instant::now();

@@ -82,15 +82,13 @@ pub fn generate_event(records: usize, partitions: usize, failing: bool) -> Strin
 
 /// Ours with the retry lane and a DLQ (on the in-memory queue).
 fn processor() -> Processor<RecordingQueue> {
-    Processor::new(
-        RecordingQueue::default(),
-        ProcessorConfig {
-            dlq_url: Some(DLQ.to_owned()),
-            lane_url: Some(LANE.to_owned()),
-            deadline_margin: Duration::from_secs(2),
-            ..ProcessorConfig::default()
-        },
-    )
+    Processor::new(RecordingQueue::default(), {
+        let mut processor_config = ProcessorConfig::default();
+        processor_config.dlq_url = Some(DLQ.to_owned());
+        processor_config.lane_url = Some(LANE.to_owned());
+        processor_config.deadline_margin = Duration::from_secs(2);
+        processor_config
+    })
 }
 
 /// Event bytes in, response bytes out: the time, and the records sent to the lane.
@@ -347,14 +345,12 @@ pub fn drain() -> Result<Drain, String> {
             let processor = if lane {
                 processor().with_ledger(std::sync::Arc::new(MemoryLedger::new()))
             } else {
-                Processor::new(
-                    RecordingQueue::default(),
-                    ProcessorConfig {
-                        dlq_url: Some(DLQ.to_owned()),
-                        deadline_margin: Duration::from_secs(2),
-                        ..ProcessorConfig::default()
-                    },
-                )
+                Processor::new(RecordingQueue::default(), {
+                    let mut processor_config = ProcessorConfig::default();
+                    processor_config.dlq_url = Some(DLQ.to_owned());
+                    processor_config.deadline_margin = Duration::from_secs(2);
+                    processor_config
+                })
             };
             let processor = &processor;
             let handler = &Brownout {

@@ -90,14 +90,13 @@ fn processor(dlq: Option<&str>) -> Processor<RecordingQueue> {
 }
 
 fn processor_with(dlq: Option<&str>, concurrency: NonZeroUsize) -> Processor<RecordingQueue> {
-    let config = ProcessorConfig {
-        dlq_url: dlq.map(str::to_owned),
-        source_queue_url: Some("https://sqs.us-east-1.amazonaws.com/123456789012/orders".into()),
-        retry: RetryPolicy::default(),
-        deadline_margin: Duration::from_secs(2),
-        concurrency,
-        ..ProcessorConfig::default()
-    };
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = dlq.map(str::to_owned);
+    config.source_queue_url =
+        Some("https://sqs.us-east-1.amazonaws.com/123456789012/orders".into());
+    config.retry = RetryPolicy::default();
+    config.deadline_margin = Duration::from_secs(2);
+    config.concurrency = concurrency;
     Processor::new(RecordingQueue::default(), config)
 }
 

@@ -296,14 +296,12 @@ pub async fn run_on_moto(
         MemoryStore::new(config.changes * 2),
         KeyFrom::MessageId,
     );
-    let processor = Processor::new(
-        SqsQueue::with_client(sqs.clone()),
-        ProcessorConfig {
-            dlq_url: Some(queue.dlq_url.clone()),
-            source_queue_url: Some(queue.url.clone()),
-            ..ProcessorConfig::default()
-        },
-    );
+    let processor = Processor::new(SqsQueue::with_client(sqs.clone()), {
+        let mut processor_config = ProcessorConfig::default();
+        processor_config.dlq_url = Some(queue.dlq_url.clone());
+        processor_config.source_queue_url = Some(queue.url.clone());
+        processor_config
+    });
     // The DynamoDB stream mapping Terraform ships (infra/examples/table-stream).
     let rendering =
         crate::topology::rendering("table-stream").map_err(|e| Error::Emulator(e.to_string()))?;

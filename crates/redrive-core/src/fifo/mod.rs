@@ -23,16 +23,18 @@
 //! when with the processor's schedule: this module takes plain data (message ids, receive counts,
 //! receipts) and keeps the books.
 mod ledger;
+#[cfg(any(test, feature = "test-util"))]
+mod memory;
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::lane::{KeyOffsets, KeyPlace, Position};
-pub use ledger::{
-    ledger_key, AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
-    LEDGER_KEEP,
-};
+pub use ledger::{ledger_key, AttemptLedger, BoxFuture, Hold, LedgerEntry, Release, LEDGER_KEEP};
+#[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub use memory::{Counted, MemoryLedger};
 
 use crate::clock::by_deadline;
 use crate::envelope::{truncate, MAX_ERROR_MESSAGE_BYTES};
@@ -42,6 +44,7 @@ use crate::port::{QueuePort, VisibilityChange};
 /// What a FIFO record that would be dead-lettered means for the rest of its message group
 /// (`REDRIVE_FIFO_ON_DEAD_LETTER`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FifoOnDeadLetter {
     /// It goes to the DLQ and the group goes on: its effect, once redriven, lands after its
     /// successors'.

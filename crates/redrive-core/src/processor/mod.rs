@@ -40,6 +40,7 @@ use redrive_event::SqsRecord;
 
 /// What a processor does with failures: where they go, how often they are retried, how many records run at once.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ProcessorConfig {
     /// `None`: report-only; failures are given back to SQS and nothing is re-sent.
     pub dlq_url: Option<String>,
@@ -92,11 +93,22 @@ impl Default for ProcessorConfig {
 /// What [`Processor::process`] returns: the answer for Lambda and the figures of the batch.
 /// (`Processed<StreamsEventResponse>` for a stream batch.)
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Processed<R = SqsBatchResponse> {
     /// The partial batch response for Lambda.
     pub response: R,
     /// The batch's figures (one EMF line).
     pub report: BatchReport,
+}
+
+impl<R> Processed<R> {
+    /// The same batch with its response put in another form (one response type for every source).
+    pub fn map_response<S>(self, into: impl FnOnce(R) -> S) -> Processed<S> {
+        Processed {
+            response: into(self.response),
+            report: self.report,
+        }
+    }
 }
 
 /// Runs a batch's records through a handler and carries out their fates. One processor serves all

@@ -73,15 +73,13 @@ impl RecordHandler for Orders {
 }
 
 fn processor(lane: Option<&str>) -> Processor<RecordingQueue> {
-    Processor::new(
-        RecordingQueue::default(),
-        ProcessorConfig {
-            dlq_url: Some(DLQ.to_owned()),
-            lane_url: lane.map(str::to_owned),
-            deadline_margin: std::time::Duration::ZERO,
-            ..ProcessorConfig::default()
-        },
-    )
+    Processor::new(RecordingQueue::default(), {
+        let mut processor_config = ProcessorConfig::default();
+        processor_config.dlq_url = Some(DLQ.to_owned());
+        processor_config.lane_url = lane.map(str::to_owned);
+        processor_config.deadline_margin = std::time::Duration::ZERO;
+        processor_config
+    })
 }
 
 async fn run(

@@ -42,14 +42,13 @@ impl RecordHandler for Seen {
 
 fn setup() -> (Processor<RecordingQueue>, Arc<MemoryPayloads>) {
     let bucket = Arc::new(MemoryPayloads::default());
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        source_queue_url: Some(SOURCE.into()),
-        retry: RetryPolicy {
-            max_attempts: 3,
-            ..RetryPolicy::default()
-        },
-        ..ProcessorConfig::default()
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = Some(DLQ.into());
+    config.source_queue_url = Some(SOURCE.into());
+    config.retry = {
+        let mut retry_policy = RetryPolicy::default();
+        retry_policy.max_attempts = 3;
+        retry_policy
     };
     let processor = Processor::new(RecordingQueue::default(), config)
         .with_clock(Arc::new(ManualClock::at(NOW)))
@@ -341,12 +340,10 @@ impl redrive_core::PayloadStore for StallingPuts {
 #[tokio::test]
 async fn a_put_cut_off_at_the_deadline_is_an_orphan_and_the_puts_done_by_then_are_kept() {
     let bucket = Arc::new(MemoryPayloads::default());
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        source_queue_url: Some(SOURCE.into()),
-        deadline_margin: Duration::from_millis(100),
-        ..ProcessorConfig::default()
-    };
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = Some(DLQ.into());
+    config.source_queue_url = Some(SOURCE.into());
+    config.deadline_margin = Duration::from_millis(100);
     let processor = Processor::new(RecordingQueue::default(), config).with_payloads(Payloads::new(
         Arc::new(StallingPuts(bucket.clone())),
         BUCKET,
@@ -407,12 +404,10 @@ async fn a_slow_bucket_fails_the_read_by_the_deadline_not_the_batch() {
             Box::pin(std::future::pending())
         }
     }
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        source_queue_url: Some(SOURCE.into()),
-        deadline_margin: Duration::from_millis(100),
-        ..ProcessorConfig::default()
-    };
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = Some(DLQ.into());
+    config.source_queue_url = Some(SOURCE.into());
+    config.deadline_margin = Duration::from_millis(100);
     let processor = Processor::new(RecordingQueue::default(), config)
         .with_payloads(Payloads::new(Arc::new(Stalled), BUCKET));
     let now = redrive_core::clock::Clock::now_ms(&redrive_core::clock::SystemClock);

@@ -43,16 +43,14 @@ fn record(sequence: &str, data: &str) -> KinesisRecord<'static> {
 }
 
 fn processor(dlq: Option<&str>) -> Processor<RecordingQueue> {
-    Processor::new(
-        RecordingQueue::default(),
-        ProcessorConfig {
-            dlq_url: dlq.map(str::to_owned),
-            source_queue_url: None,
-            retry: RetryPolicy::default(),
-            deadline_margin: std::time::Duration::ZERO,
-            ..ProcessorConfig::default()
-        },
-    )
+    Processor::new(RecordingQueue::default(), {
+        let mut processor_config = ProcessorConfig::default();
+        processor_config.dlq_url = dlq.map(str::to_owned);
+        processor_config.source_queue_url = None;
+        processor_config.retry = RetryPolicy::default();
+        processor_config.deadline_margin = std::time::Duration::ZERO;
+        processor_config
+    })
 }
 
 fn checkpoint(processed: &Processed<StreamsEventResponse>) -> Option<&str> {

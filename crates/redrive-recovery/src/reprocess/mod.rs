@@ -18,7 +18,7 @@ use crate::settings::ReprocessSettings;
 use inventory::make_visible;
 use redrive_core::carry::{Courier, Destination, Outbox};
 use redrive_core::clock::{Clock, SystemClock};
-use redrive_core::envelope::{annotate, Meta, Timestamp, META_VERSION};
+use redrive_core::envelope::{annotate, Meta, Timestamp};
 use redrive_core::error::{ErrorClass, PortError};
 use redrive_core::idempotency::fingerprint;
 use redrive_core::port::QueuePort;
@@ -28,6 +28,7 @@ use redrive_event::{SqsRecord, Text};
 /// What a run did (or, in a dry run, would do). `examined` = the sum of the decisions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ReprocessSummary {
     /// URL of the DLQ drained.
     pub source: String,
@@ -417,23 +418,14 @@ fn redriven<'r>(
         Some(Ok(meta)) => meta,
         _ => {
             let sent = record.sent_ms().unwrap_or(now);
-            Meta {
-                v: META_VERSION,
-                attempts: 0,
-                due_at: None,
-                origin_queue_arn: Text::from(destination_arn.to_owned()),
-                origin_message_id: Text::from(id),
-                first_failure_at: Timestamp(sent),
-                last_failure_at: Timestamp(sent),
-                error_class: ErrorClass::Transient,
-                error_kind: Text::from("max_receive_count"),
-                error_message: Text::from("moved to the DLQ by SQS after maxReceiveCount receives"),
-                reprocess_count: 0,
-                redriven_at: None,
-                dead_lettered_at: None,
-                failed_in: None,
-                attributes: None,
-            }
+            Meta::new(
+                Text::from(destination_arn.to_owned()),
+                Text::from(id),
+                Timestamp(sent),
+                ErrorClass::Transient,
+                Text::from("max_receive_count"),
+                Text::from("moved to the DLQ by SQS after maxReceiveCount receives"),
+            )
         }
     };
     meta.attempts = 0;
@@ -519,23 +511,17 @@ mod tests {
             .message_attributes
             .insert(Text::from("tenant"), tenant);
         if let Some(class) = class {
-            let meta = Meta {
-                v: META_VERSION,
-                attempts: 5,
-                due_at: None,
-                origin_queue_arn: Text::from(ORIGIN_ARN),
-                origin_message_id: Text::from(id.to_owned()),
-                first_failure_at: Timestamp(NOW - 2 * HOUR),
-                last_failure_at: Timestamp(NOW - ago),
-                error_class: class,
-                error_kind: Text::from("payment_timeout"),
-                error_message: Text::from("timed out"),
-                reprocess_count,
-                redriven_at: None,
-                dead_lettered_at: None,
-                failed_in: None,
-                attributes: None,
-            };
+            let mut meta = Meta::new(
+                Text::from(ORIGIN_ARN),
+                Text::from(id.to_owned()),
+                Timestamp(NOW - 2 * HOUR),
+                class,
+                Text::from("payment_timeout"),
+                Text::from("timed out"),
+            );
+            meta.attempts = 5;
+            meta.last_failure_at = Timestamp(NOW - ago);
+            meta.reprocess_count = reprocess_count;
             let copy = annotate(&record, meta).unwrap().into_owned();
             record.message_attributes = copy.attributes.into_iter().collect();
         }

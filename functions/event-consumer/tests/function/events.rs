@@ -15,10 +15,8 @@ fn orders() -> OrdersHandler<SimulatedPayments> {
     let payments = SimulatedPayments::from_env_file(&events().join("sqs-consumer.env"))
         .unwrap()
         .recording();
-    let breaker = BreakerSettings {
-        threshold: 0,
-        ..BreakerSettings::default()
-    };
+    let mut breaker = BreakerSettings::default();
+    breaker.threshold = 0;
     OrdersHandler::new(payments, CircuitBreaker::new("payments", breaker))
 }
 

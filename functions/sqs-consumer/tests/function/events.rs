@@ -45,14 +45,12 @@ async fn invoke(file: &str) -> Result<Outcome, redrive::BatchError> {
 }
 
 async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        source_queue_url: None,
-        retry: RetryPolicy::default(),
-        deadline_margin: Duration::from_secs(2),
-        lane_url: Some(LANE.into()),
-        ..ProcessorConfig::default()
-    };
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = Some(DLQ.into());
+    config.source_queue_url = None;
+    config.retry = RetryPolicy::default();
+    config.deadline_margin = Duration::from_secs(2);
+    config.lane_url = Some(LANE.into());
     let processor = Processor::new(RecordingQueue::default(), config);
     let handler = OrdersHandler::new(
         knobs(),

@@ -125,7 +125,7 @@ async fn of_concurrent_claims_of_one_key_exactly_one_wins() {
         match claim.await.unwrap().unwrap() {
             Claim::Claimed => won += 1,
             Claim::InProgress => {}
-            Claim::Done | Claim::Reused => panic!("nobody completed it, with any payload"),
+            other => panic!("nobody completed it, with any payload: {other:?}"),
         }
     }
     assert_eq!(won, 1);

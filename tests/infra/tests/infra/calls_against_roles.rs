@@ -71,10 +71,8 @@ fn sample(file: &str) -> String {
 }
 
 fn processor(queue: Audited<RecordingQueue>, dlq: &str) -> Processor<Audited<RecordingQueue>> {
-    let config = ProcessorConfig {
-        dlq_url: Some(format!("https://sqs.local/123456789012/{dlq}")),
-        ..ProcessorConfig::default()
-    };
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = Some(format!("https://sqs.local/123456789012/{dlq}"));
     Processor::new(queue, config)
 }
 
@@ -256,13 +254,11 @@ async fn the_dlq_reprocessors_calls_are_granted_to_its_role() {
     let json = sample("sqs-mixed-batch.json");
     let event = SqsEvent::parse(&json).unwrap();
     let mut dead: Vec<SqsRecord<'static>> = Vec::new();
-    let recorder = Processor::new(
-        RecordingQueue::default(),
-        ProcessorConfig {
-            dlq_url: Some(dlq.into()),
-            ..ProcessorConfig::default()
-        },
-    );
+    let recorder = Processor::new(RecordingQueue::default(), {
+        let mut processor_config = ProcessorConfig::default();
+        processor_config.dlq_url = Some(dlq.into());
+        processor_config
+    });
     let handler = orders_handler();
     recorder
         .process(&handler, &event.records, u64::MAX / 2)

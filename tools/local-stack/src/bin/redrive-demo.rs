@@ -367,16 +367,14 @@ async fn heal_and_redrive(
         .map_err(redrive_local::Error::sdk)?
         .queue_url
         .unwrap_or_default();
-    let settings = ReprocessSettings {
-        archive_url: Some(archive_url),
-        policy: ReprocessPolicy {
-            eligible_after: Duration::from_secs_f64(300.0 / scale),
-            discard_kinds: vec!["malformed_body".into(), "invalid_order".into()],
-            ..ReprocessPolicy::default()
-        },
-        rate_per_second: 500.0,
-        ..ReprocessSettings::from_lookup([], |_| None)?
+    let mut settings = ReprocessSettings::from_lookup([], |_| None)?;
+    settings.archive_url = Some(archive_url);
+    settings.policy = ReprocessPolicy {
+        eligible_after: Duration::from_secs_f64(300.0 / scale),
+        discard_kinds: vec!["malformed_body".into(), "invalid_order".into()],
+        ..ReprocessPolicy::default()
     };
+    settings.rate_per_second = 500.0;
     println!(
         "  policy: transient failures redriven {:.0}s after their last failure (5 min scaled), at most {} times; \
          kinds {:?} archived; permanent errors and panics left for review",

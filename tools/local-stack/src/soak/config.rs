@@ -190,9 +190,10 @@ impl SoakConfig {
     pub fn fifo_outage(messages: usize, seed: u64) -> Self {
         let outage = Self::outage(messages, seed).fifo(8);
         Self {
-            retry: RetryPolicy {
-                defer_max_age: Duration::from_secs(12 * 3600),
-                ..outage.retry.clone()
+            retry: {
+                let mut retry_policy = outage.retry.clone();
+                retry_policy.defer_max_age = Duration::from_secs(12 * 3600);
+                retry_policy
             },
             ..outage
         }

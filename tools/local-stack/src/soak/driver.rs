@@ -78,22 +78,21 @@ pub async fn run<Q: SoakQueues>(
         .fifo_groups
         .map(|_| Arc::clone(&store) as Arc<dyn AttemptLedger>);
     let processor_of = |url: &str, lane_url: Option<&str>| {
-        let processor = Processor::new(
-            &queue,
-            ProcessorConfig {
-                dlq_url: Some(dlq.to_owned()),
-                source_queue_url: Some(url.to_owned()),
-                retry: config.retry.clone(),
-                deadline_margin: Duration::from_millis(5),
-                concurrency: config.concurrency,
-                fifo_on_dead_letter: config.fifo_on_dead_letter,
-                source: redrive::SourceQueue {
-                    retention: config.engine_retention.unwrap_or(config.retention),
-                    visibility_timeout: config.visibility,
-                },
-                lane_url: lane_url.map(str::to_owned),
-            },
-        )
+        let processor = Processor::new(&queue, {
+            let mut processor_config = ProcessorConfig::default();
+            processor_config.dlq_url = Some(dlq.to_owned());
+            processor_config.source_queue_url = Some(url.to_owned());
+            processor_config.retry = config.retry.clone();
+            processor_config.deadline_margin = Duration::from_millis(5);
+            processor_config.concurrency = config.concurrency;
+            processor_config.fifo_on_dead_letter = config.fifo_on_dead_letter;
+            processor_config.source = redrive::SourceQueue {
+                retention: config.engine_retention.unwrap_or(config.retention),
+                visibility_timeout: config.visibility,
+            };
+            processor_config.lane_url = lane_url.map(str::to_owned);
+            processor_config
+        })
         .with_clock(clock.clone())
         .with_seed(config.seed);
         let processor = match &payloads {
@@ -518,17 +517,15 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
             *planned.group_order.lock().unwrap() = None;
         }
         queue.heal();
-        let settings = ReprocessSettings {
-            policy: ReprocessPolicy {
-                max_reprocess: self.config.reprocess_cap,
-                eligible_after: Duration::ZERO,
-                discard_kinds: Vec::new(),
-            },
-            rate_per_second: 3000.0,
-            max_messages: 1_000_000,
-            ..ReprocessSettings::from_lookup([], |_| None)
-                .map_err(|e| PortError::new("settings", e))?
+        let mut settings = ReprocessSettings::from_lookup([], |_| None)
+            .map_err(|e| PortError::new("settings", e))?;
+        settings.policy = ReprocessPolicy {
+            max_reprocess: self.config.reprocess_cap,
+            eligible_after: Duration::ZERO,
+            discard_kinds: Vec::new(),
         };
+        settings.rate_per_second = 3000.0;
+        settings.max_messages = 1_000_000;
         let reprocessor = Reprocessor::new(queue, &settings).with_clock(queue.inner().clock());
         for _ in 0..=self.config.reprocess_cap {
             // As the schedule runs it: the origin in each dead letter's metadata, the source queue

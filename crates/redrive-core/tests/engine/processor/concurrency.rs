@@ -79,11 +79,9 @@ impl RecordHandler for Counting {
 }
 
 fn processor_with(concurrency: usize) -> Processor<RecordingQueue> {
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        concurrency: NonZeroUsize::new(concurrency).unwrap(),
-        ..ProcessorConfig::default()
-    };
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = Some(DLQ.into());
+    config.concurrency = NonZeroUsize::new(concurrency).unwrap();
     Processor::new(RecordingQueue::default(), config)
         .with_clock(Arc::new(ManualClock::at(NOW)))
         .with_seed(7)
@@ -269,10 +267,9 @@ impl RecordHandler for Guarded {
 #[tokio::test]
 async fn a_half_open_breaker_lets_exactly_one_probe_through_however_many_arrive_at_once() {
     let clock = Arc::new(ManualClock::at(NOW));
-    let settings = BreakerSettings {
-        threshold: 1,
-        open_for: Duration::from_secs(10),
-    };
+    let mut settings = BreakerSettings::default();
+    settings.threshold = 1;
+    settings.open_for = Duration::from_secs(10);
     let handler = Guarded {
         breaker: CircuitBreaker::with_clock("payments", settings, clock.clone()),
         downstream_calls: AtomicU32::new(0),

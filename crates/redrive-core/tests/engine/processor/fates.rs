@@ -132,11 +132,9 @@ async fn delays_grow_exponentially_inside_the_jitter_envelope_and_attempts_run_o
 
 #[tokio::test]
 async fn a_retry_sequence_past_fifteen_minutes_hops_without_spending_attempts() {
-    let policy = RetryPolicy {
-        backoff: redrive_core::Backoff::Sequence(vec![Duration::from_secs(3600)]),
-        max_attempts: 3,
-        ..RetryPolicy::default()
-    };
+    let mut policy = RetryPolicy::default();
+    policy.backoff = redrive_core::Backoff::Sequence(vec![Duration::from_secs(3600)]);
+    policy.max_attempts = 3;
     let processor = processor(policy);
     let handler = handler();
     let processed = run(
@@ -292,10 +290,8 @@ async fn a_permanent_dead_letter_moved_back_counts_against_the_reprocess_cap() {
 async fn a_dead_letter_moved_back_by_sqs_gets_a_fresh_set_of_attempts_and_counts_as_redriven() {
     let processor = processor(RetryPolicy::default());
     let handler = handler();
-    let exhausted = Meta {
-        attempts: 5,
-        ..meta_of(&first_retry_copy(&processor, &handler).await)
-    };
+    let mut exhausted = meta_of(&first_retry_copy(&processor, &handler).await);
+    exhausted.attempts = 5;
     // A move task (`StartMessageMoveTask`) re-sends the dead letter as it is, metadata and all.
     let mut moved = record("m-moved", "transient");
     moved["messageAttributes"]["redrive"] = serde_json::json!({
@@ -360,10 +356,8 @@ async fn a_fair_queue_record_keeps_its_tenant_on_every_copy() {
 
 #[tokio::test]
 async fn every_copy_carries_the_trace_header_of_the_delivery_that_failed() {
-    let policy = RetryPolicy {
-        backoff: redrive_core::Backoff::Sequence(vec![Duration::from_secs(3600)]),
-        ..RetryPolicy::default()
-    };
+    let mut policy = RetryPolicy::default();
+    policy.backoff = redrive_core::Backoff::Sequence(vec![Duration::from_secs(3600)]);
     let processor = processor(policy);
     let handler = handler();
     let traced = |id: &str, body: &str| {

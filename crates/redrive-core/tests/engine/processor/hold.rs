@@ -4,12 +4,10 @@ use super::*;
 
 /// A processor whose FIFO heads hold their group (for up to three days) in `ledger`.
 fn holding(ledger: Arc<dyn AttemptLedger>, clock: Arc<ManualClock>) -> Processor<RecordingQueue> {
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        fifo_on_dead_letter: redrive_core::fifo::FifoOnDeadLetter::Hold {
-            max_age: Duration::from_secs(3 * 86400),
-        },
-        ..ProcessorConfig::default()
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = Some(DLQ.into());
+    config.fifo_on_dead_letter = redrive_core::fifo::FifoOnDeadLetter::Hold {
+        max_age: Duration::from_secs(3 * 86400),
     };
     Processor::new(RecordingQueue::default(), config)
         .with_clock(clock)
@@ -172,11 +170,9 @@ async fn with_hold_a_head_that_would_be_dead_lettered_holds_its_group_until_an_o
     use redrive_core::fifo::FifoOnDeadLetter;
     let ledger = Arc::new(MemoryLedger::new());
     let holding = |max_age: Duration| {
-        let config = ProcessorConfig {
-            dlq_url: Some(DLQ.into()),
-            fifo_on_dead_letter: FifoOnDeadLetter::Hold { max_age },
-            ..ProcessorConfig::default()
-        };
+        let mut config = ProcessorConfig::default();
+        config.dlq_url = Some(DLQ.into());
+        config.fifo_on_dead_letter = FifoOnDeadLetter::Hold { max_age };
         Processor::new(RecordingQueue::default(), config)
             .with_clock(Arc::new(ManualClock::at(NOW)))
             .with_ledger(ledger.clone())

@@ -40,14 +40,12 @@ fn lane_record(copy: &OutgoingMessage<'_>, id: &str, receives: u32) -> serde_jso
 
 /// A processor whose FIFO heads hold their group in the retry lane `LANE`, with `ledger`.
 fn laned(ledger: Arc<dyn AttemptLedger>) -> Processor<RecordingQueue> {
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        fifo_on_dead_letter: redrive_core::fifo::FifoOnDeadLetter::Hold {
-            max_age: Duration::from_secs(3 * 86400),
-        },
-        lane_url: Some(LANE.into()),
-        ..ProcessorConfig::default()
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = Some(DLQ.into());
+    config.fifo_on_dead_letter = redrive_core::fifo::FifoOnDeadLetter::Hold {
+        max_age: Duration::from_secs(3 * 86400),
     };
+    config.lane_url = Some(LANE.into());
     Processor::new(RecordingQueue::default(), config)
         .with_clock(Arc::new(ManualClock::at(NOW)))
         .with_ledger(ledger)

@@ -255,11 +255,9 @@ async fn a_handler_sees_the_invocation_its_record_arrived_in() {
     let handler = SeesInvocation::default();
     let json = event(vec![record("m-1", "ok"), record("m-2", "ok")]);
     let event = SqsEvent::parse(&json).unwrap();
-    let invocation = redrive_core::Invocation {
-        deadline_ms: DEADLINE,
-        request_id: Some("8476a536-e9f4-5d5b-a3f4-0d3b6a2d4f1c"),
-        ..redrive_core::Invocation::default()
-    };
+    let mut invocation = redrive_core::Invocation::default();
+    invocation.deadline_ms = DEADLINE;
+    invocation.request_id = Some("8476a536-e9f4-5d5b-a3f4-0d3b6a2d4f1c");
     processor
         .process(&handler, &event.records, invocation)
         .await

@@ -83,13 +83,11 @@ fn processor(retry: RetryPolicy) -> Processor<RecordingQueue> {
 }
 
 fn processor_with_dlq(dlq: Option<&str>, retry: RetryPolicy) -> Processor<RecordingQueue> {
-    let config = ProcessorConfig {
-        dlq_url: dlq.map(str::to_owned),
-        source_queue_url: None,
-        retry,
-        deadline_margin: Duration::from_secs(2),
-        ..ProcessorConfig::default()
-    };
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = dlq.map(str::to_owned);
+    config.source_queue_url = None;
+    config.retry = retry;
+    config.deadline_margin = Duration::from_secs(2);
     Processor::new(RecordingQueue::default(), config)
         .with_clock(Arc::new(ManualClock::at(NOW)))
         .with_seed(7)
@@ -98,14 +96,12 @@ fn processor_with_dlq(dlq: Option<&str>, retry: RetryPolicy) -> Processor<Record
 /// A processor on the system clock with a 100 ms deadline margin and `concurrency` records at
 /// once, and the time now (ms).
 fn on_the_real_clock(concurrency: usize) -> (Processor<RecordingQueue>, u64) {
-    let config = ProcessorConfig {
-        dlq_url: Some(DLQ.into()),
-        source_queue_url: Some(SOURCE.into()),
-        retry: RetryPolicy::default(),
-        deadline_margin: Duration::from_millis(100),
-        concurrency: NonZeroUsize::new(concurrency).unwrap(),
-        ..ProcessorConfig::default()
-    };
+    let mut config = ProcessorConfig::default();
+    config.dlq_url = Some(DLQ.into());
+    config.source_queue_url = Some(SOURCE.into());
+    config.retry = RetryPolicy::default();
+    config.deadline_margin = Duration::from_millis(100);
+    config.concurrency = NonZeroUsize::new(concurrency).unwrap();
     let now = redrive_core::clock::Clock::now_ms(&redrive_core::clock::SystemClock);
     (Processor::new(RecordingQueue::default(), config), now)
 }

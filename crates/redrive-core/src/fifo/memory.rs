@@ -1,0 +1,282 @@
+//! Two attempt ledgers for tests, the soak and the bench (`test-util`): one in memory, and one
+//! that counts the calls made of another.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use super::ledger::{AttemptLedger, BoxFuture, Hold, LedgerEntry, Release};
+use crate::error::PortError;
+use crate::lane::{KeyOffsets, KeyPlace, Position};
+use crate::sync::lock;
+
+/// A ledger in memory, shared by the simulated containers of a test or the soak.
+#[derive(Default)]
+pub struct MemoryLedger {
+    entries: Mutex<HashMap<String, LedgerEntry>>,
+}
+
+impl MemoryLedger {
+    /// An empty ledger.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, Result<T, PortError>> {
+    Box::pin(std::future::ready(Ok(value)))
+}
+
+impl AttemptLedger for MemoryLedger {
+    fn entries<'a>(
+        &'a self,
+        message_ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
+        let entries = lock(&self.entries);
+        ready(
+            message_ids
+                .iter()
+                .map(|id| Some(entries.get(*id).cloned().unwrap_or_default()))
+                .collect(),
+        )
+    }
+
+    fn record_untried<'a>(
+        &'a self,
+        message_id: &'a str,
+        receive_count: u32,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(message_id.to_owned()).or_default();
+        if !entry.untried.contains(&receive_count) {
+            entry.untried.push(receive_count);
+        }
+        ready(())
+    }
+
+    fn record_head_wait<'a>(
+        &'a self,
+        message_id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(message_id.to_owned()).or_default();
+        entry.head_since_ms.get_or_insert(since_ms);
+        ready(())
+    }
+
+    fn hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(message_id.to_owned()).or_default();
+        let released = entry
+            .hold
+            .as_ref()
+            .is_none_or(|held| held.release.is_some());
+        if hold.error_kind.is_empty() && released {
+            return ready(false);
+        }
+        if untried && !entry.untried.contains(&hold.receive_count) {
+            entry.untried.push(hold.receive_count);
+        }
+        let mut renewed = hold.clone();
+        if let Some(kept) = entry.hold.take() {
+            renewed.since_ms = kept.since_ms;
+            renewed.release = kept.release;
+            if renewed.error_kind.is_empty() {
+                renewed.error_kind = kept.error_kind;
+                renewed.error_message = kept.error_message;
+            }
+        }
+        entry.hold = Some(renewed);
+        ready(true)
+    }
+
+    fn release_hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        let mut entries = lock(&self.entries);
+        let Some(entry) = entries.get_mut(message_id) else {
+            return ready(None);
+        };
+        let released = entry.hold.clone();
+        match (release, &mut entry.hold) {
+            (_, None) => {}
+            (Release::Retry, Some(hold)) => {
+                entry.attempts_from = hold.receive_count + 1;
+                entry.hold = None;
+            }
+            (Release::DeadLetter, Some(hold)) => hold.release = Some(Release::DeadLetter),
+        }
+        ready(released)
+    }
+
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        let entries = lock(&self.entries);
+        let mut held: Vec<(String, Hold)> = entries
+            .iter()
+            .filter_map(|(id, entry)| Some((id.clone(), entry.hold.clone()?)))
+            .collect();
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+        ready(held)
+    }
+
+    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        if let Some(entry) = lock(&self.entries).get_mut(message_id) {
+            entry.hold = None;
+        }
+        ready(())
+    }
+
+    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        lock(&self.entries)
+            .entry(message_id.to_owned())
+            .or_default()
+            .parked = true;
+        ready(())
+    }
+
+    fn record_key_left<'a>(
+        &'a self,
+        key_id: &'a str,
+        position: Position,
+        place: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        let mut entries = lock(&self.entries);
+        let key = &mut entries.entry(key_id.to_owned()).or_default().key;
+        match key {
+            Some(key) if key.left >= position => {}
+            Some(key) => (key.left, key.place) = (position, place),
+            None => {
+                *key = Some(KeyOffsets {
+                    left: position,
+                    place,
+                    home: None,
+                })
+            }
+        }
+        ready(())
+    }
+
+    fn record_key_home<'a>(
+        &'a self,
+        key_id: &'a str,
+        position: Position,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        let mut entries = lock(&self.entries);
+        if let Some(key) = &mut entries.entry(key_id.to_owned()).or_default().key {
+            key.home = key.home.max(Some(position));
+        }
+        ready(())
+    }
+}
+
+/// A ledger that counts the calls made of the one it wraps (the demo and the bench report them).
+pub struct Counted<L> {
+    inner: L,
+    reads: AtomicU32,
+    writes: AtomicU32,
+}
+
+impl<L> Counted<L> {
+    /// Counts the calls of `inner`.
+    pub fn new(inner: L) -> Self {
+        Self {
+            inner,
+            reads: AtomicU32::new(0),
+            writes: AtomicU32::new(0),
+        }
+    }
+
+    /// The ledger counted.
+    pub fn inner(&self) -> &L {
+        &self.inner
+    }
+
+    /// Reads made so far.
+    pub fn reads(&self) -> u32 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Writes made so far.
+    pub fn writes(&self) -> u32 {
+        self.writes.load(Ordering::Relaxed)
+    }
+}
+
+impl<L: AttemptLedger> AttemptLedger for Counted<L> {
+    fn entries<'a>(
+        &'a self,
+        message_ids: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.entries(message_ids)
+    }
+    fn record_untried<'a>(
+        &'a self,
+        message_id: &'a str,
+        receive_count: u32,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_untried(message_id, receive_count)
+    }
+    fn record_head_wait<'a>(
+        &'a self,
+        message_id: &'a str,
+        since_ms: u64,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_head_wait(message_id, since_ms)
+    }
+    fn hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        hold: &'a Hold,
+        untried: bool,
+    ) -> BoxFuture<'a, Result<bool, PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.hold(message_id, hold, untried)
+    }
+    fn release_hold<'a>(
+        &'a self,
+        message_id: &'a str,
+        release: Release,
+    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.release_hold(message_id, release)
+    }
+    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.held()
+    }
+    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.clear_hold(message_id)
+    }
+    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_parked(message_id)
+    }
+    fn record_key_left<'a>(
+        &'a self,
+        key_id: &'a str,
+        position: Position,
+        place: KeyPlace,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_key_left(key_id, position, place)
+    }
+    fn record_key_home<'a>(
+        &'a self,
+        key_id: &'a str,
+        position: Position,
+    ) -> BoxFuture<'a, Result<(), PortError>> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.record_key_home(key_id, position)
+    }
+}
