@@ -13,10 +13,10 @@
 //! counts; adding to a set is idempotent, so a retried write counts once), `attempts_from` (after
 //! an operator's release), `head_since` (when it began to wait in place at its group's head), the
 //! hold (`held_since`, `held_receive`, `held_receipt`, `held_queue`, `held_error_kind`,
-//! `held_error`, `held_release`), `parked` (its copy is in the retry lane) and `expires_at`; the item `holds#index` lists the held heads'
+//! `held_error`, `held_release`), `parked` (its copy is in the retry lane: `LedgerEntry::in_lane`, stored under the name of 0.1) and `expires_at`; the item `holds#index` lists the held heads'
 //! message ids (`held`), so that `dlq held` reads them without a scan. A key with records in the
 //! retry lane (`attempts#kafka#<topic>-<partition>#<key>`, `attempts#fifo#<queue arn>#<group>`)
-//! holds `key_left`, `key_place` and `key_home` ([`redrive_core::lane::KeyOffsets`]), positions
+//! holds `key_left`, `key_place` and `key_home` ([`redrive_core::lane::KeyPositions`]), positions
 //! as 39-digit strings that sort as the numbers do (an SQS sequence number has 128 bits, past a
 //! DynamoDB number's 38 digits), each written only upwards (a condition on the position).
 use std::collections::HashMap;
@@ -38,7 +38,7 @@ use redrive_core::fifo::{
     ledger_key, AttemptLedger, BoxFuture, Hold, LedgerEntry, Release, LEDGER_KEEP,
 };
 use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
-use redrive_core::lane::{KeyOffsets, KeyPlace, Position};
+use redrive_core::lane::{KeyPlace, KeyPositions, Position};
 
 const HELD: &str = "IN_PROGRESS";
 const DONE: &str = "DONE";
@@ -456,7 +456,7 @@ impl AttemptLedger for DynamoDbStore {
         })
     }
 
-    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(async move {
             let request = self
                 .ledger_update(message_id)
@@ -487,7 +487,7 @@ impl AttemptLedger for DynamoDbStore {
         })
     }
 
-    fn record_key_home<'a>(
+    fn record_key_done<'a>(
         &'a self,
         key_id: &'a str,
         position: Position,
@@ -597,7 +597,7 @@ fn entry_of(item: &HashMap<String, AttributeValue>) -> LedgerEntry {
         attempts_from: numeric(item, "attempts_from").unwrap_or(0) as u32,
         hold: hold_of(item),
         head_since_ms: numeric(item, "head_since"),
-        parked: item
+        in_lane: item
             .get("parked")
             .and_then(|value| value.as_bool().ok())
             .copied()
@@ -607,12 +607,12 @@ fn entry_of(item: &HashMap<String, AttributeValue>) -> LedgerEntry {
 }
 
 /// A key's positions in the lane, if the item records any.
-fn key_offsets_of(item: &HashMap<String, AttributeValue>) -> Option<KeyOffsets> {
+fn key_offsets_of(item: &HashMap<String, AttributeValue>) -> Option<KeyPositions> {
     let position = |name: &str| Position::parse(item.get(name)?.as_s().ok()?);
-    Some(KeyOffsets {
+    Some(KeyPositions {
         left: position("key_left")?,
         place: KeyPlace::parse(item.get("key_place")?.as_s().ok()?)?,
-        home: position("key_home"),
+        done: position("key_home"),
     })
 }
 

@@ -142,7 +142,7 @@ pub enum Fate {
     /// FIFO with a retry lane (`REDRIVE_LANE_URL`, `REDRIVE_FIFO_ON_DEAD_LETTER=hold`): send to
     /// the lane in its message group, and delete from the source, whose other groups go on past
     /// the held group's backlog.
-    Park {
+    SendToLane {
         /// It is the head its group is held on (else it follows one).
         held: bool,
     },
@@ -157,7 +157,7 @@ impl Fate {
             Self::DeadLetter { .. } => "dead_letter",
             Self::Defer { .. } => "defer",
             Self::GiveBack { .. } => "give_back",
-            Self::Park { .. } => "park",
+            Self::SendToLane { .. } => "send_to_lane",
         }
     }
 
@@ -275,9 +275,9 @@ pub(crate) struct Judge<'p> {
     report_only: bool,
     /// FIFO heads hold their group instead of being dead-lettered, up to this age.
     hold_for: Option<Duration>,
-    /// A head that would hold its group is parked in the retry lane instead, and the group's
+    /// A head that would hold its group is sent to the retry lane instead, and the group's
     /// later records follow it there.
-    parks: bool,
+    sends_to_lane: bool,
     source: SourceQueue,
     blocked_groups: Vec<String>,
 }
@@ -290,7 +290,7 @@ impl<'p> Judge<'p> {
             fifo,
             report_only: false,
             hold_for: None,
-            parks: false,
+            sends_to_lane: false,
             source: SourceQueue::default(),
             blocked_groups: Vec::new(),
         }
@@ -325,11 +325,11 @@ impl<'p> Judge<'p> {
         self
     }
 
-    /// With a hold: a head that would hold its group is parked in the retry lane instead, with
+    /// With a hold: a head that would hold its group is sent to the retry lane instead, with
     /// its group's later records (a batch from a FIFO source, not from the lane itself).
     #[must_use]
-    pub fn parks(mut self, parks: bool) -> Self {
-        self.parks = parks;
+    pub fn sends_to_lane(mut self, sends_to_lane: bool) -> Self {
+        self.sends_to_lane = sends_to_lane;
         self
     }
 
@@ -361,7 +361,7 @@ impl<'p> Judge<'p> {
         history: History,
         jitter: impl FnOnce() -> f64,
     ) -> Fate {
-        // A record that follows its group to the lane is not held back by the head parked there.
+        // A record that follows its group to the lane is not held back by the head held there.
         let outcome = if self.is_blocked(group) && !matches!(outcome, Outcome::FollowsGroup) {
             &Outcome::GroupBlocked
         } else {
@@ -385,8 +385,8 @@ impl<'p> Judge<'p> {
                         .is_some_and(|max_age| history.in_queue_for < max_age) =>
             {
                 // A head held in place before (`Held`) stays there.
-                if self.parks && !matches!(outcome, Outcome::Held) {
-                    return self.block(group, Fate::Park { held: true });
+                if self.sends_to_lane && !matches!(outcome, Outcome::Held) {
+                    return self.block(group, Fate::SendToLane { held: true });
                 }
                 Fate::GiveBack {
                     reason: GiveBackReason::Held,
@@ -455,7 +455,7 @@ impl<'p> Judge<'p> {
             Outcome::NotStarted => give_back(GiveBackReason::Deadline, None),
             Outcome::NoBody => give_back(GiveBackReason::NoBody, None),
             Outcome::GroupBlocked => give_back(GiveBackReason::GroupBlocked, Some(Duration::ZERO)),
-            Outcome::FollowsGroup => Fate::Park { held: false },
+            Outcome::FollowsGroup => Fate::SendToLane { held: false },
             // Held: dead-lettered, which the hold (`decide`) turns into another wait in place
             // until it is too old.
             Outcome::AttemptsUsedUp | Outcome::Held | Outcome::ReleasedToDeadLetter => {

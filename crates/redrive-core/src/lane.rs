@@ -1,14 +1,14 @@
 //! The retry lane: an SQS FIFO queue the same function reads (`REDRIVE_LANE_URL`), where records
 //! wait out of their source in order, so that the source goes on. Kafka sends a record that fails
 //! transiently there ([`crate::kafka`]); an SQS FIFO source with `REDRIVE_FIFO_ON_DEAD_LETTER=hold`
-//! parks a head that would hold its group there, and the group's later records follow it
+//! sends a head that would hold its group there, and the group's later records follow it
 //! ([`crate::fifo`]): a held group's backlog then grows in the lane, not in the source, whose
 //! receives look at the first 120,000 messages only (SQS developer guide, "Avoid large message
 //! backlogs with the same message group ID").
 //!
 //! The attempt ledger keeps, per key (a Kafka key in its partition, a FIFO group in its queue),
 //! the position of the last record that left for the lane and of the last that took effect there
-//! ([`KeyOffsets`]): while one is out, the key's later records follow it untried.
+//! ([`KeyPositions`]): while one is out, the key's later records follow it untried.
 
 use redrive_event::{MessageAttribute, SqsRecord, Text};
 
@@ -41,7 +41,7 @@ pub enum KeyPlace {
     /// In the retry lane.
     Lane,
     /// FIFO: in the retry lane, the last one out the head its group is held on (should it come
-    /// back to its source, its copy's send or its delete lost, it is parked again as the head).
+    /// back to its source, its copy's send or its delete lost, it is sent to the lane again as the head).
     Held,
     /// Kafka: in the DLQ, until a redrive sends them to the lane.
     Dlq,
@@ -67,22 +67,22 @@ impl KeyPlace {
 
 /// What the attempt ledger remembers of a key's records that left their source: the last
 /// position sent out (and where), and the last that took effect from the lane. While `left` is
-/// past `home`, the key's later records follow there; a record lost on the way (never sent,
-/// given back) is passed by the next one home, so a key is never waiting for ever.
+/// past `done`, the key's later records follow there; a record lost on the way (never sent,
+/// given back) is passed by the next one done, so a key is never waiting for ever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeyOffsets {
+pub struct KeyPositions {
     /// The last position sent to the lane or the DLQ.
     pub left: Position,
     /// Where it went.
     pub place: KeyPlace,
     /// The last position that took effect from the lane, if any.
-    pub home: Option<Position>,
+    pub done: Option<Position>,
 }
 
-impl KeyOffsets {
+impl KeyPositions {
     /// Where the key's later records go, while some of its records are out.
     pub fn waiting(&self) -> Option<KeyPlace> {
-        (self.home < Some(self.left)).then_some(self.place)
+        (self.done < Some(self.left)).then_some(self.place)
     }
 }
 

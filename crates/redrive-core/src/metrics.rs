@@ -28,9 +28,9 @@ pub struct BatchReport {
     /// FIFO heads holding their group (`REDRIVE_FIFO_ON_DEAD_LETTER=hold`; given back too): an
     /// operator's job.
     pub held: u32,
-    /// FIFO with a retry lane: records sent to the lane with their held group (its head too),
-    /// deleted from the source.
-    pub parked: u32,
+    /// Records sent to the retry lane: a held FIFO group's (its head too) and a Kafka key's failed
+    /// record and its followers; `retried` counts only copies re-sent to their own queue.
+    pub sent_to_lane: u32,
     /// Transient failures.
     pub transient_errors: u32,
     /// Permanent failures.
@@ -69,7 +69,7 @@ const COUNTS: [&str; 17] = [
     "Deferred",
     "GivenBack",
     "Held",
-    "Parked",
+    "SentToLane",
     "TransientErrors",
     "PermanentErrors",
     "Panics",
@@ -91,7 +91,7 @@ impl BatchReport {
         self.deferred += other.deferred;
         self.given_back += other.given_back;
         self.held += other.held;
-        self.parked += other.parked;
+        self.sent_to_lane += other.sent_to_lane;
         self.transient_errors += other.transient_errors;
         self.permanent_errors += other.permanent_errors;
         self.panics += other.panics;
@@ -135,7 +135,7 @@ impl BatchReport {
                 self.held += 1;
             }
             Fate::GiveBack { .. } => self.given_back += 1,
-            Fate::Park { .. } => self.parked += 1,
+            Fate::SendToLane { .. } => self.sent_to_lane += 1,
         }
     }
 

@@ -119,7 +119,7 @@ locals {
   # A widget's metrics are a list of metric arrays, one per (consumer, metric) pair; flattened into
   # one list of strings they make a dashboard body CloudWatch refuses.
   metric_groups = {
-    fates  = ["Done", "Retried", "DeadLettered", "Deferred", "GivenBack"]
+    fates  = ["Done", "Retried", "DeadLettered", "Deferred", "GivenBack", "Held", "SentToLane"]
     errors = ["TransientErrors", "PermanentErrors", "Panics", "SendFailures"]
   }
   function_metrics = {

@@ -332,7 +332,7 @@ locals {
 
 locals {
   # Only with a retry lane. A FIFO receive looks at the first 120,000 messages of a queue; past
-  # them, heads parked behind a held group's backlog are not received, so no hold is written for
+  # them, heads sent to the lane behind a held group's backlog are not received, so no hold is written for
   # them (SQS developer guide, "Avoid large message backlogs with the same message group ID").
   # Its depth is alarmed below that bound, and its oldest message: a held group waiting long for
   # an operator (AWS/SQS metrics: SQS developer guide, "Available CloudWatch metrics for Amazon

@@ -314,7 +314,7 @@ variable "oldest_message_age_seconds" {
 }
 
 variable "lane_depth_threshold" {
-  description = "With the retry lane (FIFO with hold): alarm when the lane holds more visible messages than this, below the 120,000 a FIFO receive looks at (past them, heads parked after a held group's backlog are not seen)."
+  description = "With the retry lane (FIFO with hold): alarm when the lane holds more visible messages than this, below the 120,000 a FIFO receive looks at (past them, heads sent to the lane after a held group's backlog are not seen)."
   type        = number
   default     = 100000
   nullable    = false

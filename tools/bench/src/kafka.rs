@@ -110,7 +110,7 @@ fn run_once(
         "no partition given back"
     );
     std::hint::black_box(response);
-    (elapsed, processed.report.retried)
+    (elapsed, processed.report.sent_to_lane)
 }
 
 /// The CPU-bound row: ours, then Powertools, then ours, each Powertools run against the turns of

@@ -1,5 +1,5 @@
 //! The attempt ledger: the port where a FIFO record's untried deliveries and its group's hold are
-//! written down (and a key's records out in the retry lane, [`KeyOffsets`]). Its implementations:
+//! written down (and a key's records out in the retry lane, [`KeyPositions`]). Its implementations:
 //! DynamoDB's (`redrive-aws`), and for tests the two in `memory.rs` (`test-util`).
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 pub use futures_util::future::BoxFuture;
 
 use crate::error::PortError;
-use crate::lane::{KeyOffsets, KeyPlace, Position};
+use crate::lane::{KeyPlace, KeyPositions, Position};
 
 /// How long a ledger entry is kept: a FIFO queue keeps a message at most 14 days.
 pub const LEDGER_KEEP: Duration = Duration::from_secs(15 * 24 * 3600);
@@ -34,10 +34,10 @@ pub struct LedgerEntry {
     pub head_since_ms: Option<u64>,
     /// Its copy is in the retry lane (SQS confirmed the send): should it come back to its source
     /// (its delete lost), it is done there.
-    pub parked: bool,
+    pub in_lane: bool,
     /// A key's records out in the retry lane (the entry of a Kafka key id,
     /// [`crate::kafka::KafkaOrigin::key_id`], or of a FIFO group, [`crate::lane::group_key`]).
-    pub key: Option<KeyOffsets>,
+    pub key: Option<KeyPositions>,
 }
 
 impl LedgerEntry {
@@ -161,7 +161,7 @@ pub trait AttemptLedger: Send + Sync {
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
 
     /// Writes down that SQS confirmed the copy of `message_id` in the retry lane.
-    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
+    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>>;
 
     /// Writes down that the record at `position` of key `key_id` left for `place` (before it is
     /// sent: a key never looks free while a record of it is out). An earlier position than the
@@ -175,7 +175,7 @@ pub trait AttemptLedger: Send + Sync {
 
     /// Writes down that the record at `position` of key `key_id` took effect from the lane. An
     /// earlier position than the one written changes nothing.
-    fn record_key_home<'a>(
+    fn record_key_done<'a>(
         &'a self,
         key_id: &'a str,
         position: Position,
@@ -224,8 +224,8 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         (**self).clear_hold(message_id)
     }
-    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).record_parked(message_id)
+    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        (**self).record_in_lane(message_id)
     }
     fn record_key_left<'a>(
         &'a self,
@@ -235,12 +235,12 @@ impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
     ) -> BoxFuture<'a, Result<(), PortError>> {
         (**self).record_key_left(key_id, position, place)
     }
-    fn record_key_home<'a>(
+    fn record_key_done<'a>(
         &'a self,
         key_id: &'a str,
         position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).record_key_home(key_id, position)
+        (**self).record_key_done(key_id, position)
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use super::ledger::{AttemptLedger, BoxFuture, Hold, LedgerEntry, Release};
 use crate::error::PortError;
-use crate::lane::{KeyOffsets, KeyPlace, Position};
+use crate::lane::{KeyPlace, KeyPositions, Position};
 use crate::sync::lock;
 
 /// A ledger in memory, shared by the simulated containers of a test or the soak.
@@ -133,11 +133,11 @@ impl AttemptLedger for MemoryLedger {
         ready(())
     }
 
-    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         lock(&self.entries)
             .entry(message_id.to_owned())
             .or_default()
-            .parked = true;
+            .in_lane = true;
         ready(())
     }
 
@@ -153,24 +153,24 @@ impl AttemptLedger for MemoryLedger {
             Some(key) if key.left >= position => {}
             Some(key) => (key.left, key.place) = (position, place),
             None => {
-                *key = Some(KeyOffsets {
+                *key = Some(KeyPositions {
                     left: position,
                     place,
-                    home: None,
+                    done: None,
                 })
             }
         }
         ready(())
     }
 
-    fn record_key_home<'a>(
+    fn record_key_done<'a>(
         &'a self,
         key_id: &'a str,
         position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         let mut entries = lock(&self.entries);
         if let Some(key) = &mut entries.entry(key_id.to_owned()).or_default().key {
-            key.home = key.home.max(Some(position));
+            key.done = key.done.max(Some(position));
         }
         ready(())
     }
@@ -258,9 +258,9 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.inner.clear_hold(message_id)
     }
-    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_parked(message_id)
+        self.inner.record_in_lane(message_id)
     }
     fn record_key_left<'a>(
         &'a self,
@@ -271,12 +271,12 @@ impl<L: AttemptLedger> AttemptLedger for Counted<L> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.inner.record_key_left(key_id, position, place)
     }
-    fn record_key_home<'a>(
+    fn record_key_done<'a>(
         &'a self,
         key_id: &'a str,
         position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_key_home(key_id, position)
+        self.inner.record_key_done(key_id, position)
     }
 }

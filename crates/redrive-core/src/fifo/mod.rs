@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lane::{KeyOffsets, KeyPlace, Position};
+use crate::lane::{KeyPlace, KeyPositions, Position};
 pub use ledger::{ledger_key, AttemptLedger, BoxFuture, Hold, LedgerEntry, Release, LEDGER_KEEP};
 #[cfg(any(test, feature = "test-util"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
@@ -94,7 +94,7 @@ pub(crate) enum LaneState {
     Free,
     /// In its source, while its group waits in the lane: it follows there, untried.
     Follows,
-    /// In its source, the head its group was held on, come back: parked in the lane again.
+    /// In its source, the head its group was held on, come back: sent to the lane again.
     HeldAgain,
     /// In its source, come back after SQS confirmed its copy in the lane (its delete lost): done
     /// here, untried.
@@ -103,7 +103,7 @@ pub(crate) enum LaneState {
     /// in place, untried.
     Unread,
     /// In the lane, the head its group was held on, not yet released: held there, untried.
-    Parked,
+    HeldInLane,
 }
 
 /// What the ledger says of the groups `keys` (their [`crate::lane::group_key`]s, in order),
@@ -113,7 +113,7 @@ pub(crate) async fn group_states(
     ledger: &dyn AttemptLedger,
     keys: &[&str],
     within: Duration,
-) -> Vec<Option<Option<KeyOffsets>>> {
+) -> Vec<Option<Option<KeyPositions>>> {
     let entries = match tokio::time::timeout(within, ledger.entries(keys)).await {
         Ok(Ok(entries)) => entries,
         Ok(Err(error)) => {
@@ -135,10 +135,10 @@ pub(crate) async fn group_states(
 }
 
 /// Where a source record at `position` of a group in the state `state` stands with the lane. A
-/// held head back in its source (its copy's send not confirmed) is parked again as the head; any
+/// held head back in its source (its copy's send not confirmed) is sent to the lane again as the head; any
 /// other record of a group waiting there follows.
 pub(crate) fn lane_state(
-    state: Option<Option<KeyOffsets>>,
+    state: Option<Option<KeyPositions>>,
     position: Option<Position>,
 ) -> LaneState {
     let Some(state) = state else {
@@ -164,7 +164,7 @@ pub(crate) struct Recount {
     /// When it began to wait in place at its group's head, if it has.
     pub(crate) head_since_ms: Option<u64>,
     /// Its copy is in the retry lane: it came back to its source, its delete lost.
-    pub(crate) parked: bool,
+    pub(crate) in_lane: bool,
 }
 
 /// Reads what the ledger knows of `deliveries` (one call) within `within`: their attempts and
@@ -209,7 +209,7 @@ pub(crate) async fn recount(
                     Some(_) => HeadStatus::Held,
                 },
                 head_since_ms: entry.head_since_ms,
-                parked: entry.parked,
+                in_lane: entry.in_lane,
             })
         })
         .collect()

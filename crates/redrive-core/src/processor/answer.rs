@@ -80,12 +80,12 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
             )
         }
         // A fresh hold (it failed now; a head that comes back held has no error), in place or
-        // parked in the retry lane with its group's later records: an operator's job.
+        // sent to the retry lane with its group's later records: an operator's job.
         Fate::GiveBack {
             reason: GiveBackReason::Held,
             ..
         }
-        | Fate::Park { held: true }
+        | Fate::SendToLane { held: true }
             if error.is_some() =>
         {
             tracing::error!(
@@ -99,11 +99,11 @@ fn log_fate(item: &Item<'_>, fate: &Fate, error: Option<&RecordError>) {
                 "FIFO group held on this record: fix the cause, then `dlq release`",
             )
         }
-        Fate::Park { .. } => {
+        Fate::SendToLane { .. } => {
             tracing::debug!(
                 message_id = item.id,
                 group = item.group().unwrap_or_default(),
-                fate = "park",
+                fate = "send_to_lane",
                 "record follows its held group to the retry lane",
             )
         }

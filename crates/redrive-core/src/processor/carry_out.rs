@@ -29,13 +29,13 @@ use redrive_event::{SqsRecord, Text};
 /// When a failure is recorded (ms since the epoch) and in which invocation.
 type Failure<'f> = (u64, &'f Option<FailedIn>);
 
-/// How soon a record not parked comes back to be parked again. SQS may have taken a copy whose
+/// How soon a record not sent to the lane comes back to be sent again. SQS may have taken a copy whose
 /// answer was lost; its copy is deduplicated by the record's id for 5 minutes from that send (SQS
 /// API reference, SendMessage, MessageDeduplicationId), so the record must be back, and its copy
 /// sent again, within them; Terraform's visibility timeouts (6 x the function's) are longer, and a
 /// shorter one is kept. Its group's other records given back come back with it (a FIFO group waits
 /// for every record in flight).
-const PARK_AGAIN_WITHIN: Duration = Duration::from_secs(240);
+const RESEND_TO_LANE_WITHIN: Duration = Duration::from_secs(240);
 
 impl<Q: QueuePort> Processor<Q> {
     /// Carries the fates out through the one carry-out: re-sent copies and dead letters
@@ -57,9 +57,9 @@ impl<Q: QueuePort> Processor<Q> {
         }
         if rulings
             .iter()
-            .any(|ruling| matches!(ruling.fate, Fate::Park { .. }))
+            .any(|ruling| matches!(ruling.fate, Fate::SendToLane { .. }))
         {
-            Box::pin(self.park(items, rulings, invocation, report)).await;
+            Box::pin(self.send_to_lane(items, rulings, invocation, report)).await;
         }
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
         let mut outgoing = self.outgoing(items, rulings, &failed_in, &[]);
@@ -132,16 +132,16 @@ impl<Q: QueuePort> Processor<Q> {
         }
         if self.ledger.is_some() {
             Box::pin(self.clear_finished_holds(items, rulings, deadline)).await;
-            Box::pin(self.write_keys_home(items, rulings, invocation, deadline)).await;
+            Box::pin(self.write_keys_done(items, rulings, invocation, deadline)).await;
             report.held_heads = Box::pin(self.count_held_heads(items, rulings, deadline)).await;
         }
     }
 
-    /// Sends each parked record to the retry lane, in the batch's order, one at a time: each
+    /// Sends each record whose fate is the retry lane there, in the batch's order, one at a time: each
     /// group's position is written down in the ledger first (its later records then follow), and
-    /// a record whose write or send fails is given back with the rest of its group's parked
+    /// a record whose write or send fails is given back with the rest of its group's records bound
     /// records, so that none passes another in the lane.
-    async fn park(
+    async fn send_to_lane(
         &self,
         items: &[Item<'_>],
         rulings: &mut [Ruling],
@@ -152,26 +152,27 @@ impl<Q: QueuePort> Processor<Q> {
         let now = self.clock.now_ms();
         let deadline = self.budget(invocation.deadline_ms).carry_deadline();
         let mut stopped: Vec<&str> = Vec::new();
-        let back_within = PARK_AGAIN_WITHIN.min(self.config.source.visibility_timeout);
+        let back_within = RESEND_TO_LANE_WITHIN.min(self.config.source.visibility_timeout);
         for (item, ruling) in items.iter().zip(rulings.iter_mut()) {
-            let Fate::Park { held } = ruling.fate else {
+            let Fate::SendToLane { held } = ruling.fate else {
                 continue;
             };
             let group = item.group().unwrap_or_default();
-            let parked = if stopped.contains(&group) {
-                Err("an earlier record of its group was not parked".to_owned())
+            let sent = if stopped.contains(&group) {
+                Err("an earlier record of its group was not sent to the lane".to_owned())
             } else {
-                let parking = self.park_one(item, ruling, (now, &failed_in), invocation, report);
-                by_deadline(deadline, parking)
+                let sending =
+                    self.send_one_to_lane(item, ruling, (now, &failed_in), invocation, report);
+                by_deadline(deadline, sending)
                     .await
                     .unwrap_or_else(|| Err("cut off at the carry-out's deadline".to_owned()))
             };
-            if let Err(reason) = parked {
+            if let Err(reason) = sent {
                 tracing::error!(
                     message_id = item.id,
                     group,
                     error = %reason,
-                    "record not parked in the retry lane: given back, with its group's later records",
+                    "record not sent to the retry lane: given back, with its group's later records",
                 );
                 stopped.push(group);
                 // A follower was not tried: it comes back untried, with its head.
@@ -190,7 +191,7 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// Writes down that `item` leaves its group for the lane, then sends its copy there, marked
     /// with its position and group ([`LaneMark`]): the reason when either failed.
-    async fn park_one(
+    async fn send_one_to_lane(
         &self,
         item: &Item<'_>,
         ruling: &Ruling,
@@ -198,7 +199,7 @@ impl<Q: QueuePort> Processor<Q> {
         invocation: &Invocation<'_>,
         report: &mut BatchReport,
     ) -> Result<(), String> {
-        let (Some(ledger), Some(lane), &Fate::Park { held }) =
+        let (Some(ledger), Some(lane), &Fate::SendToLane { held }) =
             (&self.ledger, self.config.lane_url.as_deref(), &ruling.fate)
         else {
             return Err("no retry lane and attempt ledger".to_owned());
@@ -234,7 +235,7 @@ impl<Q: QueuePort> Processor<Q> {
         self.send_now(Destination::Url(lane), copy, invocation.deadline_ms, report)
             .await?;
         // Should its delete be lost, it comes back to its source done: its copy is in the lane.
-        if let Err(error) = ledger.record_parked(item.id).await {
+        if let Err(error) = ledger.record_in_lane(item.id).await {
             tracing::warn!(message_id = item.id, %error, "its copy in the retry lane not written down: should it come back to its source, it is sent there again");
         }
         Ok(())
@@ -268,7 +269,7 @@ impl<Q: QueuePort> Processor<Q> {
                 HeadStatus::Held | HeadStatus::ReleasedToDeadLetter
             );
             let newly_held = is_held(ruling) && !is_renewal(item, ruling);
-            came_back_held || newly_held || matches!(ruling.fate, Fate::Park { held: true })
+            came_back_held || newly_held || matches!(ruling.fate, Fate::SendToLane { held: true })
         });
         let due = lock(&self.held_counted_at)
             .is_none_or(|at| now.saturating_sub(at) >= HELD_COUNT_EVERY_MS);
@@ -490,8 +491,8 @@ impl<Q: QueuePort> Processor<Q> {
                     }
                     continue;
                 }
-                // Parked: sent already, one by one (`park`).
-                Fate::Done | Fate::GiveBack { .. } | Fate::Park { .. } => continue,
+                // Sent to the lane already, one by one (`send_to_lane`).
+                Fate::Done | Fate::GiveBack { .. } | Fate::SendToLane { .. } => continue,
             };
             match message {
                 Ok(message) => outbox.push(index, message),
@@ -686,7 +687,7 @@ fn hold_on(item: &Item<'_>, error: Option<&RecordError>, now_ms: u64) -> Hold {
 fn follows_group() -> RecordError {
     RecordError::transient(
         "follows_group",
-        "its group is held on an earlier record parked in the retry lane: it keeps the group's order there",
+        "its group is held on an earlier record in the retry lane: it keeps the group's order there",
     )
 }
 

@@ -17,7 +17,9 @@ impl<Q: QueuePort> Processor<Q> {
         handled: impl IntoIterator<Item = Outcome>,
         fifo: bool,
     ) -> Vec<Ruling> {
-        let mut judge = self.judge(fifo).parks(fifo && self.parks(items));
+        let mut judge = self
+            .judge(fifo)
+            .sends_to_lane(fifo && self.sends_to_lane(items));
         let mut rng = self.rng();
         let now = self.clock.now_ms();
         let ledger = self.ledger.is_some();

@@ -453,7 +453,7 @@ impl<Q: QueuePort> Processor<Q> {
                     items[index].head_since_s = count
                         .head_since_ms
                         .map_or(0, |ms| u32::try_from(ms / 1000).unwrap_or(u32::MAX));
-                    if count.parked {
+                    if count.in_lane {
                         items[index].lane = LaneState::Sent;
                     }
                 }
@@ -464,11 +464,11 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// With a retry lane and a hold ([`crate::lane`]): on a batch from the source, whether each
     /// record's group waits in the lane (one read of the batch's groups: the happy path's only
-    /// extra call); on a batch from the lane, which records are heads parked there, to be held
+    /// extra call); on a batch from the lane, which records are heads held there, to be held
     /// until an operator releases them.
     async fn read_lane_states(&self, items: &mut [Item<'_>], invocation: &Invocation<'_>) {
         let Some(ledger) = &self.ledger else { return };
-        if self.parks(items) {
+        if self.sends_to_lane(items) {
             let keys: Vec<String> = items.iter().map(group_key_of).collect();
             let mut distinct: Vec<&str> = keys.iter().map(String::as_str).collect();
             distinct.sort_unstable();
@@ -491,9 +491,9 @@ impl<Q: QueuePort> Processor<Q> {
             }
         } else if self.holds_in_lane() && self.batch_is_from_lane(items) {
             for item in items.iter_mut() {
-                let parked = LaneMark::of(item.record).is_some_and(|mark| mark.held);
-                if parked && matches!(item.head, HeadStatus::Free | HeadStatus::Unread) {
-                    item.lane = LaneState::Parked;
+                let held = LaneMark::of(item.record).is_some_and(|mark| mark.held);
+                if held && matches!(item.head, HeadStatus::Free | HeadStatus::Unread) {
+                    item.lane = LaneState::HeldInLane;
                 }
             }
         }
@@ -509,9 +509,9 @@ impl<Q: QueuePort> Processor<Q> {
             )
     }
 
-    /// Whether this FIFO batch parks held heads in the lane: it holds groups there and does not
+    /// Whether this FIFO batch sends held heads to the lane: it holds groups there and does not
     /// come from the lane itself (where a head is held in place).
-    pub(crate) fn parks(&self, items: &[Item<'_>]) -> bool {
+    pub(crate) fn sends_to_lane(&self, items: &[Item<'_>]) -> bool {
         self.holds_in_lane() && !self.batch_is_from_lane(items)
     }
 

@@ -1,4 +1,4 @@
-//! Running records: which record starts when (in order, or FIFO groups as lanes), workers polled
+//! Running records: which record starts when (in order, or FIFO groups taking turns), workers polled
 //! together on the invocation's task, panics caught per record, and the deadline margin that stops
 //! new records and cuts off running ones; for a batch handler, bisection.
 use std::cmp::Reverse;
@@ -21,19 +21,19 @@ use crate::sync::lock;
 /// Which record a worker starts next.
 ///
 /// A standard queue's records are independent (a fair queue's `MessageGroupId` names a tenant, not
-/// an order) and are taken in the event's order. On a FIFO queue each message group is a lane: a
+/// an order) and are taken in the event's order. On a FIFO queue each message group takes turns: a
 /// group's next record is offered only after the one before it succeeded, since anything else
 /// makes the judge give back the rest of the group (`Judge::decide`); of the records on offer the
 /// earliest in the event goes first, so that with a bound of 1 the event's order is kept.
 enum Schedule {
     InOrder { next: AtomicUsize, len: usize },
-    Lanes(Mutex<Lanes>),
+    Turns(Mutex<Turns>),
 }
 
-struct Lanes {
+struct Turns {
     /// For each record, the next record of its message group.
     next_in_group: Vec<Option<usize>>,
-    /// The first record not yet started of each lane that may go on, earliest first.
+    /// The first record not yet started of each group whose turn may come, earliest first.
     offered: BinaryHeap<Reverse<usize>>,
 }
 
@@ -49,7 +49,7 @@ impl Schedule {
         let mut offered = BinaryHeap::new();
         let mut last_of_group: HashMap<&str, usize> = HashMap::new();
         for (index, item) in items.iter().enumerate() {
-            // A FIFO record always has a group; one without is a lane of its own.
+            // A FIFO record always has a group; one without is a group of its own.
             let previous = item
                 .group()
                 .and_then(|group| last_of_group.insert(group, index));
@@ -58,17 +58,17 @@ impl Schedule {
                 None => offered.push(Reverse(index)),
             }
         }
-        Self::Lanes(Mutex::new(Lanes {
+        Self::Turns(Mutex::new(Turns {
             next_in_group,
             offered,
         }))
     }
 
     /// How many records can run at once at the most.
-    fn lanes(&self) -> usize {
+    fn turns(&self) -> usize {
         match self {
             Self::InOrder { len, .. } => *len,
-            Self::Lanes(lanes) => lock(lanes).offered.len(),
+            Self::Turns(turns) => lock(turns).offered.len(),
         }
     }
 
@@ -79,14 +79,14 @@ impl Schedule {
             Self::InOrder { next, len } => {
                 Some(next.fetch_add(1, Ordering::Relaxed)).filter(|index| index < len)
             }
-            Self::Lanes(lanes) => {
-                let mut lanes = lock(lanes);
+            Self::Turns(turns) => {
+                let mut turns = lock(turns);
                 if let Some((index, true)) = finished {
-                    if let Some(next) = lanes.next_in_group[index] {
-                        lanes.offered.push(Reverse(next));
+                    if let Some(next) = turns.next_in_group[index] {
+                        turns.offered.push(Reverse(next));
                     }
                 }
-                lanes.offered.pop().map(|Reverse(index)| index)
+                turns.offered.pop().map(|Reverse(index)| index)
             }
         }
     }
@@ -114,7 +114,7 @@ impl<Q: QueuePort> Processor<Q> {
         let budget = self.budget(invocation.deadline_ms);
         let cutoff = budget.cutoff();
         let schedule = Schedule::new(items, fifo);
-        let workers = self.config.concurrency.get().min(schedule.lanes());
+        let workers = self.config.concurrency.get().min(schedule.turns());
         let mut logs: Vec<WorkerLog> = (0..workers).map(|_| WorkerLog::default()).collect();
         let in_time = {
             let mut running: FuturesUnordered<_> = logs
@@ -263,10 +263,12 @@ impl<Q: QueuePort> Processor<Q> {
             (LaneState::Sent, _) => return Some(Outcome::Succeeded),
             (LaneState::HeldAgain, _) => return Some(Outcome::Failed(Box::new(held_again()))),
             (LaneState::Unread, _) => return Some(Outcome::Failed(Box::new(lane_unread()))),
-            (LaneState::Parked, HeadStatus::Unread) => {
+            (LaneState::HeldInLane, HeadStatus::Unread) => {
                 return Some(Outcome::Failed(Box::new(ledger_unread())))
             }
-            (LaneState::Parked, _) => return Some(Outcome::Failed(Box::new(parked(item)))),
+            (LaneState::HeldInLane, _) => {
+                return Some(Outcome::Failed(Box::new(held_in_lane(item))))
+            }
             (LaneState::Free, HeadStatus::Held) => return Some(Outcome::Held),
             (LaneState::Free, HeadStatus::ReleasedToDeadLetter) => {
                 return Some(Outcome::ReleasedToDeadLetter)
@@ -317,23 +319,26 @@ fn lane_unread() -> RecordError {
     RecordError::defer("retry_lane_unread", LEDGER_UNREAD_WAIT)
 }
 
-/// The held head come back to its source after it was parked (the send's answer or the delete
-/// was lost): parked again, as the head, without a try.
+/// The held head come back to its source after it was sent to the lane (the send's answer or the delete
+/// was lost): sent there again, as the head, without a try.
 fn held_again() -> RecordError {
     RecordError::permanent(
         "held_head_again",
-        "its group is held on it and it was parked in the retry lane, but came back to its source (the send's answer or its delete lost): parked again; if SQS took the first copy, that one holds the failure",
+        "its group is held on it and it was sent to the retry lane, but came back to its source (the send's answer or its delete lost): sent there again; if SQS took the first copy, that one holds the failure",
     )
 }
 
-/// A head parked in the retry lane, on its arrival there: the failure it was parked with, as a
+/// A head held in the retry lane, on its arrival there: the failure it was sent there with, as a
 /// permanent one, so that the judge holds its group on it there.
-fn parked(item: &Item<'_>) -> RecordError {
+fn held_in_lane(item: &Item<'_>) -> RecordError {
     match item.meta.as_deref() {
         Some(meta) => {
             RecordError::permanent(meta.error_kind.to_string(), meta.error_message.to_string())
         }
-        None => RecordError::permanent("parked", "its group was held on it in its source queue"),
+        None => RecordError::permanent(
+            "held_in_lane",
+            "its group was held on it in its source queue",
+        ),
     }
 }
 

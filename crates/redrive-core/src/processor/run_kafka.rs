@@ -165,7 +165,7 @@ impl<Q: QueuePort> Processor<Q> {
                 return (Some(from), report);
             }
             match fate {
-                KafkaFate::Lane => report.retried += 1,
+                KafkaFate::Lane => report.sent_to_lane += 1,
                 _ => report.dead_lettered += 1,
             }
             if let Some(key_id) = key_id {
@@ -227,7 +227,7 @@ impl<Q: QueuePort> Processor<Q> {
     /// offset, a FIFO record's sequence number in its source), so that its key's later records
     /// stop following once none is out. A write that fails or is cut off at `deadline` leaves the
     /// key following until its next record is done here.
-    pub(super) async fn write_keys_home(
+    pub(super) async fn write_keys_done(
         &self,
         items: &[Item<'_>],
         rulings: &[Ruling],
@@ -252,7 +252,7 @@ impl<Q: QueuePort> Processor<Q> {
                 },
             );
         let writes = futures_util::future::join_all(home.map(|(key_id, position)| async move {
-            if let Err(error) = ledger.record_key_home(&key_id, position).await {
+            if let Err(error) = ledger.record_key_done(&key_id, position).await {
                 tracing::warn!(key = key_id, position = position.0.to_string(), %error, "the key's record home not written down: its later records follow it to the lane until the next one is done");
             }
         }));

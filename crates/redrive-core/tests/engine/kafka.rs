@@ -131,7 +131,7 @@ async fn a_failed_record_leaves_its_partition_for_the_lane_and_its_keys_later_re
     assert_eq!(
         (
             report.done,
-            report.retried,
+            report.sent_to_lane,
             report.dead_lettered,
             report.given_back
         ),
@@ -446,7 +446,7 @@ impl AttemptLedger for Down {
     fn clear_hold<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         down()
     }
-    fn record_parked<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+    fn record_in_lane<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         down()
     }
     fn record_key_left<'a>(
@@ -457,7 +457,7 @@ impl AttemptLedger for Down {
     ) -> BoxFuture<'a, Result<(), PortError>> {
         down()
     }
-    fn record_key_home<'a>(
+    fn record_key_done<'a>(
         &'a self,
         _: &'a str,
         _: Position,

@@ -577,7 +577,7 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
         report.minutes[minute].0 += processed.report.deferred;
         report.minutes[minute].1 += processed.report.transient_errors;
         report.payloads_offloaded += u64::from(processed.report.payloads_offloaded);
-        report.parked += u64::from(processed.report.parked);
+        report.sent_to_lane += u64::from(processed.report.sent_to_lane);
         report.payload_orphans += u64::from(processed.report.payload_orphans);
         if self.holds() {
             let held = self.ledger.held().await?;

@@ -255,7 +255,7 @@ impl SoakQueues for redrive::SqsQueue {
     }
 
     fn stuck_after(&self) -> Option<Duration> {
-        // The runs' longest wait is a give-back's (PARK_AGAIN_WITHIN, 4 minutes).
+        // The runs' longest wait is a give-back's (RESEND_TO_LANE_WITHIN, 4 minutes).
         Some(Duration::from_secs(600))
     }
 

@@ -63,7 +63,7 @@ pub struct SoakReport {
     pub longest_deliverable_wait: Duration,
     /// FIFO with a retry lane: records the consumer sent there with their held group, and the
     /// most messages the lane held at once (a held group's backlog).
-    pub parked: u64,
+    pub sent_to_lane: u64,
     pub lane_backlog: usize,
     /// FIFO: effects that came before an earlier message of their group's (before the redrive,
     /// which brings dead letters home out of order by nature).
@@ -288,11 +288,11 @@ impl fmt::Display for SoakReport {
             "  longest deliverable wait    {:>7}s  (a message a receive could take, waiting for one; in memory)",
             self.longest_deliverable_wait.as_secs()
         )?;
-        if self.parked > 0 {
+        if self.sent_to_lane > 0 {
             writeln!(
                 f,
-                "  parked in the retry lane    {:>8}  (a held group's head and backlog; at most {} in the lane at once)",
-                self.parked, self.lane_backlog
+                "  sent to the retry lane      {:>8}  (a held group's head and backlog; at most {} in the lane at once)",
+                self.sent_to_lane, self.lane_backlog
             )?;
         }
         if self.order_end_to_end {

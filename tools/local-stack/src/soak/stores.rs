@@ -239,8 +239,8 @@ impl AttemptLedger for FaultyStore {
     fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(self.call("UpdateItem", self.inner.ledger().clear_hold(message_id)))
     }
-    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        Box::pin(self.call("UpdateItem", self.inner.ledger().record_parked(message_id)))
+    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        Box::pin(self.call("UpdateItem", self.inner.ledger().record_in_lane(message_id)))
     }
     fn record_key_left<'a>(
         &'a self,
@@ -253,14 +253,14 @@ impl AttemptLedger for FaultyStore {
             self.inner.ledger().record_key_left(key_id, position, place),
         ))
     }
-    fn record_key_home<'a>(
+    fn record_key_done<'a>(
         &'a self,
         key_id: &'a str,
         position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
         Box::pin(self.call(
             "UpdateItem",
-            self.inner.ledger().record_key_home(key_id, position),
+            self.inner.ledger().record_key_done(key_id, position),
         ))
     }
 }

@@ -192,7 +192,7 @@ async fn fifo_groups_lose_nothing_on_localstack() {
 
 /// Held groups in the retry lane on LocalStack, whose FIFO sequence numbers grow within a group
 /// as SQS's do (the lane's positions; moto's are random: the conformance row "FIFO sequence numbers
-/// grow") and which deduplicates a copy sent twice: heads parked with their group's later records,
+/// grow") and which deduplicates a copy sent twice: heads sent to the lane with their group's later records,
 /// released by the operator, and nothing lost nor applied twice. The order and the tries per
 /// message are the model's to hold (`with_hold_every_groups_effects_stay_in_order_end_to_end`):
 /// LocalStack hands out a group's records given back while their head is in flight (the row
@@ -219,7 +219,7 @@ async fn held_groups_wait_in_the_lane_on_localstack() {
         "{report}"
     );
     assert!(
-        report.parked > 0 && report.released_to_retry + report.released_to_dlq > 0,
+        report.sent_to_lane > 0 && report.released_to_retry + report.released_to_dlq > 0,
         "{report}"
     );
 }

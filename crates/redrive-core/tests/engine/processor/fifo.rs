@@ -231,8 +231,8 @@ impl AttemptLedger for Scripted {
     fn clear_hold<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
         self.inner.clear_hold(id)
     }
-    fn record_parked<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_parked(message_id)
+    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        self.inner.record_in_lane(message_id)
     }
     fn record_key_left<'a>(
         &'a self,
@@ -242,12 +242,12 @@ impl AttemptLedger for Scripted {
     ) -> BoxFuture<'a, Result<(), PortError>> {
         self.inner.record_key_left(key_id, position, place)
     }
-    fn record_key_home<'a>(
+    fn record_key_done<'a>(
         &'a self,
         key_id: &'a str,
         position: Position,
     ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_key_home(key_id, position)
+        self.inner.record_key_done(key_id, position)
     }
 }
 

@@ -51,7 +51,7 @@ fn laned(ledger: Arc<dyn AttemptLedger>) -> Processor<RecordingQueue> {
         .with_ledger(ledger)
 }
 
-/// Issue 42, item 1: with a retry lane, a head that would hold its group is parked there with its
+/// Issue 42, item 1: with a retry lane, a head that would hold its group is sent there with its
 /// failure and deleted from the source, and the group's later records follow it there untried,
 /// in order, so that the source's other groups never queue behind a held group's backlog (SQS
 /// looks at the first 120,000 messages of a FIFO queue only). In the lane the head holds its
@@ -67,7 +67,7 @@ async fn with_a_lane_a_held_group_waits_there_in_order_and_its_source_goes_on() 
     };
     let handled = || handler.bodies.lock().unwrap().clone();
 
-    // a1 fails: parked with its failure, deleted from the source; a2 behind it is given back
+    // a1 fails: sent to the lane with its failure, deleted from the source; a2 behind it is given back
     // untried; B goes on.
     let processed = run(
         &processor,
@@ -80,7 +80,10 @@ async fn with_a_lane_a_held_group_waits_there_in_order_and_its_source_goes_on() 
     )
     .await;
     assert_eq!(failures(&processed), ["a2"]);
-    assert_eq!((processed.report.parked, processed.report.held), (1, 0));
+    assert_eq!(
+        (processed.report.sent_to_lane, processed.report.held),
+        (1, 0)
+    );
     assert!(processor.queue().sent_to(DLQ).is_empty());
     assert_eq!(handled(), ["permanent:a1", "ok:b1"]);
 
@@ -96,7 +99,7 @@ async fn with_a_lane_a_held_group_waits_there_in_order_and_its_source_goes_on() 
     )
     .await;
     assert!(failures(&processed).is_empty());
-    assert_eq!(processed.report.parked, 2);
+    assert_eq!(processed.report.sent_to_lane, 2);
     assert_eq!(handled(), ["permanent:a1", "ok:b1", "ok:b2"]);
     let lane = processor.queue().sent_to(LANE);
     let bodies: Vec<&str> = lane.iter().map(|copy| &*copy.body).collect();
@@ -107,7 +110,7 @@ async fn with_a_lane_a_held_group_waits_there_in_order_and_its_source_goes_on() 
     assert_eq!(&*meta_of(&lane[0]).error_kind, "invalid_order");
     assert_eq!(&*meta_of(&lane[1]).error_kind, "follows_group");
 
-    // In the lane: the head holds its group there, untried, with the failure it was parked for.
+    // In the lane: the head holds its group there, untried, with the failure it was sent there for.
     let processed = run(
         &processor,
         &handler,
@@ -225,12 +228,12 @@ async fn with_a_lane_a_held_group_waits_there_in_order_and_its_source_goes_on() 
 
 /// Issue 42, item 1, found by the soak: a record comes back to its source after it left for the
 /// lane when the answer to its copy's send or its source delete is lost. A held head whose copy
-/// SQS did not confirm is parked again as the held head (before: it followed itself, and was
+/// SQS did not confirm is sent to the lane again as the held head (before: it followed itself, and was
 /// tried in the lane with a fresh set of attempts no operator gave it); a record whose copy SQS
 /// confirmed is done in its source, untried and not sent again (before: tried again in place,
 /// after its group's later records had taken effect from the lane).
 #[tokio::test]
-async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_parked_again_or_done() {
+async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_sent_again_or_done() {
     let ledger = Arc::new(MemoryLedger::new());
     let processor = laned(ledger.clone());
     let handler = handler();
@@ -252,7 +255,7 @@ async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_parked_again_
     processor
         .queue()
         .fail_calls_to("https://sqs.local/123456789012/nowhere");
-    // Back, its group waiting on it: parked again as the held head, untried.
+    // Back, its group waiting on it: sent to the lane again as the held head, untried.
     let processed = run(&processor, &handler, &source("a1", "permanent", 2, 1)).await;
     assert!(failures(&processed).is_empty());
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1, "not tried again");
@@ -272,12 +275,12 @@ async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_parked_again_
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
 }
 
-/// Issue 53, item 5: a park SQS did not confirm may have landed. Given back at the queue's
+/// Issue 53, item 5: a lane send SQS did not confirm may have landed. Given back at the queue's
 /// visibility timeout (360 s and more), it came back past the 5 minutes in which SQS deduplicates
 /// its copy by its id, and the lane could hold two copies of a held head. It and its group's
 /// records given back with it now come back within them.
 #[tokio::test]
-async fn a_park_not_confirmed_comes_back_within_the_lanes_deduplication_interval() {
+async fn a_lane_send_not_confirmed_comes_back_within_the_lanes_deduplication_interval() {
     let processor = laned(Arc::new(MemoryLedger::new()));
     let handler = handler();
     processor.queue().fail_calls_to(LANE);
