@@ -337,13 +337,16 @@ impl AttemptLedger for DynamoDbStore {
                 request = request.condition_expression(
                     "attribute_exists(held_since) AND attribute_not_exists(held_release)",
                 );
-            } else {
-                // Listed first, so that `dlq held` never misses a hold (a listed message whose
-                // hold is gone is dropped from the list when it is read).
-                self.list_held(message_id, true).await?;
             }
+            // Listed after the hold is written, never before: `held` drops a listed message whose
+            // entry has no hold, and it would drop one listed first while its hold is on the way,
+            // leaving a held group no operator sees. A listing lost after the write (a failed
+            // call) is made again by the next renewal, each time the head comes back held.
             match request.update_expression(expression).send().await {
-                Ok(_) => Ok(true),
+                Ok(_) => {
+                    self.list_held(message_id, true).await?;
+                    Ok(true)
+                }
                 Err(error)
                     if renewal
                         && error

@@ -397,3 +397,74 @@ async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
         .expect("read");
     assert!(entry.hold.is_none());
 }
+
+/// Holds back each UpdateItem that writes a hold (`held_since`) for `delay`, the thread with it: a
+/// slow DynamoDB for one call, so that another container's read lands in between.
+#[derive(Debug, Clone)]
+struct SlowHoldWrites(Duration);
+
+impl aws_sdk_dynamodb::config::Intercept for SlowHoldWrites {
+    fn name(&self) -> &'static str {
+        "SlowHoldWrites"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let body = context.request().body().bytes().unwrap_or_default();
+        if String::from_utf8_lossy(body).contains("held_since") {
+            std::thread::sleep(self.0);
+        }
+        Ok(())
+    }
+}
+
+/// A held head stays listed when another container reads the held heads while its hold is being
+/// written (the held-heads gauge after a batch, `dlq held`): before, the head was listed first,
+/// the reader found it listed without a hold and dropped it, and the group stayed held where no
+/// operator saw it (the Kafka soak's seed 5: a head in flight in the lane, never released).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_held_while_another_container_reads_the_held_heads_stays_listed() {
+    use redrive::fifo::{AttemptLedger, Hold};
+    let (client, table) = table("ledger-hold-race").await;
+    let config = aws_sdk_dynamodb::config::Builder::from(&redrive::sqs::sdk_config_from_env())
+        .interceptor(SlowHoldWrites(Duration::from_millis(800)))
+        .build();
+    let holding = Arc::new(DynamoDbStore::with_client(
+        aws_sdk_dynamodb::Client::from_conf(config),
+        &table,
+    ));
+    let reading = DynamoDbStore::with_client(client, &table);
+    let hold = Hold {
+        since_ms: 100,
+        receive_count: 5,
+        receipt_handle: "rh-5".into(),
+        queue_arn: "arn:aws:sqs:us-east-1:123456789012:orders-held.fifo".into(),
+        error_kind: "downstream_down".into(),
+        error_message: "the downstream is down".into(),
+        release: None,
+    };
+    let writer = {
+        let holding = holding.clone();
+        tokio::spawn(async move { holding.hold("m-race", &hold, false).await })
+    };
+    // Mid-write: the other container reads the held heads.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let read_meanwhile = reading.held().await.unwrap();
+    writer.await.unwrap().unwrap();
+    let listed: Vec<String> = reading
+        .held()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(
+        listed,
+        ["m-race"],
+        "the held head is listed once its hold is written (read in the middle: {read_meanwhile:?})"
+    );
+}
