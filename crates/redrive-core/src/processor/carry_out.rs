@@ -137,10 +137,10 @@ impl<Q: QueuePort> Processor<Q> {
         }
     }
 
-    /// Sends each record whose fate is the retry lane there, in the batch's order, one at a time: each
+    /// Sends each record bound for the retry lane there, in the batch's order, one at a time: each
     /// group's position is written down in the ledger first (its later records then follow), and
     /// a record whose write or send fails is given back with the rest of its group's records bound
-    /// records, so that none passes another in the lane.
+    /// there, so that none passes another in the lane.
     async fn send_to_lane(
         &self,
         items: &[Item<'_>],
