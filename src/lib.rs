@@ -40,7 +40,7 @@
 //! | `lambda` | yes | the Lambda glue ([`lambda`]): the runtime loop, settings from `REDRIVE_*` variables, JSON logs |
 //! | `dynamodb` | no | `dynamodb::DynamoDbStore`: the idempotency store and attempt ledger every container shares |
 //! | `s3` | no | `s3::S3Payloads`: large messages through S3 (Extended Client pointers read, big copies offloaded) |
-//! | `test-util` | no | test doubles: `port::RecordingQueue`, `fifo::MemoryLedger`, `clock::ManualClock`, `payload::MemoryPayloads`, `eventbridge::RecordingInvoker` |
+//! | `test-util` | no | test doubles: `port::RecordingQueue`, `ledger::MemoryLedger`, `clock::ManualClock`, `payload::MemoryPayloads`, `eventbridge::RecordingInvoker` |
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -55,11 +55,11 @@ pub use redrive_aws::sqs;
 #[cfg(feature = "test-util")]
 pub use redrive_core::oracles;
 // The engine's modules a user reaches: the handler contract, the processor and its settings,
-// errors, the ports and their test doubles, idempotency, FIFO bookkeeping, the failure envelope.
-// The breaker, the fates, the batch's figures and the stream records are named at the root; the
+// errors, the ports and their test doubles, idempotency, FIFO and the attempt ledger, the failure
+// envelope. The breaker, the fates, the batch's figures and the stream records are named at the root; the
 // courier (`carry`) and the EMF lines are the sibling crates' own.
 pub use redrive_core::{
-    backoff, clock, envelope, error, fifo, handler, idempotency, kafka, lane, payload, port,
+    backoff, clock, envelope, error, fifo, handler, idempotency, kafka, ledger, payload, port,
     processor, reprocess_policy, stream,
 };
 

@@ -16,7 +16,7 @@
 //! `held_error`, `held_release`), `parked` (its copy is in the retry lane: `LedgerEntry::in_lane`, stored under the name of 0.1) and `expires_at`; the item `holds#index` lists the held heads'
 //! message ids (`held`), so that `dlq held` reads them without a scan. A key with records in the
 //! retry lane (`attempts#kafka#<topic>-<partition>#<key>`, `attempts#fifo#<queue arn>#<group>`)
-//! holds `key_left`, `key_place` and `key_home` ([`redrive_core::lane::KeyPositions`]), positions
+//! holds `key_left`, `key_place` and `key_home` ([`redrive_core::ledger::KeyPositions`]), positions
 //! as 39-digit strings that sort as the numbers do (an SQS sequence number has 128 bits, past a
 //! DynamoDB number's 38 digits), each written only upwards (a condition on the position).
 use std::collections::HashMap;
@@ -30,15 +30,16 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, ReturnValuesOnConditionCheckFailure,
 };
 use aws_sdk_dynamodb::Client;
+use futures_util::future::BoxFuture;
 use tokio::sync::OnceCell;
 
 use redrive_core::clock::{Clock, SystemClock};
 use redrive_core::error::PortError;
-use redrive_core::fifo::{
-    ledger_key, AttemptLedger, BoxFuture, Hold, LedgerEntry, Release, LEDGER_KEEP,
-};
 use redrive_core::idempotency::{reused, Claim, IdempotencyStore};
-use redrive_core::lane::{KeyPlace, KeyPositions, Position};
+use redrive_core::ledger::{
+    ledger_key, AttemptLedger, Hold, KeyPlace, KeyPositions, LedgerEntry, Position, Release,
+    LEDGER_KEEP,
+};
 
 const HELD: &str = "IN_PROGRESS";
 const DONE: &str = "DONE";

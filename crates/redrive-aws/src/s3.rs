@@ -5,9 +5,9 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_runtime_api::http::Response;
+use futures_util::future::BoxFuture;
 use tokio::sync::OnceCell;
 
-use redrive_core::fifo::BoxFuture;
 use redrive_core::payload::{PayloadError, PayloadStore, Pointer};
 use redrive_core::{ErrorClass, RecordError};
 

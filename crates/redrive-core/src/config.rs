@@ -263,7 +263,7 @@ pub struct Settings {
     pub metrics_namespace: String,
     /// The shared idempotency store, when `REDRIVE_IDEMPOTENCY_TABLE` names one.
     pub idempotency: Option<IdempotencySettings>,
-    /// The DynamoDB table of the FIFO attempt ledger ([`crate::fifo`]): `REDRIVE_LEDGER_TABLE`,
+    /// The DynamoDB table of the FIFO attempt ledger ([`crate::ledger`]): `REDRIVE_LEDGER_TABLE`,
     /// else the idempotency store's table. `None`: a FIFO record's receives all count as attempts.
     pub ledger_table: Option<String>,
     /// Large messages through S3 ([`crate::payload`]), when `REDRIVE_PAYLOAD_BUCKET` names a bucket.

@@ -168,6 +168,32 @@ impl Fate {
             _ => 0,
         }
     }
+
+    /// A FIFO head given back holding its group: held at this receive, or come back held.
+    pub(crate) const fn holds_group(&self) -> bool {
+        matches!(
+            self,
+            Self::GiveBack {
+                reason: GiveBackReason::Held,
+                ..
+            }
+        )
+    }
+
+    /// Whether it gives its record back without having tried it (the attempt ledger writes such
+    /// a receive down: it is no attempt).
+    pub(crate) const fn is_untried(&self) -> bool {
+        matches!(
+            self,
+            Self::GiveBack {
+                reason: GiveBackReason::GroupBlocked
+                    | GiveBackReason::Deadline
+                    | GiveBackReason::FifoDefer
+                    | GiveBackReason::Released,
+                ..
+            }
+        )
+    }
 }
 
 /// Why a record is given back to SQS.

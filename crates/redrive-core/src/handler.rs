@@ -163,7 +163,7 @@ impl<'r> Message<'r> {
     }
 
     /// 1 on the first try, 2 on the first retry, ... On FIFO it is SQS's receive count, less the
-    /// receives the attempt ledger knows were untried ([`crate::fifo`]); without the ledger,
+    /// receives the attempt ledger knows were untried ([`crate::ledger`]); without the ledger,
     /// a record held back behind its group or deferred counts those receives too.
     pub fn attempt(&self) -> u32 {
         self.attempt

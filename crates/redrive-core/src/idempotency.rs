@@ -566,16 +566,7 @@ mod tests {
         let handler = Idempotent::new(Panics, store.clone(), KeyFrom::MessageId);
         let record = record("m-1", "order-1", None);
         let invocation = crate::handler::Invocation::from(u64::MAX / 2);
-        let item = crate::processor::Item {
-            record: &record,
-            id: "m-1",
-            meta: None,
-            attempts_before: 0,
-            receive_count: 0,
-            head: crate::fifo::HeadStatus::Free,
-            head_since_s: 0,
-            lane: crate::fifo::LaneState::Free,
-        };
+        let item = crate::processor::Item::new(&record, "m-1", 0);
         let error = handler
             .handle(&item.message(&invocation))
             .await

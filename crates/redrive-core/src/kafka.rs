@@ -12,7 +12,7 @@
 //! [`Processor::process_kafka`] runs a batch.
 //!
 //! Across batches, the attempt ledger remembers each key that has records out of its partition
-//! ([`KeyPositions`](crate::lane::KeyPositions): the last offset that left, and where, and the last that took effect from
+//! ([`KeyPositions`](crate::ledger::KeyPositions): the last offset that left, and where, and the last that took effect from
 //! the lane): a batch reads its keys first, and a later record of a waiting key follows the
 //! earlier ones; the lane's consumer writes a record's offset back when it takes effect.
 //!
@@ -172,7 +172,7 @@ impl KafkaOrigin {
         format!("{}-{}", self.topic, self.partition)
     }
 
-    /// The attempt ledger's id of its key in its partition ([`crate::lane::KeyPositions`]); `None` for a record
+    /// The attempt ledger's id of its key in its partition ([`crate::ledger::KeyPositions`]); `None` for a record
     /// without a key, which follows nothing: its partition's later keyless records pass it.
     pub fn key_id(&self) -> Option<String> {
         Some(key_id(&self.topic, self.partition, self.key.as_deref()?))

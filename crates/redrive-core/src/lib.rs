@@ -15,7 +15,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `aws-sdk-errors` | `RecordError::from_sdk_error`: an AWS SDK error classified as transient or permanent |
-//! | `test-util` | test doubles: `port::RecordingQueue`, `fifo::MemoryLedger` and `fifo::Counted`, `clock::ManualClock`, `payload::MemoryPayloads` |
+//! | `test-util` | test doubles: `port::RecordingQueue`, `ledger::MemoryLedger` and `ledger::Counted`, `clock::ManualClock`, `payload::MemoryPayloads` |
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -34,7 +34,7 @@ pub mod fifo;
 pub mod handler;
 pub mod idempotency;
 pub mod kafka;
-pub mod lane;
+pub mod ledger;
 /// The batch's figures as EMF lines: [`BatchReport`] is the API, the lines are shared with
 /// `redrive-recovery`.
 #[doc(hidden)]

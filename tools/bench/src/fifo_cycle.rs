@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redrive::clock::ManualClock;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::Text;
-use redrive::fifo::{Counted, MemoryLedger};
+use redrive::ledger::{Counted, MemoryLedger};
 use redrive::{Message, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler};
 use redrive_local::memory::{MemorySqs, QueueSpec};
 

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use redrive::fifo::MemoryLedger;
 use redrive::kafka::KafkaEvent;
+use redrive::ledger::MemoryLedger;
 use redrive::port::RecordingQueue;
 use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler};
 use redrive_local::kafka_poller::{Broker, KafkaPoller};

@@ -10,7 +10,7 @@ use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::event::SqsRecord;
-use redrive::fifo::{release_head, AttemptLedger, Release};
+use redrive::ledger::{release_head, AttemptLedger, Release};
 use redrive::payload::{PayloadStore, Pointer, LEGACY_SIZE_ATTRIBUTE, SIZE_ATTRIBUTE};
 use redrive::reprocess::{
     browse, export_line, AttributeFilter, Inventory, ReprocessCommand, ReprocessSummary,

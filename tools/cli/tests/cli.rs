@@ -224,7 +224,7 @@ async fn peek_and_export_show_a_large_messages_body_from_s3_or_where_it_is_kept(
 
 #[tokio::test]
 async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
-    use redrive::fifo::{AttemptLedger, Hold};
+    use redrive::ledger::{AttemptLedger, Hold};
     assert!(
         std::env::var("AWS_ENDPOINT_URL").is_ok(),
         "run with `make test` (moto server and AWS_ENDPOINT_URL)"

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use redrive::dynamodb::DynamoDbStore;
 use redrive::envelope::OutgoingMessage;
-use redrive::fifo::{release_head, AttemptLedger, Release};
 use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
+use redrive::ledger::{release_head, AttemptLedger, Release};
 use redrive::port::{EntryFailure, ForwardingPort, QueuePort as _, VisibilityChange};
 use redrive::{
     Message, PortError, Processor, ProcessorConfig, RecordError, RecordHandler, SqsQueue,

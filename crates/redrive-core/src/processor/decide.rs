@@ -22,7 +22,7 @@ impl<Q: QueuePort> Processor<Q> {
             .sends_to_lane(fifo && self.sends_to_lane(items));
         let mut rng = self.rng();
         let now = self.clock.now_ms();
-        let ledger = self.ledger.is_some();
+        let ledger = self.books.is_some();
         items
             .iter()
             .zip(handled)
@@ -89,7 +89,7 @@ fn decide(
             Some(Box::new(deferred_too_long(&error, history.failing_for)))
         }
         Outcome::Failed(error) => Some(error),
-        Outcome::AttemptsUsedUp => Some(Box::new(attempts_used_up(item.receive_count))),
+        Outcome::AttemptsUsedUp => Some(Box::new(attempts_used_up(item.fifo.receive_count))),
         Outcome::ReleasedToDeadLetter => Some(Box::new(RecordError::permanent(
             "released_to_dlq",
             "its group was held on it, and an operator released it to the DLQ (dlq release --dead-letter): the group went on without it",

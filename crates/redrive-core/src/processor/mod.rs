@@ -2,11 +2,14 @@
 //! answers Lambda. A batch goes through phases, a file each, and the entry points below read as
 //! that pipeline: prepare (here) → run (`run.rs`: schedule, lanes, panics, the deadline,
 //! bisection; `run_stream.rs` for Kinesis) → decide (`decide.rs`, by the judge of `fate.rs`) →
-//! carry out (`carry_out.rs`, through the one [`Courier`]) → answer (`answer.rs`).
+//! carry out (`carry_out.rs`, the copies of `record.rs` through the one [`Courier`], the books
+//! kept in [`crate::ledger`]) → answer (`answer.rs`).
 mod answer;
 mod carry_out;
 mod decide;
 mod payloads;
+mod prepare;
+mod record;
 mod run;
 mod run_kafka;
 mod run_stream;
@@ -17,18 +20,16 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsBatchResponse;
 
-pub(crate) use run::deadline_error;
-
 use crate::backoff::RetryPolicy;
 use crate::carry::Courier;
 use crate::clock::{Budget, Clock, SystemClock};
-use crate::envelope::{Meta, Timestamp};
-use crate::error::BatchError;
+use crate::envelope::Meta;
+use crate::error::{BatchError, RecordError};
 use crate::fate::{History, Outcome, SourceQueue};
-use crate::fifo::{self, AttemptLedger, Delivery, FifoOnDeadLetter, HeadStatus, LaneState};
+use crate::fifo::FifoOnDeadLetter;
 use crate::handler::{with_own_completions, BatchHandler, Invocation, Message, RecordHandler};
 use crate::kafka::{KafkaEvent, KafkaEventResponse};
-use crate::lane::{group_key, LaneMark, Position};
+use crate::ledger::{AttemptLedger, Books, Delivery, HeadStatus, Hold, LaneState};
 use crate::metrics::BatchReport;
 use crate::payload::Payloads;
 use crate::port::QueuePort;
@@ -58,7 +59,7 @@ pub struct ProcessorConfig {
     pub fifo_on_dead_letter: FifoOnDeadLetter,
     /// The source queue's retention and visibility timeout, which bound FIFO waits in place.
     pub source: SourceQueue,
-    /// The retry lane, an SQS FIFO queue this function also reads ([`crate::lane`]): where a
+    /// The retry lane, an SQS FIFO queue this function also reads ([`crate::ledger`]): where a
     /// Kafka record that fails transiently goes instead of holding its partition
     /// ([`crate::kafka`]; `None` gives it back to Lambda), and, with
     /// [`FifoOnDeadLetter::Hold`], where an SQS FIFO head that would hold its group waits, with
@@ -121,9 +122,7 @@ pub struct Processor<Q> {
     config: ProcessorConfig,
     clock: Arc<dyn Clock>,
     rng: Mutex<fastrand::Rng>,
-    ledger: Option<Arc<dyn AttemptLedger>>,
-    /// When this container last counted the held heads (ms), for the `HeldHeads` gauge.
-    held_counted_at: Mutex<Option<u64>>,
+    books: Option<Books>,
     payloads: Option<Payloads>,
 }
 
@@ -134,20 +133,37 @@ pub(crate) struct Item<'r> {
     /// Boxed: most records carry none, and a slim item is cheap to build for a large batch.
     pub(crate) meta: Option<Box<Meta<'r>>>,
     pub(crate) attempts_before: u32,
-    /// SQS's receive count of a FIFO record (its attempts are counted from it); 0 on a standard
-    /// queue, whose copies carry their attempts.
+    /// Where a FIFO record stands (nothing for any other source).
+    pub(crate) fifo: FifoPlace,
+}
+
+/// Where a FIFO record stands: its receives, its group's hold and the retry lane, as SQS and the
+/// books have them. Plain values, so that an item of a large batch stays slim.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FifoPlace {
+    /// SQS's receive count (its attempts are counted from it); 0 on a standard queue, whose
+    /// copies carry their attempts.
     pub(crate) receive_count: u32,
     /// Whether the ledger holds its group on it, and what an operator decided.
     pub(crate) head: HeadStatus,
-    /// FIFO, with the ledger: when it began to wait in place at its group's head, in seconds since
-    /// the epoch (seconds keep an item of a large batch as slim as before); 0 when it has not, or
-    /// the ledger did not say.
+    /// With the ledger: when it began to wait in place at its group's head, in seconds since the
+    /// epoch; 0 when it has not, or the ledger did not say.
     pub(crate) head_since_s: u32,
-    /// FIFO with a retry lane: whether it follows its group there, or holds it there.
+    /// With a retry lane: whether it follows its group there, or holds it there.
     pub(crate) lane: LaneState,
 }
 
 impl<'r> Item<'r> {
+    /// An item of a source without FIFO books (a stream, Kafka, a copy being re-made).
+    pub(crate) fn new(record: &'r SqsRecord<'r>, id: &'r str, attempts_before: u32) -> Self {
+        Self {
+            record,
+            id,
+            meta: None,
+            attempts_before,
+            fifo: FifoPlace::default(),
+        }
+    }
     pub(crate) fn message(&'r self, invocation: &'r Invocation<'r>) -> Message<'r> {
         Message {
             record: self.record,
@@ -160,8 +176,18 @@ impl<'r> Item<'r> {
     pub(crate) fn delivery(&self) -> Delivery<'r> {
         Delivery {
             message_id: self.id,
-            receive_count: self.receive_count,
+            receive_count: self.fifo.receive_count,
         }
+    }
+    /// The hold its group is held on at this receive, for `error` (none for a renewal).
+    pub(crate) fn hold(&self, error: Option<&RecordError>, now_ms: u64) -> Hold {
+        Hold::on(
+            self.fifo.receive_count,
+            self.record.receipt_handle.as_deref().unwrap_or_default(),
+            self.record.event_source_arn.as_deref().unwrap_or_default(),
+            error,
+            now_ms,
+        )
     }
     pub(crate) fn group(&self) -> Option<&'r str> {
         self.record.attributes.message_group_id.as_deref()
@@ -173,13 +199,13 @@ impl<'r> Item<'r> {
     /// inherit the head's age); without it, since it was first received (batches of one, where
     /// no record arrives behind another).
     pub(crate) fn history(&self, now_ms: u64, ledger: bool) -> History {
-        if self.receive_count > 0 {
+        if self.fifo.receive_count > 0 {
             let since = |ms: Option<u64>| {
                 Duration::from_millis(now_ms.saturating_sub(ms.unwrap_or(now_ms)))
             };
             let sent_ms = self.record.sent_ms();
             let waiting_since = if ledger {
-                (self.head_since_s > 0).then_some(u64::from(self.head_since_s) * 1000)
+                (self.fifo.head_since_s > 0).then_some(u64::from(self.fifo.head_since_s) * 1000)
             } else {
                 self.record.first_received_ms()
             };
@@ -209,8 +235,7 @@ impl<Q: QueuePort> Processor<Q> {
             config,
             clock: Arc::new(SystemClock),
             rng: Mutex::new(fastrand::Rng::new()),
-            ledger: None,
-            held_counted_at: Mutex::new(None),
+            books: None,
             payloads: None,
         }
     }
@@ -225,11 +250,11 @@ impl<Q: QueuePort> Processor<Q> {
     }
 
     /// Counts FIFO attempts with `ledger`: deliveries given back untried are written down there
-    /// and do not count ([`crate::fifo`]). Without one, every receive of a FIFO record counts as
+    /// and do not count ([`crate::ledger`]). Without one, every receive of a FIFO record counts as
     /// an attempt, which is right in batches of one.
     #[must_use]
     pub fn with_ledger(mut self, ledger: Arc<dyn AttemptLedger>) -> Self {
-        self.ledger = Some(ledger);
+        self.books = Some(Books::new(ledger));
         self
     }
 
@@ -374,191 +399,4 @@ impl<Q: QueuePort> Processor<Q> {
             .await;
         answer(items, &rulings, report)
     }
-
-    /// The records as the processor handles them, and whether any comes from a FIFO queue (found
-    /// in the same pass: each pass over a large batch's records is a cache miss per record).
-    fn prepare<'r>(
-        &self,
-        records: &'r [SqsRecord<'r>],
-    ) -> Result<(Vec<Item<'r>>, bool), BatchError> {
-        let mut items = Vec::with_capacity(records.len());
-        let mut any_fifo = false;
-        for (index, record) in records.iter().enumerate() {
-            let id = record
-                .message_id
-                .as_deref()
-                .filter(|id| !id.is_empty())
-                .ok_or(BatchError::MissingMessageId { index })?;
-            let mut meta = match Meta::of(record) {
-                Some(Ok(meta)) => Some(Box::new(meta)),
-                Some(Err(error)) => {
-                    tracing::warn!(
-                        message_id = id,
-                        %error,
-                        "unreadable redrive attribute: handled as a first attempt",
-                    );
-                    None
-                }
-                None => None,
-            };
-            let fifo = record.is_fifo();
-            any_fifo |= fifo;
-            // FIFO records are retried in place, so SQS's own count is the attempt count (less
-            // the deliveries the ledger knows were untried: `recount`).
-            let (attempts_before, receive_count) = if fifo {
-                let receive_count = record.receive_count().max(1);
-                (receive_count - 1, receive_count)
-            } else {
-                let attempts = meta.as_deref_mut().map_or(0, |meta| {
-                    self.recognise_moved_back(id, meta);
-                    meta.attempts
-                });
-                (attempts, 0)
-            };
-            items.push(Item {
-                record,
-                id,
-                meta,
-                attempts_before,
-                receive_count,
-                head: HeadStatus::Free,
-                head_since_s: 0,
-                lane: LaneState::Free,
-            });
-        }
-        Ok((items, any_fifo))
-    }
-
-    /// Takes the deliveries the ledger knows were untried off the attempts of each FIFO record
-    /// received before (none on the happy path, where every receive count is 1), so that the
-    /// attempt a handler sees is exact too: one read per batch that holds such records, which
-    /// only a batch with give-backs (and their ledger writes) makes. A ledger that fails or is
-    /// slow leaves SQS's count, which errs towards fewer attempts.
-    async fn recount(&self, items: &mut [Item<'_>], invocation: &Invocation<'_>) {
-        let Some(ledger) = &self.ledger else { return };
-        let suspects: Vec<usize> = (0..items.len())
-            .filter(|&i| items[i].receive_count >= 2)
-            .collect();
-        if suspects.is_empty() {
-            return;
-        }
-        let deliveries: Vec<Delivery<'_>> = suspects.iter().map(|&i| items[i].delivery()).collect();
-        let within = self.budget(invocation.deadline_ms).ledger_read();
-        let counts = fifo::recount(ledger.as_ref(), &deliveries, within).await;
-        for (&index, count) in suspects.iter().zip(counts) {
-            match count {
-                Some(count) => {
-                    items[index].attempts_before = count.attempts_before;
-                    items[index].head = count.head;
-                    items[index].head_since_s = count
-                        .head_since_ms
-                        .map_or(0, |ms| u32::try_from(ms / 1000).unwrap_or(u32::MAX));
-                    if count.in_lane {
-                        items[index].lane = LaneState::Sent;
-                    }
-                }
-                None => items[index].head = HeadStatus::Unread,
-            }
-        }
-    }
-
-    /// With a retry lane and a hold ([`crate::lane`]): on a batch from the source, whether each
-    /// record's group waits in the lane (one read of the batch's groups: the happy path's only
-    /// extra call); on a batch from the lane, which records are heads held there, to be held
-    /// until an operator releases them.
-    async fn read_lane_states(&self, items: &mut [Item<'_>], invocation: &Invocation<'_>) {
-        let Some(ledger) = &self.ledger else { return };
-        if self.sends_to_lane(items) {
-            let keys: Vec<String> = items.iter().map(group_key_of).collect();
-            let mut distinct: Vec<&str> = keys.iter().map(String::as_str).collect();
-            distinct.sort_unstable();
-            distinct.dedup();
-            let within = self.budget(invocation.deadline_ms).ledger_read();
-            let states = fifo::group_states(ledger.as_ref(), &distinct, within).await;
-            for (item, key) in items.iter_mut().zip(&keys) {
-                if item.lane == LaneState::Sent {
-                    continue;
-                }
-                if let Ok(found) = distinct.binary_search(&key.as_str()) {
-                    let position = item
-                        .record
-                        .attributes
-                        .sequence_number
-                        .as_deref()
-                        .and_then(Position::parse);
-                    item.lane = fifo::lane_state(states[found], position);
-                }
-            }
-        } else if self.holds_in_lane() && self.batch_is_from_lane(items) {
-            for item in items.iter_mut() {
-                let held = LaneMark::of(item.record).is_some_and(|mark| mark.held);
-                if held && matches!(item.head, HeadStatus::Free | HeadStatus::Unread) {
-                    item.lane = LaneState::HeldInLane;
-                }
-            }
-        }
-    }
-
-    /// Whether held groups wait in the retry lane: a lane, a hold and the ledger.
-    fn holds_in_lane(&self) -> bool {
-        self.ledger.is_some()
-            && self.config.lane_url.is_some()
-            && matches!(
-                self.config.fifo_on_dead_letter,
-                FifoOnDeadLetter::Hold { .. }
-            )
-    }
-
-    /// Whether this FIFO batch sends held heads to the lane: it holds groups there and does not
-    /// come from the lane itself (where a head is held in place).
-    pub(crate) fn sends_to_lane(&self, items: &[Item<'_>]) -> bool {
-        self.holds_in_lane() && !self.batch_is_from_lane(items)
-    }
-
-    /// Whether the batch comes from the retry lane (its queue's name is the lane URL's last part).
-    pub(crate) fn batch_is_from_lane(&self, items: &[Item<'_>]) -> bool {
-        let queue_arn = items
-            .iter()
-            .find_map(|item| item.record.event_source_arn.as_deref())
-            .unwrap_or_default();
-        self.is_lane(queue_arn)
-    }
-
-    /// Whether `queue_arn` names the retry lane.
-    pub(crate) fn is_lane(&self, queue_arn: &str) -> bool {
-        let name = |text: &str, separator: char| text.rsplit(separator).next().map(str::to_owned);
-        self.config
-            .lane_url
-            .as_deref()
-            .is_some_and(|url| name(url, '/') == name(queue_arn, ':'))
-    }
-
-    /// A dead letter that SQS moved back to a standard queue (a move task re-sends it as it is) is
-    /// known by its `deadLetteredAt`, or, written before that mark, by its attempts used up: it
-    /// gets a fresh set of attempts and counts as redriven, as if the reprocessor had sent it
-    /// home, so the reprocess cap sees every round, a permanent failure's too.
-    fn recognise_moved_back(&self, id: &str, meta: &mut Meta<'_>) {
-        let moved_back =
-            meta.dead_lettered_at.is_some() || meta.attempts >= self.config.retry.max_attempts;
-        if !moved_back {
-            return;
-        }
-        meta.dead_lettered_at = None;
-        meta.attempts = 0;
-        meta.reprocess_count = meta.reprocess_count.saturating_add(1);
-        meta.redriven_at = Some(Timestamp(self.clock.now_ms()));
-        tracing::info!(
-            message_id = id,
-            reprocess_count = meta.reprocess_count,
-            "arrived with its attempts used up (moved back from the DLQ): a fresh set of attempts"
-        );
-    }
-}
-
-/// The ledger key of a FIFO record's group in its queue.
-fn group_key_of(item: &Item<'_>) -> String {
-    group_key(
-        item.record.event_source_arn.as_deref().unwrap_or_default(),
-        item.group().unwrap_or_default(),
-    )
 }

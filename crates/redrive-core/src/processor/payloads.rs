@@ -12,8 +12,8 @@ use super::{Item, Processor};
 use crate::clock::by_deadline;
 use crate::envelope::TooLarge;
 use crate::fate::{Fate, Outcome};
-use crate::fifo::{HeadStatus, LaneState};
 use crate::handler::Invocation;
+use crate::ledger::{HeadStatus, LaneState};
 use crate::metrics::BatchReport;
 use crate::payload::{is_size_attribute, PayloadError, Pointer};
 use crate::port::QueuePort;
@@ -85,9 +85,9 @@ impl<Q: QueuePort> Processor<Q> {
             .enumerate()
             .filter(|(_, item)| {
                 matches!(
-                    item.head,
+                    item.fifo.head,
                     HeadStatus::Free | HeadStatus::Unread | HeadStatus::ReleasedToRetry
-                ) && item.lane == LaneState::Free
+                ) && item.fifo.lane == LaneState::Free
             })
             .filter(|(_, item)| {
                 let due = item.meta.as_ref().and_then(|meta| meta.due_at);

@@ -13,8 +13,8 @@ use super::{Item, Processor};
 use crate::clock::Cutoff;
 use crate::error::{ErrorClass, RecordError};
 use crate::fate::Outcome;
-use crate::fifo::{HeadStatus, LaneState};
 use crate::handler::{caught, BatchHandler, Invocation, Message, RecordHandler};
+use crate::ledger::{HeadStatus, LaneState};
 use crate::port::QueuePort;
 use crate::sync::lock;
 
@@ -100,6 +100,22 @@ struct WorkerLog {
 }
 
 impl<Q: QueuePort> Processor<Q> {
+    /// Waits for what `handler` left running past the records' cut-off, within half the time left
+    /// to carry fates out.
+    pub(super) async fn wait_for_flush<H: RecordHandler>(
+        &self,
+        handler: &H,
+        invocation: &Invocation<'_>,
+    ) {
+        let flushed = handler.flush();
+        match self.budget(invocation.deadline_ms).pending_writes() {
+            Some(within) => {
+                let _ = tokio::time::timeout(within, flushed).await;
+            }
+            None => flushed.await,
+        }
+    }
+
     /// How handling each record went, in the records' order. Workers, as many as the bound lets
     /// run at once, take records from the schedule and are polled together on this task (no task
     /// is spawned, so the handler need not be `'static`). One timer for the whole batch cuts off
@@ -257,7 +273,7 @@ impl<Q: QueuePort> Processor<Q> {
         if item.record.body.is_none() {
             return Some(Outcome::NoBody);
         }
-        match (item.lane, item.head) {
+        match (item.fifo.lane, item.fifo.head) {
             (LaneState::Follows, _) => return Some(Outcome::FollowsGroup),
             // Its copy is in the lane, which takes it from here.
             (LaneState::Sent, _) => return Some(Outcome::Succeeded),
@@ -277,11 +293,11 @@ impl<Q: QueuePort> Processor<Q> {
         }
         // Only a ledger's count is exact enough to refuse a try on: SQS's alone counts receives
         // nobody tried. Where the ledger could not say, the record waits for it, untried.
-        if self.ledger.is_some()
-            && item.receive_count > 0
+        if self.books.is_some()
+            && item.fifo.receive_count > 0
             && item.attempts_before >= self.config.retry.max_attempts
         {
-            return Some(match item.head {
+            return Some(match item.fifo.head {
                 HeadStatus::Unread => Outcome::Failed(Box::new(ledger_unread())),
                 _ => Outcome::AttemptsUsedUp,
             });

@@ -5,19 +5,17 @@ use std::collections::{BTreeSet, HashMap};
 
 use futures_util::stream::{self, StreamExt};
 
-use super::decide::Ruling;
 use super::{Item, Processed, Processor};
 use crate::carry::Destination;
-use crate::clock::{by_deadline, Cutoff};
+use crate::clock::Cutoff;
 use crate::envelope::FailedIn;
 use crate::error::{PortError, RecordError};
-use crate::fate::{Fate, Judge, KafkaFate, Outcome};
-use crate::fifo::{HeadStatus, LaneState};
+use crate::fate::{Judge, KafkaFate, Outcome};
 use crate::handler::{Invocation, RecordHandler};
 use crate::kafka::{
     KafkaBatchItemFailure, KafkaEvent, KafkaEventResponse, KafkaItemIdentifier, KafkaRecord,
 };
-use crate::lane::{KeyPlace, LaneMark, Position};
+use crate::ledger::{KeyPlace, Position};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
 
@@ -97,16 +95,7 @@ impl<Q: QueuePort> Processor<Q> {
             let id = kafka.id();
             let record = kafka.as_message(id.clone());
             let key_id = kafka.key_id();
-            let item = Item {
-                record: &record,
-                id: &id,
-                meta: None,
-                attempts_before: 0,
-                receive_count: 0,
-                head: HeadStatus::Free,
-                head_since_s: 0,
-                lane: LaneState::Free,
-            };
+            let item = Item::new(&record, &id, 0);
             let followed = key_id
                 .as_ref()
                 .and_then(|key| left_here.get(key).or_else(|| run.waiting.get(key)));
@@ -182,7 +171,7 @@ impl<Q: QueuePort> Processor<Q> {
         &self,
         event: &KafkaEvent<'_>,
     ) -> Result<HashMap<String, KeyPlace>, PortError> {
-        let Some(ledger) = &self.ledger else {
+        let Some(books) = &self.books else {
             return Ok(HashMap::new());
         };
         let keys: BTreeSet<String> = event
@@ -192,71 +181,25 @@ impl<Q: QueuePort> Processor<Q> {
             .filter_map(|record| record.key_id())
             .collect();
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let entries = ledger.entries(&keys).await?;
-        let mut waiting = HashMap::new();
-        for (key, entry) in keys.iter().zip(entries) {
-            let entry = entry.ok_or_else(|| {
-                PortError::new("BatchGetItem", "keys left unprocessed (throttled)")
-            })?;
-            if let Some(place) = entry.key.and_then(|offsets| offsets.waiting()) {
-                waiting.insert((*key).to_owned(), place);
-            }
-        }
-        Ok(waiting)
+        books.waiting_keys(&keys).await
     }
 
     /// Writes down, before the copy is sent, that the record at `offset` of `key_id` leaves for
     /// `place`: whether it may be sent (always, without a ledger or a key).
     async fn key_left(&self, key_id: Option<&str>, offset: i64, place: KeyPlace) -> bool {
-        let (Some(ledger), Some(key_id)) = (&self.ledger, key_id) else {
+        let (Some(books), Some(key_id)) = (&self.books, key_id) else {
             return true;
         };
-        match ledger
-            .record_key_left(key_id, Position::offset(offset), place)
+        match books
+            .key_leaves(key_id, Position::offset(offset), place)
             .await
         {
             Ok(()) => true,
             Err(error) => {
-                tracing::error!(key = key_id, offset, %error, "the attempt ledger did not write down the key's record leaving: given back, with the rest of its partition");
+                tracing::error!(key = key_id, offset, %error, "given back, with the rest of its partition");
                 false
             }
         }
-    }
-
-    /// The lane's side: writes down the position of each record done here (a Kafka record's
-    /// offset, a FIFO record's sequence number in its source), so that its key's later records
-    /// stop following once none is out. A write that fails or is cut off at `deadline` leaves the
-    /// key following until its next record is done here.
-    pub(super) async fn write_keys_done(
-        &self,
-        items: &[Item<'_>],
-        rulings: &[Ruling],
-        invocation: &Invocation<'_>,
-        deadline: Option<tokio::time::Instant>,
-    ) {
-        let Some(ledger) = &self.ledger else { return };
-        // A FIFO copy's mark counts in the lane only: a dead letter redriven from the lane to its
-        // source still carries it.
-        let from_lane = self.batch_is_from_lane(items);
-        let home = items
-            .iter()
-            .zip(rulings)
-            .filter(|(_, ruling)| matches!(ruling.fate, Fate::Done))
-            .filter_map(
-                |(item, _)| match LaneMark::of(item.record).filter(|_| from_lane) {
-                    Some(mark) => Some((mark.key, mark.position)),
-                    None => {
-                        let origin = item.message(invocation).kafka()?;
-                        Some((origin.key_id()?, Position::offset(origin.offset)))
-                    }
-                },
-            );
-        let writes = futures_util::future::join_all(home.map(|(key_id, position)| async move {
-            if let Err(error) = ledger.record_key_done(&key_id, position).await {
-                tracing::warn!(key = key_id, position = position.0.to_string(), %error, "the key's record home not written down: its later records follow it to the lane until the next one is done");
-            }
-        }));
-        let _ = by_deadline(deadline, writes).await;
     }
 
     /// Sends a record's copy to the lane or the DLQ now: whether SQS confirmed it.

@@ -1,13 +1,11 @@
 //! Running a stream batch (Kinesis, DynamoDB Streams): in order, one record at a time, each record's fate decided by the
 //! judge's stream rule and carried out before the next record starts.
-use super::{deadline_error, Item, Processed, Processor};
+use super::{Item, Processed, Processor};
 use crate::carry::Destination;
-use crate::clock::Cutoff;
 use crate::envelope::{sqs_accepts, FailedIn, OutgoingMessage};
 use crate::error::{BatchError, RecordError};
 use crate::fate::{Outcome, StreamFate};
-use crate::fifo::{HeadStatus, LaneState};
-use crate::handler::{caught, Invocation, RecordHandler};
+use crate::handler::{Invocation, RecordHandler};
 use crate::metrics::BatchReport;
 use crate::port::QueuePort;
 use crate::stream::sealed::AsMessage;
@@ -36,16 +34,7 @@ impl<Q: QueuePort> Processor<Q> {
                 return Err(BatchError::MissingSequenceNumber { index });
             };
             let (record, malformed) = source.as_message();
-            let item = Item {
-                record: &record,
-                id: sequence,
-                meta: None,
-                attempts_before: 0,
-                receive_count: 0,
-                head: HeadStatus::Free,
-                head_since_s: 0,
-                lane: LaneState::Free,
-            };
+            let item = Item::new(&record, sequence, 0);
             let outcome = match malformed {
                 Some(error) => Outcome::from(Err(error)),
                 None => self.try_record(handler, &item, invocation, &cutoff).await,
@@ -103,25 +92,6 @@ impl<Q: QueuePort> Processor<Q> {
         Ok(Processed { response, report })
     }
 
-    /// Runs the handler on one record, unless the deadline came first (the stream and Kafka
-    /// runners, a record at a time).
-    pub(super) async fn try_record<H: RecordHandler>(
-        &self,
-        handler: &H,
-        item: &Item<'_>,
-        invocation: &Invocation<'_>,
-        cutoff: &Cutoff,
-    ) -> Outcome {
-        let left = cutoff.left();
-        if left.is_zero() {
-            return Outcome::NotStarted;
-        }
-        let result = tokio::time::timeout(left, caught(handler.handle(&item.message(invocation))))
-            .await
-            .unwrap_or_else(|_| Err(deadline_error()));
-        Outcome::from(result)
-    }
-
     /// Sends one record to the DLQ through the carry-out; the reason when SQS did not confirm it.
     /// Text SQS refuses goes as the data's base64, and data too large even so as a pointer to the
     /// record in its stream: a record that cannot be dead-lettered would hold the shard.
@@ -133,16 +103,7 @@ impl<Q: QueuePort> Processor<Q> {
         report: &mut BatchReport,
     ) -> Result<(), String> {
         let dead_letter = |record: &SqsRecord<'_>| {
-            let item = Item {
-                record,
-                id: item.id,
-                meta: None,
-                attempts_before: item.attempts_before,
-                receive_count: 0,
-                head: HeadStatus::Free,
-                head_since_s: 0,
-                lane: LaneState::Free,
-            };
+            let item = Item::new(record, item.id, item.attempts_before);
             self.dead_letter(&item, (self.now_ms(), failed_in), error, 1, None)
                 .map(OutgoingMessage::into_owned)
         };

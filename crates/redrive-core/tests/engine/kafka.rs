@@ -1,6 +1,7 @@
 //! Kafka batches on an in-memory queue: a partition goes on past a failed record, which goes to
 //! the retry lane (or the DLQ) with its origin; a later record of its key follows it untried;
 //! without a lane, or when the copy cannot be sent, the partition is given back from the record.
+use futures_util::future::BoxFuture;
 use std::sync::{Arc, Mutex};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -8,11 +9,9 @@ use base64::Engine as _;
 
 use redrive_core::envelope::{Meta, OutgoingMessage, DATA_ENCODING_ATTRIBUTE};
 use redrive_core::error::PortError;
-use redrive_core::fifo::{
-    AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
-};
 use redrive_core::kafka::{KafkaEvent, KafkaEventResponse, KafkaOrigin, KAFKA_ATTRIBUTE};
-use redrive_core::lane::{KeyPlace, Position};
+use redrive_core::ledger::{AttemptLedger, Counted, Hold, LedgerEntry, MemoryLedger, Release};
+use redrive_core::ledger::{KeyPlace, Position};
 use redrive_core::port::RecordingQueue;
 use redrive_core::{
     Message, Processed, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent,

@@ -244,7 +244,7 @@ async fn a_key_reused_for_another_payload_is_told_apart_from_a_duplicate() {
 
 #[tokio::test]
 async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
-    use redrive::fifo::AttemptLedger;
+    use redrive::ledger::AttemptLedger;
     let (client, table) = table("ledger").await;
     let store = DynamoDbStore::with_client(client.clone(), &table);
     store.record_untried("m-1", 2).await.unwrap();
@@ -301,7 +301,7 @@ async fn the_attempt_ledger_shares_the_table_and_counts_a_retried_write_once() {
 
 #[tokio::test]
 async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
-    use redrive::fifo::{AttemptLedger, Hold, Release};
+    use redrive::ledger::{AttemptLedger, Hold, Release};
     let (client, table) = table("ledger-hold").await;
     let store = DynamoDbStore::with_client(client, &table);
     let hold = |receive_count: u32, since_ms: u64, error_kind: &str| Hold {
@@ -428,7 +428,7 @@ impl aws_sdk_dynamodb::config::Intercept for SlowHoldWrites {
 /// operator saw it (the Kafka soak's seed 5: a head in flight in the lane, never released).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_held_while_another_container_reads_the_held_heads_stays_listed() {
-    use redrive::fifo::{AttemptLedger, Hold};
+    use redrive::ledger::{AttemptLedger, Hold};
     let (client, table) = table("ledger-hold-race").await;
     let config = aws_sdk_dynamodb::config::Builder::from(&redrive::sqs::sdk_config_from_env())
         .interceptor(SlowHoldWrites(Duration::from_millis(800)))

@@ -1,13 +1,14 @@
 //! The idempotency store and attempt ledger the simulated containers share, with their faults.
+use futures_util::future::BoxFuture;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use redrive::dynamodb::DynamoDbStore;
-use redrive::fifo::{AttemptLedger, BoxFuture, Hold, LedgerEntry, MemoryLedger, Release};
 use redrive::idempotency::{Claim, IdempotencyStore, MemoryStore};
-use redrive::lane::{KeyPlace, Position};
+use redrive::ledger::{AttemptLedger, Hold, LedgerEntry, MemoryLedger, Release};
+use redrive::ledger::{KeyPlace, Position};
 use redrive::PortError;
 
 use super::duration_ms;

@@ -7,6 +7,7 @@ mod hold;
 mod lane;
 mod limits;
 
+use futures_util::future::BoxFuture;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -15,10 +16,8 @@ use std::time::Duration;
 use redrive_core::clock::{Clock, ManualClock};
 use redrive_core::envelope::OutgoingMessage;
 use redrive_core::error::PortError;
-use redrive_core::fifo::{
-    AttemptLedger, BoxFuture, Counted, Hold, LedgerEntry, MemoryLedger, Release,
-};
-use redrive_core::lane::{KeyPlace, Position};
+use redrive_core::ledger::{AttemptLedger, Counted, Hold, LedgerEntry, MemoryLedger, Release};
+use redrive_core::ledger::{KeyPlace, Position};
 use redrive_core::port::{Call, RecordingQueue};
 use redrive_core::{
     BatchError, BatchHandler, ErrorClass, Message, Meta, Processed, Processor, ProcessorConfig,

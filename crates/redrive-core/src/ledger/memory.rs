@@ -4,9 +4,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
-use super::ledger::{AttemptLedger, BoxFuture, Hold, LedgerEntry, Release};
+use futures_util::future::BoxFuture;
+
+use super::lane::{KeyPlace, KeyPositions, Position};
+use super::store::{AttemptLedger, Hold, LedgerEntry, Release};
 use crate::error::PortError;
-use crate::lane::{KeyPlace, KeyPositions, Position};
 use crate::sync::lock;
 
 /// A ledger in memory, shared by the simulated containers of a test or the soak.

@@ -1,14 +1,11 @@
-//! The attempt ledger: the port where a FIFO record's untried deliveries and its group's hold are
-//! written down (and a key's records out in the retry lane, [`KeyPositions`]). Its implementations:
+//! The port where the books are kept: [`AttemptLedger`] and what it stores. Its implementations:
 //! DynamoDB's (`redrive-aws`), and for tests the two in `memory.rs` (`test-util`).
-use std::sync::Arc;
 use std::time::Duration;
 
-/// The future a ledger call returns (boxed: the trait is object-safe).
-pub use futures_util::future::BoxFuture;
+use futures_util::future::BoxFuture;
 
+use super::lane::{KeyPlace, KeyPositions, Position};
 use crate::error::PortError;
-use crate::lane::{KeyPlace, KeyPositions, Position};
 
 /// How long a ledger entry is kept: a FIFO queue keeps a message at most 14 days.
 pub const LEDGER_KEEP: Duration = Duration::from_secs(15 * 24 * 3600);
@@ -36,7 +33,7 @@ pub struct LedgerEntry {
     /// (its delete lost), it is done there.
     pub in_lane: bool,
     /// A key's records out in the retry lane (the entry of a Kafka key id,
-    /// [`crate::kafka::KafkaOrigin::key_id`], or of a FIFO group, [`crate::lane::group_key`]).
+    /// [`crate::kafka::KafkaOrigin::key_id`], or of a FIFO group, `fifo#<queue arn>#<group>`).
     pub key: Option<KeyPositions>,
 }
 
@@ -182,72 +179,10 @@ pub trait AttemptLedger: Send + Sync {
     ) -> BoxFuture<'a, Result<(), PortError>>;
 }
 
-impl<L: AttemptLedger + ?Sized> AttemptLedger for Arc<L> {
-    fn entries<'a>(
-        &'a self,
-        message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
-        (**self).entries(message_ids)
-    }
-    fn record_untried<'a>(
-        &'a self,
-        message_id: &'a str,
-        receive_count: u32,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).record_untried(message_id, receive_count)
-    }
-    fn record_head_wait<'a>(
-        &'a self,
-        message_id: &'a str,
-        since_ms: u64,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).record_head_wait(message_id, since_ms)
-    }
-    fn hold<'a>(
-        &'a self,
-        message_id: &'a str,
-        hold: &'a Hold,
-        untried: bool,
-    ) -> BoxFuture<'a, Result<bool, PortError>> {
-        (**self).hold(message_id, hold, untried)
-    }
-    fn release_hold<'a>(
-        &'a self,
-        message_id: &'a str,
-        release: Release,
-    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
-        (**self).release_hold(message_id, release)
-    }
-    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
-        (**self).held()
-    }
-    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).clear_hold(message_id)
-    }
-    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).record_in_lane(message_id)
-    }
-    fn record_key_left<'a>(
-        &'a self,
-        key_id: &'a str,
-        position: Position,
-        place: KeyPlace,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).record_key_left(key_id, position, place)
-    }
-    fn record_key_done<'a>(
-        &'a self,
-        key_id: &'a str,
-        position: Position,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        (**self).record_key_done(key_id, position)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fifo::MemoryLedger;
+    use crate::ledger::MemoryLedger;
 
     fn untried(untried: &[u32]) -> LedgerEntry {
         LedgerEntry {
