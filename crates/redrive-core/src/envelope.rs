@@ -200,9 +200,14 @@ impl<'a> Meta<'a> {
 /// Whether SQS takes `body` as a message body: it refuses characters outside #x9 | #xA | #xD |
 /// #x20–#xD7FF | #xE000–#xFFFD | #x10000–#x10FFFF (control characters, U+FFFE, U+FFFF).
 pub fn sqs_accepts(body: &str) -> bool {
-    body.chars().all(|c| {
-        matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
-    })
+    // Read as bytes (a `str` holds no surrogate): a byte below 0x20 is that control character,
+    // and U+FFFE and U+FFFF are EF BF BE and EF BF BF.
+    let bytes = body.as_bytes();
+    let control = |byte: &u8| *byte < 0x20 && !matches!(byte, b'\t' | b'\n' | b'\r');
+    let nonchar = |window: &[u8]| matches!(window, [0xEF, 0xBF, 0xBE | 0xBF]);
+    let refused =
+        bytes.iter().any(control) || (bytes.contains(&0xEF) && bytes.windows(3).any(nonchar));
+    !refused
 }
 
 /// Cuts `text` to at most `max` bytes at a character boundary, marking the cut.
@@ -374,6 +379,36 @@ fn meta_attribute<'r>(meta: &Meta<'_>) -> (Text<'r>, MessageAttribute<'r>) {
 mod tests {
     use super::*;
     use redrive_event::SqsEvent;
+
+    #[test]
+    fn sqs_accepts_the_characters_sqs_documents_and_nothing_else() {
+        let documented = |c: char| matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..);
+        let edges = [
+            '\0',
+            '\u{8}',
+            '\t',
+            '\n',
+            '\u{b}',
+            '\r',
+            '\u{1f}',
+            ' ',
+            '\u{7f}',
+            '\u{80}',
+            '\u{d7ff}',
+            '\u{e000}',
+            '\u{efbf}',
+            '\u{fffd}',
+            '\u{fffe}',
+            '\u{ffff}',
+            '\u{10000}',
+            '\u{10ffff}',
+        ];
+        for c in edges {
+            for text in [c.to_string(), format!("order {c} é"), format!("{c}{c}")] {
+                assert_eq!(sqs_accepts(&text), documented(c), "{:?}", c as u32);
+            }
+        }
+    }
 
     fn meta(message: &str) -> Meta<'static> {
         Meta {

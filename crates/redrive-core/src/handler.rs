@@ -110,6 +110,9 @@ pub struct Message<'r> {
     pub(crate) meta: Option<&'r Meta<'r>>,
     pub(crate) attempt: u32,
     pub(crate) invocation: &'r Invocation<'r>,
+    /// The Kafka record it was read from (none for a copy from the lane, which carries its
+    /// origin in [`crate::kafka::KAFKA_ATTRIBUTE`]).
+    pub(crate) kafka: Option<&'r crate::kafka::KafkaRecord<'r>>,
 }
 
 impl<'r> Message<'r> {
@@ -189,6 +192,9 @@ impl<'r> Message<'r> {
     /// the record read from Kafka and on its copies in the retry lane and the DLQ; `None` for any
     /// other message. Its value is [`Message::body`] (or [`Message::data`]).
     pub fn kafka(&self) -> Option<crate::kafka::KafkaOrigin> {
+        if let Some(record) = self.kafka {
+            return Some(record.origin());
+        }
         let origin = self
             .attribute(crate::kafka::KAFKA_ATTRIBUTE)?
             .string_value

@@ -80,9 +80,59 @@ pub struct KafkaRecord<'a> {
     /// The value, base64.
     #[serde(borrow, default)]
     pub value: Option<Text<'a>>,
-    /// The headers: each an object of one name and its bytes.
-    #[serde(default)]
-    pub headers: Vec<BTreeMap<String, HeaderValue>>,
+    /// The headers, in the record's order (Lambda writes each as an object of one name and its
+    /// bytes).
+    #[serde(borrow, default, deserialize_with = "headers")]
+    pub headers: Vec<KafkaHeader<'a>>,
+}
+
+/// One header of a Kafka record.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KafkaHeader<'a> {
+    /// Its name.
+    pub name: Text<'a>,
+    /// Its bytes.
+    pub value: HeaderValue,
+}
+
+/// Reads the headers' objects into one list, in order: no map for each header.
+fn headers<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<KafkaHeader<'de>>, D::Error> {
+    struct Objects;
+    impl<'de> serde::de::Visitor<'de> for Objects {
+        type Value = Vec<KafkaHeader<'de>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of header objects")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut headers = Vec::with_capacity(seq.size_hint().unwrap_or(1));
+            while seq.next_element_seed(Entries(&mut headers))?.is_some() {}
+            Ok(headers)
+        }
+    }
+    /// One header object's entries, added to the list.
+    struct Entries<'v, 'a>(&'v mut Vec<KafkaHeader<'a>>);
+    impl<'de> serde::de::DeserializeSeed<'de> for Entries<'_, 'de> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+            deserializer.deserialize_map(self)
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Entries<'_, 'de> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a header object: its name and bytes")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some((name, value)) = map.next_entry::<Text<'de>, HeaderValue>()? {
+                self.0.push(KafkaHeader { name, value });
+            }
+            Ok(())
+        }
+    }
+    deserializer.deserialize_seq(Objects)
 }
 
 /// A header's bytes. Lambda writes them as a list of numbers (the example event:
@@ -191,8 +241,7 @@ impl KafkaRecord<'_> {
         let headers = self
             .headers
             .iter()
-            .flat_map(|header| header.iter())
-            .map(|(name, value)| (name.clone(), BASE64.encode(&value.0)))
+            .map(|header| (header.name.to_string(), BASE64.encode(&header.value.0)))
             .collect();
         KafkaOrigin {
             topic: self.topic.to_string(),
@@ -229,12 +278,13 @@ impl KafkaRecord<'_> {
     /// The record as the handlers see messages: the value decoded as the body (a value that is
     /// not UTF-8, or whose text SQS would refuse, keeps its base64, marked by
     /// [`DATA_ENCODING_ATTRIBUTE`] `base64`, which `Message::data` decodes; a tombstone is `null`),
-    /// its id, its origin in [`KAFKA_ATTRIBUTE`]: the same message from the topic and, as its
-    /// copy, from the lane. A value that is not base64 is kept as it came, marked `base64`, and
-    /// `Message::data` gives its text. It names no
-    /// source queue: its copies' metadata then name no origin, and the reprocessor sends them to
-    /// the lane (a DLQ's fallback destination), the only queue that is their home.
-    pub(crate) fn as_message(&self, id: String) -> SqsRecord<'static> {
+    /// its id: the same message from the topic and, as its copy, from the lane. A value that is
+    /// not base64 is kept as it came, marked `base64`, and `Message::data` gives its text. It
+    /// names no source queue: its copies' metadata then name no origin, and the reprocessor sends
+    /// them to the lane (a DLQ's fallback destination), the only queue that is their home. Its
+    /// origin is written on it ([`KafkaRecord::mark_origin`]) only when a copy is made: a handler
+    /// reads it through `Message::kafka` either way.
+    pub(crate) fn as_message<'s>(&self, id: &'s str) -> SqsRecord<'s> {
         let (body, binary) = match self.value.as_deref() {
             None => ("null".to_owned(), false),
             Some(value) => match BASE64.decode(value).map(String::from_utf8) {
@@ -250,10 +300,6 @@ impl KafkaRecord<'_> {
         record.attributes.sent_timestamp =
             self.timestamp.map(|ms| Text::from(ms.max(0).to_string()));
         record.attributes.message_group_id = Some(Text::from(self.lane_group()));
-        let origin = serde_json::to_string(&self.origin()).expect("an origin serialises");
-        record
-            .message_attributes
-            .insert(Text::from(KAFKA_ATTRIBUTE), string_attribute(origin));
         if binary {
             record.message_attributes.insert(
                 Text::from(DATA_ENCODING_ATTRIBUTE),
@@ -261,6 +307,15 @@ impl KafkaRecord<'_> {
             );
         }
         record
+    }
+
+    /// Writes its origin on `message` ([`KAFKA_ATTRIBUTE`]), before a copy of it is made: every
+    /// copy in the lane or the DLQ carries where it came from.
+    pub(crate) fn mark_origin(&self, message: &mut SqsRecord<'_>) {
+        let origin = serde_json::to_string(&self.origin()).expect("an origin serialises");
+        message
+            .message_attributes
+            .insert(Text::from(KAFKA_ATTRIBUTE), string_attribute(origin));
     }
 }
 

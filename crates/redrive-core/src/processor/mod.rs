@@ -171,6 +171,7 @@ impl<'r> Item<'r> {
             meta: self.meta.as_deref(),
             attempt: self.attempts_before + 1,
             invocation,
+            kafka: None,
         }
     }
     pub(crate) fn delivery(&self) -> Delivery<'r> {

@@ -15,7 +15,7 @@ use crate::envelope::{
 };
 use crate::error::{ErrorClass, RecordError};
 use crate::fate::{Fate, Outcome};
-use crate::handler::{caught, Invocation, RecordHandler};
+use crate::handler::{caught, Message, RecordHandler};
 use crate::ledger::{LaneMark, LANE_ATTRIBUTE};
 use crate::metrics::BatchReport;
 use crate::payload::Pointer;
@@ -26,20 +26,19 @@ use redrive_event::{SqsRecord, Text};
 pub(super) type Failure<'f> = (u64, &'f Option<FailedIn>);
 
 impl<Q: QueuePort> Processor<Q> {
-    /// Runs the handler on one record, unless the deadline came first (the stream and Kafka
+    /// Runs the handler on one message, unless the deadline came first (the stream and Kafka
     /// runners, a record at a time).
     pub(super) async fn try_record<H: RecordHandler>(
         &self,
         handler: &H,
-        item: &Item<'_>,
-        invocation: &Invocation<'_>,
+        message: &Message<'_>,
         cutoff: &Cutoff,
     ) -> Outcome {
         let left = cutoff.left();
         if left.is_zero() {
             return Outcome::NotStarted;
         }
-        let result = tokio::time::timeout(left, caught(handler.handle(&item.message(invocation))))
+        let result = tokio::time::timeout(left, caught(handler.handle(message)))
             .await
             .unwrap_or_else(|_| Err(deadline_error()));
         Outcome::from(result)

@@ -93,18 +93,23 @@ impl<Q: QueuePort> Processor<Q> {
         let mut left_here: HashMap<String, KeyPlace> = HashMap::new();
         for (index, kafka) in records.iter().enumerate() {
             let id = kafka.id();
-            let record = kafka.as_message(id.clone());
-            let key_id = kafka.key_id();
-            let item = Item::new(&record, &id, 0);
+            let mut record = kafka.as_message(&id);
+            // A key is looked up only while some key has records out.
+            let key_id = if left_here.is_empty() && run.waiting.is_empty() {
+                None
+            } else {
+                kafka.key_id()
+            };
             let followed = key_id
                 .as_ref()
                 .and_then(|key| left_here.get(key).or_else(|| run.waiting.get(key)));
             let (fate, error) = match followed {
                 Some(&place) => (fate_of(place), Some(follows(place))),
                 None => {
-                    let outcome = self
-                        .try_record(run.handler, &item, run.invocation, &run.cutoff)
-                        .await;
+                    let item = Item::new(&record, &id, 0);
+                    let mut message = item.message(run.invocation);
+                    message.kafka = Some(kafka);
+                    let outcome = self.try_record(run.handler, &message, &run.cutoff).await;
                     if let Some(error) = outcome.error() {
                         report.count_error(error.class());
                     }
@@ -129,6 +134,10 @@ impl<Q: QueuePort> Processor<Q> {
                 KafkaFate::Lane => KeyPlace::Lane,
                 _ => KeyPlace::Dlq,
             };
+            let key_id = key_id.or_else(|| kafka.key_id());
+            // Its copy carries where it came from.
+            kafka.mark_origin(&mut record);
+            let item = Item::new(&record, &id, 0);
             let sent = match (destination, error.as_deref()) {
                 (Some(_), Some(_))
                     if !self.key_left(key_id.as_deref(), kafka.offset, place).await =>

@@ -37,7 +37,10 @@ impl<Q: QueuePort> Processor<Q> {
             let item = Item::new(&record, sequence, 0);
             let outcome = match malformed {
                 Some(error) => Outcome::from(Err(error)),
-                None => self.try_record(handler, &item, invocation, &cutoff).await,
+                None => {
+                    self.try_record(handler, &item.message(invocation), &cutoff)
+                        .await
+                }
             };
             if matches!(outcome, Outcome::NotStarted) {
                 checkpoint = Some(sequence);
