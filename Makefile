@@ -11,8 +11,11 @@ SEEDS       ?= 1,2,3
 # The Lambda functions (crates under functions/): one bootstrap.zip each.
 FUNCTIONS   := sqs-consumer event-consumer eventbridge-redrive dlq-redrive
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Python compiles a module when it is first imported: compiling every file of moto, LocalStack and
+# checkov at install was most of the installs' CPU time.
+PIP_INSTALL := pip install --quiet --disable-pip-version-check --no-compile
 
-.PHONY: help venv localstack check test lint api package-check infra-check build bench demo soak fuzz deploy destroy clean
+.PHONY: help venv localstack installs check test lint api package-check infra-check build bench demo soak fuzz deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -20,7 +23,7 @@ help: ## List the targets
 $(STAMP): tools/requirements.txt
 	@command -v python3 >/dev/null || { echo "python3 is required (apt-get install python3 python3-venv)"; exit 1; }
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+	$(VENV)/bin/$(PIP_INSTALL) -r tools/requirements.txt
 	@touch $@
 
 venv: $(STAMP) ## Project-local virtualenv with pinned moto[server], cargo-lambda and zig
@@ -35,7 +38,7 @@ $(LOCALSTACK_STAMP): tools/localstack-requirements.txt
 	  if [ -n "$$CI" ]; then echo "CI runs the LocalStack leg: install Python 3.13"; exit 1; fi; \
 	else \
 	  $(PYTHON313) -m venv .venv-localstack && \
-	  .venv-localstack/bin/pip install --quiet --disable-pip-version-check -r tools/localstack-requirements.txt && \
+	  .venv-localstack/bin/$(PIP_INSTALL) -r tools/localstack-requirements.txt && \
 	  touch $@; \
 	fi
 
@@ -70,7 +73,12 @@ fuzz: $(CARGO_FUZZ) ## cargo fuzz (nightly toolchain) each target for FUZZ_SECON
 	  ; [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz $$target found a crash: copy it from fuzz/artifacts/$$target into fuzz/regressions/$$target and fix"; exit 1; }; \
 	done
 
-test: $(STAMP) $(LOCALSTACK_STAMP) $(TANSU) lint package-check infra-check ## Lint, packaging and infra checks, then unit, fixture, contract, end-to-end (moto), soak and cargo-lambda watch/invoke tests
+# What `make test` installs, side by side: the downloads and unpacking of the three virtualenvs
+# fill the cores `cargo install` leaves idle while it links or waits on a build script.
+installs: ## The virtualenvs (moto, LocalStack, checkov) and the Kafka broker, side by side
+	$(MAKE) --no-print-directory -j4 $(STAMP) $(LOCALSTACK_STAMP) $(CHECKOV_STAMP) $(TANSU)
+
+test: installs lint package-check infra-check ## Lint, packaging and infra checks, then unit, fixture, contract, end-to-end (moto), soak and cargo-lambda watch/invoke tests
 	tools/with-local-aws $(CARGO) test --workspace --locked
 
 # The crates for crates.io and what their tests need: no AWS endpoint, no broker, no Python.
@@ -84,7 +92,7 @@ check: ## The inner loop, in minutes: cargo fmt --check, clippy, the published c
 CHECKOV_STAMP := .venv-checkov/.installed
 $(CHECKOV_STAMP): tools/checkov-requirements.txt
 	python3 -m venv .venv-checkov
-	.venv-checkov/bin/pip install --quiet --disable-pip-version-check -r tools/checkov-requirements.txt
+	.venv-checkov/bin/$(PIP_INSTALL) -r tools/checkov-requirements.txt
 	@touch $@
 
 infra-check: $(CHECKOV_STAMP) $(STAMP) ## terraform fmt -check, a plan of every configuration (infra/rendered/), checkov, fetch the provider schema
@@ -126,7 +134,7 @@ build: $(STAMP) ## Release arm64 zips for Lambda (target/lambda/<function>/boots
 
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP) tools/bench/peers/requirements.txt tools/bench/peers/package-lock.json
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tools/bench/peers/requirements.txt
+	$(VENV)/bin/$(PIP_INSTALL) -r tools/bench/peers/requirements.txt
 	cd tools/bench/peers && npm ci --no-audit --no-fund --silent
 	@touch $@
 
