@@ -92,6 +92,8 @@ pub struct SoakReport {
     /// `REDRIVE_MAX_ATTEMPTS`.
     pub most_tries: u32,
     pub tries_beyond_limit: usize,
+    /// The first message tried past the limit in one set of attempts, to say which.
+    pub first_beyond_limit: Option<String>,
     /// Whether tries beyond the limit break the invariant: on FIFO, whose attempts the ledger
     /// counts, yes; on a standard queue a lost delete brings back a copy already re-sent, which is
     /// tried again with the attempt it carries.
@@ -306,14 +308,17 @@ impl fmt::Display for SoakReport {
         }
         writeln!(
             f,
-            "  most tries of one message   {:>8}  ({} chains past REDRIVE_MAX_ATTEMPTS{})",
+            "  most tries of one message   {:>8}  ({} chains past REDRIVE_MAX_ATTEMPTS{}{})",
             self.most_tries,
             self.tries_beyond_limit,
             if self.tries_checked {
                 "; FIFO, counted by the attempt ledger: in the invariant"
             } else {
                 "; a copy whose delete was lost is tried again: not in the invariant"
-            }
+            },
+            self.first_beyond_limit
+                .as_deref()
+                .map_or_else(String::new, |first| format!("; the first: {first}"))
         )?;
         writeln!(
             f,

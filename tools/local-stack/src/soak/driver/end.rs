@@ -152,6 +152,13 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
                 .values()
                 .filter(|&&n| n > config.retry.max_attempts)
                 .count();
+            report.first_beyond_limit = tries
+                .iter()
+                .filter(|(_, &n)| n > config.retry.max_attempts)
+                .min()
+                .map(|((id, redrives, set), n)| {
+                    format!("{id}, {n} tries (redriven {redrives} times, release {set})")
+                });
         }
         report.tries_checked = config.fifo_groups.is_some();
         report.first_out_of_order = planned.first_out_of_order.lock().unwrap().clone();
