@@ -13,8 +13,8 @@ use redrive::event::SqsRecord;
 use redrive::ledger::{release_head, AttemptLedger, Release};
 use redrive::payload::{PayloadStore, Pointer, LEGACY_SIZE_ATTRIBUTE, SIZE_ATTRIBUTE};
 use redrive::reprocess::{
-    browse, export_line, AttributeFilter, Inventory, ReprocessCommand, ReprocessSummary,
-    Reprocessor,
+    browse, export_line, failure_groups, AttributeFilter, Inventory, ReprocessCommand,
+    ReprocessSummary, Reprocessor,
 };
 use redrive::s3::S3Payloads;
 use redrive::{ErrorClass, SqsQueue};
@@ -28,6 +28,7 @@ use redrive::{ErrorClass, SqsQueue};
 ///
 /// Examples:
 ///   dlq stats orders-dlq
+///   dlq groups orders-dlq           # one line per cause, the largest first
 ///   dlq peek orders-dlq -n 3
 ///   dlq peek orders-dlq --pointers  # large messages: where the body is kept, not the body
 ///   dlq export orders-dlq > dead-letters.jsonl
@@ -56,6 +57,15 @@ struct Cli {
 enum Command {
     /// Count messages by error class, error kind, origin queue, redrive count and age.
     Stats {
+        /// The queue: URL, ARN or name.
+        queue: String,
+        /// Messages to read at most.
+        #[arg(long, default_value_t = 10_000)]
+        max: u32,
+    },
+    /// Group the messages by what failed and how (origin queue, function, error class and kind,
+    /// the error message with numbers and ids masked), the largest group first, as JSON lines.
+    Groups {
         /// The queue: URL, ARN or name.
         queue: String,
         /// Messages to read at most.
@@ -267,6 +277,12 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 "read": inventory,
             });
             writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        }
+        Command::Groups { queue, max } => {
+            let url = sqs.resolve(&queue).await?;
+            for group in failure_groups(&browse(&sqs, &url, max).await?) {
+                writeln!(out, "{}", serde_json::to_string(&group)?)?;
+            }
         }
         Command::Peek {
             queue,

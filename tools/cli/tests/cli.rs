@@ -24,9 +24,9 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-fn meta(class: &str, kind: &str, origin: &str) -> String {
+fn meta(class: &str, kind: &str, origin: &str, order: usize) -> String {
     format!(
-        r#"{{"v":1,"attempts":5,"originQueueArn":"{origin}","originMessageId":"m-{kind}","firstFailureAt":"2026-11-22T05:00:00.000Z","lastFailureAt":"2026-11-22T05:10:00.000Z","errorClass":"{class}","errorKind":"{kind}","errorMessage":"boom"}}"#
+        r#"{{"v":1,"attempts":5,"originQueueArn":"{origin}","originMessageId":"m-{kind}","firstFailureAt":"2026-11-22T05:00:00.000Z","lastFailureAt":"2026-11-22T05:10:00.000Z","errorClass":"{class}","errorKind":"{kind}","errorMessage":"order {order} failed"}}"#
     )
 }
 
@@ -60,7 +60,7 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
     for (i, (class, kind)) in dead.iter().enumerate() {
         let value = MessageAttributeValue::builder()
             .data_type("String")
-            .string_value(meta(class, kind, &origin_arn))
+            .string_value(meta(class, kind, &origin_arn, 1000 + i))
             .build()
             .unwrap();
         client
@@ -84,6 +84,30 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
     assert_eq!(stats["read"]["messages"], 3);
     assert_eq!(stats["read"]["byKind"]["payment_timeout"], 2);
     assert_eq!(stats["read"]["byOrigin"][format!("{prefix}-orders")], 3);
+
+    // One group per cause: the two timeouts' messages differ by their order number only.
+    let groups: Vec<serde_json::Value> = stdout(&dlq(&["groups", dlq_url], &[]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let summary: Vec<(&str, u64, &str)> = groups
+        .iter()
+        .map(|g| {
+            (
+                g["errorKind"].as_str().unwrap(),
+                g["count"].as_u64().unwrap(),
+                g["pattern"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("payment_timeout", 2, "order <n> failed"),
+            ("invalid_order", 1, "order <n> failed")
+        ]
+    );
+    assert_eq!(groups[0]["origin"], format!("{prefix}-orders"));
 
     let peeked = stdout(&dlq(&["peek", dlq_url, "-n", "2"], &[]));
     assert_eq!(peeked.matches("\"messageId\"").count(), 2, "{peeked}");

@@ -3,6 +3,7 @@
 //! review, alert, not yet, filtered out). A message is deleted from the DLQ only after SQS has
 //! confirmed the copy; whatever is left is made visible again when the run ends.
 mod command;
+mod groups;
 mod inventory;
 
 use std::collections::{BTreeMap, HashSet};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 pub use command::{AttributeFilter, Filter, Plan, ReprocessCommand};
+pub use groups::{failure_groups, FailureGroup, Fingerprint};
 pub use inventory::{browse, export_line, Inventory};
 
 use crate::settings::ReprocessSettings;
