@@ -129,6 +129,11 @@ pub struct Meta<'a> {
 pub struct FailedIn {
     /// The function's name.
     pub function: String,
+    /// The function's version (`$LATEST`, or the published version an alias points at), when
+    /// the invocation said: what failed before a fix was deployed can be told from what failed
+    /// after it. Added in v1 (a reader that does not know it skips it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     /// The invocation's request id (its log lines carry it).
     pub request_id: String,
     /// The invocation's X-Ray trace id, when tracing is on.

@@ -70,6 +70,8 @@ pub struct Invocation<'a> {
     /// The function, the request id and the X-Ray trace id: written into the metadata of every
     /// copy and dead letter the batch makes (`failedIn`), so an operator finds its logs and trace.
     pub function_name: Option<&'a str>,
+    /// The function's version (`AWS_LAMBDA_FUNCTION_VERSION`).
+    pub function_version: Option<&'a str>,
     /// The invocation's request id.
     pub request_id: Option<&'a str>,
     /// The invocation's X-Ray trace id.
@@ -96,6 +98,7 @@ impl Invocation<'_> {
     pub(crate) fn failed_in(&self) -> Option<FailedIn> {
         Some(FailedIn {
             function: self.function_name?.to_owned(),
+            version: self.function_version.map(str::to_owned),
             request_id: self.request_id?.to_owned(),
             trace_id: self.trace_id.map(str::to_owned),
         })

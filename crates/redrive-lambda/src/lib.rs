@@ -376,6 +376,8 @@ fn invocation(context: &Context) -> Invocation<'_> {
         Invocation::from(absolute_deadline(context.deadline, SystemClock.now_ms()));
     invocation.function_name =
         Some(context.env_config.function_name.as_str()).filter(|name| !name.is_empty());
+    invocation.function_version =
+        Some(context.env_config.version.as_str()).filter(|version| !version.is_empty());
     invocation.request_id = Some(context.request_id.as_str()).filter(|id| !id.is_empty());
     invocation.trace_id = context.xray_trace_id.as_deref();
     invocation

@@ -63,8 +63,9 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         max: u32,
     },
-    /// Group the messages by what failed and how (origin queue, function, error class and kind,
-    /// the error message with numbers and ids masked), the largest group first, as JSON lines.
+    /// Group the messages by what failed and how (origin queue, function and its version, error
+    /// class and kind, the error message with numbers and ids masked), the largest group first,
+    /// as JSON lines.
     Groups {
         /// The queue: URL, ARN or name.
         queue: String,

@@ -8,7 +8,8 @@ use serde::Serialize;
 use redrive_core::envelope::Meta;
 use redrive_event::SqsRecord;
 
-/// What messages of one failure group share: where and how they failed, the error message with
+/// What messages of one failure group share: where, in which function version and how they
+/// failed, the error message with
 /// its numbers and ids masked (`<n>`, `<id>`), so that "order 1234 not found" and "order 98 not
 /// found" are one group.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -20,6 +21,9 @@ pub struct Fingerprint {
     pub origin: String,
     /// The function that failed them, when the envelope says.
     pub function: Option<String>,
+    /// The function's version they failed on, when the envelope says: a group failed on the
+    /// versions before a fix is told from one that still fails after it.
+    pub function_version: Option<String>,
     /// `transient`, `permanent` or `none` (no metadata).
     pub error_class: String,
     /// The handler's error kind.
@@ -37,6 +41,7 @@ impl Fingerprint {
                 Self {
                     origin: origin.rsplit(':').next().unwrap_or(origin).to_owned(),
                     function: meta.failed_in.as_ref().map(|at| at.function.clone()),
+                    function_version: meta.failed_in.as_ref().and_then(|at| at.version.clone()),
                     error_class: meta.error_class.as_str().to_owned(),
                     error_kind: meta.error_kind.to_string(),
                     pattern: mask(&meta.error_message),
@@ -45,6 +50,7 @@ impl Fingerprint {
             None => Self {
                 origin: "(no metadata)".to_owned(),
                 function: None,
+                function_version: None,
                 error_class: "none".to_owned(),
                 error_kind: "(no metadata)".to_owned(),
                 pattern: String::new(),

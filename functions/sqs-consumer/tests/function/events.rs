@@ -62,6 +62,7 @@ async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
     context.xray_trace_id = Some(TRACE_ID.into());
     context.env_config = std::sync::Arc::new(lambda_runtime::Config {
         function_name: "redrive-orders".into(),
+        version: "7".into(),
         ..lambda_runtime::Config::default()
     });
     let event = LambdaEvent::new(Bytes::from(json), context.clone());
@@ -122,6 +123,7 @@ async fn every_copy_names_the_invocation_that_failed_it() {
             meta(copy).failed_in,
             Some(redrive::envelope::FailedIn {
                 function: "redrive-orders".into(),
+                version: Some("7".into()),
                 request_id: REQUEST_ID.into(),
                 trace_id: Some(TRACE_ID.into()),
             })
