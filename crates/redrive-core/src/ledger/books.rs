@@ -19,6 +19,10 @@ use crate::sync::lock;
 /// alarm's period is a minute).
 const HELD_COUNT_EVERY_MS: u64 = 60_000;
 
+/// How many times a confirmed copy in the lane is written down before the processor gives up
+/// (each write already retried by the SDK).
+const IN_LANE_WRITES: u32 = 3;
+
 /// The attempt ledger as one processor keeps its books in it.
 pub(crate) struct Books {
     store: Arc<dyn AttemptLedger>,
@@ -82,41 +86,94 @@ impl Books {
             .collect()
     }
 
-    /// Where each source record stands with the lane, given its group's key and its position
-    /// (one read of the distinct groups within `within`). A held head back in its source (its
-    /// copy's send not confirmed) is sent to the lane again as the head; any other record of a
-    /// group waiting there follows; a record whose group the ledger did not answer for waits.
+    /// Where each source record stands with the lane, given its group's key, its position and
+    /// whether the ledger said if its copy is there (one read of the distinct groups within
+    /// `within`). A held head back in its source (its copy's send not confirmed) is sent to the
+    /// lane again as the head; any other record of a group waiting there follows; a record whose
+    /// group the ledger did not answer for waits, and so does one that left before when the
+    /// ledger did not say whether its copy is there.
     pub(crate) async fn lane_states(
         &self,
-        records: &[(String, Option<Position>)],
+        records: &[SourceRecord],
         within: Duration,
     ) -> Vec<LaneState> {
-        let mut keys: Vec<&str> = records.iter().map(|(key, _)| key.as_str()).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        let entries = match tokio::time::timeout(within, self.store.entries(&keys)).await {
+        let states = self
+            .key_states(
+                records.iter().map(|record| record.key.as_str()),
+                within,
+                "their records wait in place untried",
+            )
+            .await;
+        records
+            .iter()
+            .zip(states)
+            .map(|(record, state)| lane_state(state, record))
+            .collect()
+    }
+
+    /// Which of the lane's FIFO copies (their group's key and position) are second copies of a
+    /// record whose first took effect in the lane, the last of its group to: a record whose copy's
+    /// answer was lost and that came back to its source past SQS's 5-minute deduplication
+    /// interval is sent there twice. One read of the distinct groups within `within`; a group not
+    /// read says no.
+    pub(crate) async fn took_effect_in_lane(
+        &self,
+        copies: &[(String, Position)],
+        within: Duration,
+    ) -> Vec<bool> {
+        let states = self
+            .key_states(
+                copies.iter().map(|(key, _)| key.as_str()),
+                within,
+                "a copy sent twice is tried",
+            )
+            .await;
+        copies
+            .iter()
+            .zip(states)
+            .map(|((_, position), state)| {
+                state
+                    .flatten()
+                    .is_some_and(|key| key.done == Some(*position))
+            })
+            .collect()
+    }
+
+    /// What the ledger says of each key of `keys` (one read of the distinct ones within `within`),
+    /// in order: `None` for a key it did not answer for, `Some(None)` for a key with nothing out.
+    async fn key_states<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k str> + Clone,
+        within: Duration,
+        unread: &str,
+    ) -> Vec<Option<Option<KeyPositions>>> {
+        let mut distinct: Vec<&str> = keys.clone().collect();
+        if distinct.is_empty() {
+            return Vec::new();
+        }
+        distinct.sort_unstable();
+        distinct.dedup();
+        let entries = match tokio::time::timeout(within, self.store.entries(&distinct)).await {
             Ok(Ok(entries)) => entries,
             Ok(Err(error)) => {
-                tracing::warn!(%error, groups = keys.len(), "attempt ledger not read: whether these groups wait in the retry lane is unknown, and their records wait in place untried");
+                tracing::warn!(%error, groups = distinct.len(), "attempt ledger not read: where these groups stand with the retry lane is unknown, and {unread}");
                 Vec::new()
             }
             Err(_) => {
-                tracing::warn!(groups = keys.len(), "attempt ledger not read in time: whether these groups wait in the retry lane is unknown, and their records wait in place untried");
+                tracing::warn!(groups = distinct.len(), "attempt ledger not read in time: where these groups stand with the retry lane is unknown, and {unread}");
                 Vec::new()
             }
         };
         let mut entries = entries.into_iter();
-        let states: Vec<Option<Option<KeyPositions>>> = keys
+        let states: Vec<Option<Option<KeyPositions>>> = distinct
             .iter()
             .map(|_| Some(entries.next().flatten()?.key))
             .collect();
-        records
-            .iter()
-            .map(|(key, position)| {
-                let found = keys.binary_search(&key.as_str()).ok();
-                lane_state(found.and_then(|found| states[found]), *position)
-            })
-            .collect()
+        keys.map(|key| {
+            let found = distinct.binary_search(&key).ok();
+            found.and_then(|found| states[found])
+        })
+        .collect()
     }
 
     /// The keys of `keys` that have records out in the lane or the DLQ, and where. An error when
@@ -190,11 +247,31 @@ impl Books {
     }
 
     /// Writes down that SQS confirmed the copy of `message_id` in the lane: should its delete be
-    /// lost, it comes back to its source done. A write that fails sends it there again.
+    /// lost, it comes back to its source done. Asked up to [`IN_LANE_WRITES`] times: without the
+    /// note a record whose delete is lost comes back past SQS's 5-minute deduplication interval
+    /// and is sent there again, a second copy tried with attempts of its own.
     pub(crate) async fn copy_in_lane(&self, message_id: &str) {
-        if let Err(error) = self.store.record_in_lane(message_id).await {
-            tracing::warn!(message_id, %error, "its copy in the retry lane not written down: should it come back to its source, it is sent there again");
+        let mut writes = 1;
+        while let Err(error) = self.store.record_in_lane(message_id).await {
+            if writes == IN_LANE_WRITES {
+                tracing::warn!(message_id, %error, "its copy in the retry lane not written down: should it come back to its source, it is sent there again");
+                return;
+            }
+            writes += 1;
         }
+    }
+
+    /// Writes down, side by side by `deadline`, that copies of `message_ids` reached the lane (the
+    /// lane's first receive of each): a record whose send SQS did not confirm but took, back in
+    /// its source past SQS's 5-minute deduplication interval (its give-back refused), is then
+    /// done there instead of sent a second time.
+    pub(crate) async fn copies_received(
+        &self,
+        message_ids: impl Iterator<Item = &str>,
+        deadline: Option<Instant>,
+    ) {
+        let writes = futures_util::future::join_all(message_ids.map(|id| self.copy_in_lane(id)));
+        let _ = by_deadline(deadline, writes).await;
     }
 
     /// Writes a batch's deliveries given back down, side by side, by `deadline`. A write that
@@ -306,18 +383,39 @@ impl Books {
     }
 }
 
-/// Where a source record at `position` of a group in the state `state` stands with the lane.
-fn lane_state(state: Option<Option<KeyPositions>>, position: Option<Position>) -> LaneState {
+/// A source record as the books place it with the lane.
+pub(crate) struct SourceRecord {
+    /// Its group's ledger key.
+    pub(crate) key: String,
+    /// Its `SequenceNumber`.
+    pub(crate) position: Option<Position>,
+    /// The ledger did not answer for the record itself: whether SQS confirmed a copy of it in
+    /// the lane (`in_lane`) is not known.
+    pub(crate) copy_unknown: bool,
+}
+
+/// Where `record` stands with the lane, its group in the state `state`. The record at the last
+/// position its group sent out, once that position took effect from the lane, is back in its source
+/// with its delete lost (and the ledger's note of its copy): done there. A record at or before
+/// that position whose own entry was not read may have its copy in the lane: it waits for a read
+/// rather than run again in place or follow twice. One before it is not taken for done: a queue
+/// that hands out a group's records out of order (LocalStack does) would lose it; it follows (its
+/// copy carries its tries), or runs in place once its group is back.
+fn lane_state(state: Option<Option<KeyPositions>>, record: &SourceRecord) -> LaneState {
     let Some(state) = state else {
         return LaneState::Unread;
     };
-    match state {
-        Some(key) if key.waiting().is_none() => LaneState::Free,
-        Some(key) if key.place == KeyPlace::Held && Some(key.left) == position => {
-            LaneState::HeldAgain
-        }
-        Some(_) => LaneState::Follows,
+    let Some(key) = state else {
+        return LaneState::Free;
+    };
+    let last_out = record.position == Some(key.left);
+    let left_before = record.position.is_some_and(|position| position <= key.left);
+    match key.waiting() {
+        None if last_out => LaneState::Sent,
+        _ if left_before && record.copy_unknown => LaneState::Unread,
         None => LaneState::Free,
+        Some(KeyPlace::Held) if last_out => LaneState::HeldAgain,
+        Some(_) => LaneState::Follows,
     }
 }
 

@@ -41,7 +41,7 @@ mod store;
 
 use std::time::Duration;
 
-pub(crate) use books::Books;
+pub(crate) use books::{Books, SourceRecord};
 pub(crate) use lane::{group_key, LaneMark, LANE_ATTRIBUTE};
 pub use lane::{KeyPlace, KeyPositions, Position};
 #[cfg(any(test, feature = "test-util"))]
@@ -96,6 +96,8 @@ pub(crate) enum LaneState {
     Unread,
     /// In the lane, the head its group was held on, not yet released: held there, untried.
     HeldInLane,
+    /// In the lane, a second copy of a record whose first took effect there: done, untried.
+    SentTwice,
 }
 
 /// What the ledger says of a delivery.

@@ -242,6 +242,15 @@ impl<Q: QueuePort> Processor<Q> {
         books
             .keys_done(self.keys_done(items, rulings, invocation), deadline)
             .await;
+        if self.batch_is_from_lane(items) {
+            // The source record of each FIFO copy received here the first time (a record
+            // redriven to its source names its first origin, whose note then does nothing).
+            let firsts = items
+                .iter()
+                .filter(|item| item.fifo.receive_count == 1 && LaneMark::of(item.record).is_some());
+            let origins = firsts.filter_map(|item| Some(&*item.meta.as_deref()?.origin_message_id));
+            books.copies_received(origins, deadline).await;
+        }
         if !matches!(
             self.config.fifo_on_dead_letter,
             FifoOnDeadLetter::Hold { .. }
@@ -277,7 +286,9 @@ impl<Q: QueuePort> Processor<Q> {
         invocation: &'a Invocation<'a>,
     ) -> impl Iterator<Item = (String, Position)> + 'a {
         // A FIFO copy's mark counts in the lane only: a dead letter redriven from the lane to its
-        // source still carries it.
+        // source still carries it. A copy sent to the DLQ from the lane does not free its group: if
+        // its delete is lost it comes back and may still take effect, which must come before its
+        // group's later records in the source.
         let from_lane = self.batch_is_from_lane(items);
         items
             .iter()

@@ -151,6 +151,9 @@ pub(crate) struct FifoPlace {
     pub(crate) head_since_s: u32,
     /// With a retry lane: whether it follows its group there, or holds it there.
     pub(crate) lane: LaneState,
+    /// In the lane, a record that followed its group there: the tries it had in its source,
+    /// which its attempts there go on from.
+    pub(crate) tried_in_source: u32,
 }
 
 impl<'r> Item<'r> {

@@ -5,7 +5,7 @@ use crate::envelope::{Meta, Timestamp};
 use crate::error::BatchError;
 use crate::fifo::FifoOnDeadLetter;
 use crate::handler::Invocation;
-use crate::ledger::{group_key, Delivery, HeadStatus, LaneMark, LaneState, Position};
+use crate::ledger::{group_key, Delivery, HeadStatus, LaneMark, LaneState, Position, SourceRecord};
 use crate::port::QueuePort;
 use redrive_event::SqsRecord;
 
@@ -39,10 +39,13 @@ impl<Q: QueuePort> Processor<Q> {
             let fifo = record.is_fifo();
             any_fifo |= fifo;
             // FIFO records are retried in place, so SQS's own count is the attempt count (less
-            // the deliveries the ledger knows were untried: `recount`).
+            // the deliveries the ledger knows were untried: `recount`), after a follower's tries
+            // in its source.
+            let mut tried_in_source = 0;
             let (attempts_before, receive_count) = if fifo {
                 let receive_count = record.receive_count().max(1);
-                (receive_count - 1, receive_count)
+                tried_in_source = self.tries_before_following(record, meta.as_deref());
+                (tried_in_source + receive_count - 1, receive_count)
             } else {
                 let attempts = meta.as_deref_mut().map_or(0, |meta| {
                     self.recognise_moved_back(id, meta);
@@ -57,6 +60,7 @@ impl<Q: QueuePort> Processor<Q> {
                 attempts_before,
                 fifo: FifoPlace {
                     receive_count,
+                    tried_in_source,
                     ..FifoPlace::default()
                 },
             });
@@ -83,7 +87,12 @@ impl<Q: QueuePort> Processor<Q> {
         for (&index, count) in suspects.iter().zip(counts) {
             match count {
                 Some(count) => {
-                    items[index].attempts_before = count.attempts_before;
+                    // An operator's release gives a fresh set, the source's tries included.
+                    let carried = match count.head {
+                        HeadStatus::ReleasedToRetry => 0,
+                        _ => items[index].fifo.tried_in_source,
+                    };
+                    items[index].attempts_before = carried + count.attempts_before;
                     items[index].fifo.head = count.head;
                     items[index].fifo.head_since_s = count
                         .head_since_ms
@@ -108,9 +117,13 @@ impl<Q: QueuePort> Processor<Q> {
     ) {
         let Some(books) = &self.books else { return };
         if self.sends_to_lane(items) {
-            let records: Vec<_> = items
+            let records: Vec<SourceRecord> = items
                 .iter()
-                .map(|item| (group_key_of(item), position_of(item)))
+                .map(|item| SourceRecord {
+                    key: group_key_of(item),
+                    position: position_of(item),
+                    copy_unknown: item.fifo.head == HeadStatus::Unread,
+                })
                 .collect();
             let within = self.budget(invocation.deadline_ms).ledger_read();
             let states = books.lane_states(&records, within).await;
@@ -120,9 +133,22 @@ impl<Q: QueuePort> Processor<Q> {
                 }
             }
         } else if self.holds_in_lane() && self.batch_is_from_lane(items) {
-            for item in items.iter_mut() {
-                let held = LaneMark::of(item.record).is_some_and(|mark| mark.held);
-                if held && matches!(item.fifo.head, HeadStatus::Free | HeadStatus::Unread) {
+            let marks: Vec<Option<LaneMark>> =
+                items.iter().map(|item| LaneMark::of(item.record)).collect();
+            let copies: Vec<(String, Position)> = marks
+                .iter()
+                .flatten()
+                .map(|mark| (mark.key.clone(), mark.position))
+                .collect();
+            let within = self.budget(invocation.deadline_ms).ledger_read();
+            let mut took_effect = books.took_effect_in_lane(&copies, within).await.into_iter();
+            for (item, mark) in items.iter_mut().zip(marks) {
+                let Some(mark) = mark else { continue };
+                if took_effect.next() == Some(true) {
+                    item.fifo.lane = LaneState::SentTwice;
+                } else if mark.held
+                    && matches!(item.fifo.head, HeadStatus::Free | HeadStatus::Unread)
+                {
                     item.fifo.lane = LaneState::HeldInLane;
                 }
             }
@@ -161,6 +187,23 @@ impl<Q: QueuePort> Processor<Q> {
             .lane_url
             .as_deref()
             .is_some_and(|url| name(url, '/') == name(queue_arn, ':'))
+    }
+
+    /// The tries a record in the lane had in its source before it followed its group there (its
+    /// copy's attempts): a follower is sent there untried, but one back in its source after a
+    /// later record of its group left may follow after tries in place. A held head's copy carries
+    /// none: it is tried only once an operator releases it, afresh. (A dead letter redriven from
+    /// the lane to its source still carries its mark, and gets a fresh set there.)
+    fn tries_before_following(&self, record: &SqsRecord<'_>, meta: Option<&Meta<'_>>) -> u32 {
+        match (meta, LaneMark::of(record)) {
+            (Some(meta), Some(mark))
+                if !mark.held
+                    && self.is_lane(record.event_source_arn.as_deref().unwrap_or_default()) =>
+            {
+                meta.attempts
+            }
+            _ => 0,
+        }
     }
 
     /// A dead letter that SQS moved back to a standard queue (a move task re-sends it as it is) is

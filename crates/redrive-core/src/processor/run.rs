@@ -276,7 +276,7 @@ impl<Q: QueuePort> Processor<Q> {
         match (item.fifo.lane, item.fifo.head) {
             (LaneState::Follows, _) => return Some(Outcome::FollowsGroup),
             // Its copy is in the lane, which takes it from here.
-            (LaneState::Sent, _) => return Some(Outcome::Succeeded),
+            (LaneState::Sent | LaneState::SentTwice, _) => return Some(Outcome::Succeeded),
             (LaneState::HeldAgain, _) => return Some(Outcome::Failed(Box::new(held_again()))),
             (LaneState::Unread, _) => return Some(Outcome::Failed(Box::new(lane_unread()))),
             (LaneState::HeldInLane, HeadStatus::Unread) => {

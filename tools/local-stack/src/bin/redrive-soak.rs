@@ -14,7 +14,7 @@
 //! invocations, poison orders held in the lane or redriven from the DLQ.
 //!
 //! Usage: redrive-soak [--memory N] [--moto N] [--streams N] [--kafka N] [--seeds 1,2,3]
-//! (`--help` says more)
+//! [--scenario TEXT] (`--help` says more)
 use std::process::ExitCode;
 
 use redrive_local::soak::{run_in_memory, run_on_localstack, run_on_moto, SoakConfig, SoakReport};
@@ -42,6 +42,11 @@ struct Args {
     /// Seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3])]
     seeds: Vec<u64>,
+    /// Only the in-memory scenarios (a tenth of `--memory`) whose name contains this text, no
+    /// other run: one scenario over many seeds, for a break that a rerun does not replay (the
+    /// runs share one machine's timing, not only their seed).
+    #[arg(long)]
+    scenario: Option<String>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +65,11 @@ async fn main() -> ExitCode {
         }
     }));
     let mut broken = false;
+    let every_run = args.scenario.is_none();
     for &seed in &args.seeds {
+        if !every_run {
+            break;
+        }
         // Each run on a standard queue, then on a FIFO queue whose messages are dealt round groups.
         for groups in [None, Some(8)] {
             let on = |config: SoakConfig| match groups {
@@ -122,7 +131,7 @@ async fn main() -> ExitCode {
         }
     }
     for &seed in &args.seeds {
-        if args.streams == 0 {
+        if args.streams == 0 || !every_run {
             break;
         }
         println!(
@@ -148,7 +157,7 @@ async fn main() -> ExitCode {
         }
     }
     for &seed in &args.seeds {
-        if args.kafka == 0 {
+        if args.kafka == 0 || !every_run {
             break;
         }
         let customers = (args.kafka / 3).max(1);
@@ -230,6 +239,13 @@ async fn main() -> ExitCode {
             ),
         ];
         for (kind, config) in runs {
+            if args
+                .scenario
+                .as_deref()
+                .is_some_and(|scenario| !kind.contains(scenario))
+            {
+                continue;
+            }
             println!("== in-memory SQS, {kind}, {messages} messages, seed {seed}");
             match run_in_memory(&config).await {
                 Ok(report) => {

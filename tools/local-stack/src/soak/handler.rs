@@ -25,8 +25,9 @@ pub struct PlannedHandler {
     /// The long outage: a downstream behind a breaker, down until `heal_at_ms` on `clock`.
     pub(super) outage: Option<DownstreamOutage>,
     /// Tries of each message per chain (its id, reprocess count and fresh sets of attempts: a
-    /// redrive starts a new chain, and so does an operator's release of a held head).
-    pub(super) tries: Mutex<HashMap<(String, u32, u32), u32>>,
+    /// redrive starts a new chain, and so does an operator's release of a held head), each as it
+    /// came: the report shows those of a chain past the limit (runs do not replay exactly).
+    pub(super) tries: Mutex<HashMap<(String, u32, u32), Vec<Try>>>,
     /// Fresh sets of attempts an operator gave each held message (`dlq release`), by SQS message
     /// id (a FIFO message keeps its id while it waits in place).
     pub(super) fresh_sets: Mutex<HashMap<String, u32>>,
@@ -38,6 +39,58 @@ pub struct PlannedHandler {
     /// With large messages: each message's `id` by its origin message id, which names its object
     /// in the payload bucket (the tally finds whose body a dead letter pointed at).
     pub(super) origins: Option<Mutex<HashMap<String, String>>>,
+}
+
+/// One try of a message: the queue and delivery it came in, and the lane's mark on a copy there.
+pub(super) struct Try {
+    queue: String,
+    message_id: String,
+    receive_count: String,
+    attempt: u32,
+    lane_mark: Option<String>,
+}
+
+impl Try {
+    fn of(message: &Message<'_>) -> Self {
+        let record = message.record();
+        let arn = record.event_source_arn.as_deref().unwrap_or("?");
+        Self {
+            queue: arn.rsplit(':').next().unwrap_or(arn).to_owned(),
+            message_id: message.id().to_owned(),
+            receive_count: record
+                .attributes
+                .approximate_receive_count
+                .as_deref()
+                .unwrap_or("?")
+                .to_owned(),
+            attempt: message.attempt(),
+            // `<held|follows> <position> <group key>` (the engine's `redrive-lane` attribute).
+            lane_mark: record
+                .message_attributes
+                .get("redrive-lane")
+                .and_then(|mark| mark.string_value.as_deref())
+                .map(|mark| {
+                    let mut words = mark.split(' ');
+                    let what = words.next().unwrap_or_default();
+                    let position = words.next().unwrap_or_default().trim_start_matches('0');
+                    format!("{what} {position}")
+                }),
+        }
+    }
+}
+
+impl std::fmt::Display for Try {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} receive {} attempt {}",
+            self.queue, self.message_id, self.receive_count, self.attempt
+        )?;
+        match &self.lane_mark {
+            Some(mark) => write!(f, " ({mark})"),
+            None => Ok(()),
+        }
+    }
 }
 
 pub(super) struct DownstreamOutage {
@@ -87,8 +140,8 @@ impl RecordHandler for PlannedHandler {
         let tried = || {
             let mut tries = self.tries.lock().unwrap();
             let tries = tries.entry(chain.clone()).or_default();
-            *tries += 1;
-            *tries
+            tries.push(Try::of(message));
+            u32::try_from(tries.len()).unwrap_or(u32::MAX)
         };
         let tries = if let Some(outage) = &self.outage {
             let down = outage.clock.now_ms() < outage.heal_at_ms;
@@ -140,17 +193,15 @@ impl RecordHandler for PlannedHandler {
         {
             let latest = order.entry(group.to_owned()).or_insert(body.seq);
             if body.seq < *latest && self.out_of_order.fetch_add(1, Ordering::Relaxed) == 0 {
+                let tries: Vec<String> = self.tries.lock().unwrap()[&chain]
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
                 *self.first_out_of_order.lock().unwrap() = Some(format!(
-                    "{} (seq {}) after seq {latest} of {group}, attempt {}, receive count {}",
+                    "{} (seq {}) after seq {latest} of {group}, its tries: {}",
                     body.id,
                     body.seq,
-                    message.attempt(),
-                    message
-                        .record()
-                        .attributes
-                        .approximate_receive_count
-                        .as_deref()
-                        .unwrap_or("?"),
+                    tries.join("; "),
                 ));
             }
             *latest = body.seq.max(*latest);

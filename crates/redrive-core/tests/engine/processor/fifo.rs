@@ -152,6 +152,10 @@ pub(super) enum Script {
     ThenRelease(&'static str, Release),
     /// It answers reads, and refuses every hold (a throttled `UpdateItem`).
     RefusesHolds,
+    /// It answers, and refuses to write down a copy in the lane (a throttled `UpdateItem`).
+    RefusesLaneCopies,
+    /// It answers, and refuses the first write of a copy in the lane.
+    RefusesFirstLaneCopy(std::sync::atomic::AtomicBool),
 }
 
 /// A memory ledger whose reads (and holds) go as scripted; other writes go through.
@@ -184,7 +188,9 @@ impl AttemptLedger for Scripted {
                     Ok(read)
                 }
                 Script::Fail => unreachable!(),
-                Script::RefusesHolds => Ok(read),
+                Script::RefusesHolds
+                | Script::RefusesLaneCopies
+                | Script::RefusesFirstLaneCopy(_) => Ok(read),
             }
         })
     }
@@ -232,6 +238,19 @@ impl AttemptLedger for Scripted {
         self.inner.clear_hold(id)
     }
     fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
+        let refused = match &self.script {
+            Script::RefusesLaneCopies => true,
+            Script::RefusesFirstLaneCopy(refused) => !refused.swap(true, Ordering::SeqCst),
+            _ => false,
+        };
+        if refused {
+            return Box::pin(async {
+                Err(PortError::new(
+                    "UpdateItem",
+                    "ProvisionedThroughputExceededException",
+                ))
+            });
+        }
         self.inner.record_in_lane(message_id)
     }
     fn record_key_left<'a>(

@@ -38,6 +38,30 @@ fn lane_record(copy: &OutgoingMessage<'_>, id: &str, receives: u32) -> serde_jso
     record
 }
 
+/// The event of one record of group A in the FIFO source.
+fn in_group_a(id: &str, body: &str, receives: u32, sequence: u32) -> String {
+    event(vec![sequenced(id, body, "A", receives, sequence)])
+}
+
+/// The ledger keys of groups A and B of the FIFO source.
+const GROUP_A: &str = "fifo#arn:aws:sqs:eu-west-1:123456789012:orders.fifo#A";
+const GROUP_B: &str = "fifo#arn:aws:sqs:eu-west-1:123456789012:orders.fifo#B";
+
+/// The position of [`sequenced`]'s `sequence`.
+fn position(sequence: u128) -> Position {
+    Position(18_849_496_460_467_690_000 + sequence)
+}
+
+/// What each copy sent to the lane is there for (`held` or `foll`), in the order sent.
+fn lane_marks(processor: &Processor<RecordingQueue>) -> Vec<String> {
+    processor
+        .queue()
+        .sent_to(LANE)
+        .iter()
+        .map(|copy| copy.attribute("redrive-lane").unwrap_or_default()[..4].to_owned())
+        .collect()
+}
+
 /// A processor whose FIFO heads hold their group in the retry lane `LANE`, with `ledger`.
 fn laned(ledger: Arc<dyn AttemptLedger>) -> Processor<RecordingQueue> {
     let mut config = ProcessorConfig::default();
@@ -237,17 +261,8 @@ async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_sent_again_or
     let ledger = Arc::new(MemoryLedger::new());
     let processor = laned(ledger.clone());
     let handler = handler();
-    let source = |id: &str, body: &str, receives: u32, sequence: u32| {
-        event(vec![sequenced(id, body, "A", receives, sequence)])
-    };
-    let marks = || -> Vec<String> {
-        processor
-            .queue()
-            .sent_to(LANE)
-            .iter()
-            .map(|copy| copy.attribute("redrive-lane").unwrap_or_default()[..4].to_owned())
-            .collect()
-    };
+    let source = in_group_a;
+    let marks = || lane_marks(&processor);
     // The lane refuses the copy: a1 is given back.
     processor.queue().fail_calls_to(LANE);
     let processed = run(&processor, &handler, &source("a1", "permanent", 1, 1)).await;
@@ -275,6 +290,97 @@ async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_sent_again_or
     assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
 }
 
+/// The soak's held head tried ten times (docs/reliability.md): a held head whose copy SQS
+/// confirmed in the lane, its source delete lost and the ledger's note of its copy not written,
+/// came back after a later record of its group had left: it followed itself to the lane and was
+/// tried there with a fresh set of attempts no operator gave it. It still follows (a queue that
+/// hands out a group's records out of order would lose it, were it taken for done), and its copy
+/// carries its tries: one here, so one more there at the most.
+#[tokio::test]
+async fn a_record_back_after_a_later_one_of_its_group_left_follows_with_its_tries() {
+    let ledger = Arc::new(super::fifo::Scripted {
+        inner: MemoryLedger::new(),
+        script: super::fifo::Script::RefusesLaneCopies,
+    });
+    let processor = laned(ledger);
+    let handler = handler();
+    let source = in_group_a;
+    let copies = || -> Vec<(String, u32)> {
+        processor
+            .queue()
+            .sent_to(LANE)
+            .iter()
+            .map(|copy| {
+                let mark = copy.attribute("redrive-lane").unwrap_or_default()[..4].to_owned();
+                let meta: serde_json::Value =
+                    serde_json::from_str(copy.attribute("redrive").unwrap()).unwrap();
+                (
+                    mark,
+                    u32::try_from(meta["attempts"].as_u64().unwrap()).unwrap(),
+                )
+            })
+            .collect()
+    };
+    run(&processor, &handler, &source("a1", "permanent", 1, 1)).await;
+    run(&processor, &handler, &source("a2", "ok", 1, 2)).await;
+    // Both deletes lost; each comes back and follows again (SQS drops a copy sent twice within
+    // its 5-minute deduplication interval), untried, with its tries: a2's are SQS's count (the
+    // ledger was not told that its first receive went untried), fewer tries there, never more.
+    run(&processor, &handler, &source("a1", "permanent", 2, 1)).await;
+    run(&processor, &handler, &source("a2", "ok", 2, 2)).await;
+    let held_tried_once = ("held".to_owned(), 0);
+    assert_eq!(
+        copies(),
+        [
+            held_tried_once,
+            ("foll".to_owned(), 0),
+            ("foll".to_owned(), 1),
+            ("foll".to_owned(), 1)
+        ]
+    );
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1, "a1's one try");
+}
+
+/// The soak's message tried seven times: a record tried in place that then follows its group to
+/// the lane (its group's state read as out there) had a fresh set of attempts there. It goes on
+/// from its tries in its source: here its fifth attempt is its last.
+#[tokio::test]
+async fn a_record_that_follows_after_tries_in_its_source_goes_on_from_them_in_the_lane() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let processor = laned(ledger.clone());
+    let handler = handler();
+    let b1 = |receives: u32| event(vec![sequenced("b1", "transient", "B", receives, 2)]);
+    for receives in 1..=4 {
+        let processed = run(&processor, &handler, &b1(receives)).await;
+        assert_eq!(
+            failures(&processed),
+            ["b1"],
+            "given back to be tried in place"
+        );
+    }
+    // Meanwhile an earlier record of its group is out in the lane (a queue that hands a group's
+    // records out of order, as LocalStack does).
+    ledger
+        .record_key_left(GROUP_B, position(1), KeyPlace::Lane)
+        .await
+        .unwrap();
+    run(&processor, &handler, &b1(5)).await;
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 4, "followed, untried");
+    let copy = processor.queue().sent_to(LANE)[0].clone();
+    run(
+        &processor,
+        &handler,
+        &event(vec![lane_record(&copy, "l1", 1)]),
+    )
+    .await;
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 5, "its fifth try");
+    let held = ledger.held().await.unwrap();
+    assert!(
+        held.iter().any(|(id, _)| id == "l1"),
+        "its attempts used up, it holds its group in the lane: {held:?}"
+    );
+}
+
 /// Issue 53, item 5: a lane send SQS did not confirm may have landed. Given back at the queue's
 /// visibility timeout (360 s and more), it came back past the 5 minutes in which SQS deduplicates
 /// its copy by its id, and the lane could hold two copies of a held head. It and its group's
@@ -299,4 +405,189 @@ async fn a_lane_send_not_confirmed_comes_back_within_the_lanes_deduplication_int
             "{handle} comes back within SQS's 5-minute deduplication interval: {visibility:?}"
         );
     }
+}
+
+/// A record that took effect from the lane and came back to its source (its delete lost, and the
+/// ledger's note of its copy too) was tried there again, after its group's later records: it is
+/// the last its group sent out and that position took effect, so it is done, untried.
+#[tokio::test]
+async fn a_record_back_after_it_took_effect_from_the_lane_is_done_untried() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let processor = laned(ledger.clone());
+    let handler = handler();
+    ledger
+        .record_key_left(GROUP_A, position(1), KeyPlace::Lane)
+        .await
+        .unwrap();
+    ledger.record_key_done(GROUP_A, position(1)).await.unwrap();
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![sequenced("a1", "ok", "A", 2, 1)]),
+    )
+    .await;
+    assert!(failures(&processed).is_empty());
+    assert_eq!(processed.report.done, 1);
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 0, "not tried again");
+    assert!(processor.queue().sent_to(LANE).is_empty());
+}
+
+/// A copy's note in the ledger (`in_lane`) that one write did not make: asked again, so that the
+/// record back in its source (its delete lost) is done there, not sent to the lane a second time.
+#[tokio::test]
+async fn a_copys_note_the_ledger_refused_once_is_written_again() {
+    let ledger = Arc::new(super::fifo::Scripted {
+        inner: MemoryLedger::new(),
+        script: super::fifo::Script::RefusesFirstLaneCopy(Default::default()),
+    });
+    let processor = laned(ledger);
+    let handler = handler();
+    let a1 = |receives: u32| event(vec![sequenced("a1", "permanent", "A", receives, 1)]);
+    run(&processor, &handler, &a1(1)).await;
+    let processed = run(&processor, &handler, &a1(2)).await;
+    assert_eq!(
+        processed.report.done, 1,
+        "its delete lost: done in its source"
+    );
+    assert_eq!(
+        processor.queue().sent_to(LANE).len(),
+        1,
+        "one copy in the lane"
+    );
+}
+
+/// The soak's 9 and 10 tries of one message: a record whose copy's answer was lost and whose
+/// give-back did not take (its visibility unchanged) came back to its source past SQS's 5-minute
+/// deduplication interval and was sent to the lane twice, and each copy was tried with attempts of
+/// its own. A copy whose position is the last of its group to take effect in the lane is done
+/// there, untried. One whose first copy an operator sent to the DLQ is held for the operator again
+/// (its group is not freed by a dead letter: that copy, its delete lost, could still come back).
+#[tokio::test]
+async fn a_second_copy_of_a_record_that_took_effect_in_the_lane_is_done_untried() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let processor = laned(ledger.clone());
+    let handler = handler();
+    // Group B waits in the lane: b2 follows, its copy takes effect there.
+    ledger
+        .record_key_left(GROUP_B, position(1), KeyPlace::Lane)
+        .await
+        .unwrap();
+    run(
+        &processor,
+        &handler,
+        &event(vec![sequenced("b2", "ok", "B", 1, 2)]),
+    )
+    .await;
+    let b2 = processor.queue().sent_to(LANE)[0].clone();
+    run(
+        &processor,
+        &handler,
+        &event(vec![lane_record(&b2, "l1", 1)]),
+    )
+    .await;
+    assert_eq!(handler.calls.load(Ordering::SeqCst), 1);
+    let processed = run(
+        &processor,
+        &handler,
+        &event(vec![lane_record(&b2, "l2", 1)]),
+    )
+    .await;
+    assert_eq!(processed.report.done, 1);
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        1,
+        "the second copy is not tried"
+    );
+    // a1 holds group A in the lane; an operator sends it to the DLQ; its second copy is held.
+    run(&processor, &handler, &in_group_a("a1", "permanent", 1, 3)).await;
+    let a1 = processor.queue().sent_to(LANE)[1].clone();
+    run(
+        &processor,
+        &handler,
+        &event(vec![lane_record(&a1, "l3", 1)]),
+    )
+    .await;
+    ledger
+        .release_hold("l3", Release::DeadLetter)
+        .await
+        .unwrap();
+    run(
+        &processor,
+        &handler,
+        &event(vec![lane_record(&a1, "l3", 2)]),
+    )
+    .await;
+    assert_eq!(processor.queue().sent_to(DLQ).len(), 1, "a1 in the DLQ");
+    run(
+        &processor,
+        &handler,
+        &event(vec![lane_record(&a1, "l4", 1)]),
+    )
+    .await;
+    let held = ledger.held().await.unwrap();
+    assert!(held.iter().any(|(id, _)| id == "l4"), "held: {held:?}");
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        2,
+        "a1's one try, in its source"
+    );
+}
+
+/// The soak's effect out of its group's order: a record whose copy took effect from the lane came
+/// back to its source (its delete lost) when the ledger answered for its group but not for the
+/// record itself, so that its note (`in_lane`) went unread; its group back in the source, it ran
+/// again there, after its group's later records. It waits for a read instead, untried.
+#[tokio::test]
+async fn a_record_that_left_before_waits_untried_while_its_own_entry_is_unread() {
+    let ledger = Arc::new(super::fifo::Scripted {
+        inner: MemoryLedger::new(),
+        script: super::fifo::Script::Only(vec![GROUP_A]),
+    });
+    let processor = laned(ledger.clone());
+    let handler = handler();
+    let source = |id: &str, receives: u32, sequence: u32| in_group_a(id, "ok", receives, sequence);
+    ledger
+        .record_key_left(GROUP_A, position(1), KeyPlace::Lane)
+        .await
+        .unwrap();
+    run(&processor, &handler, &source("a2", 1, 2)).await;
+    run(&processor, &handler, &source("a3", 1, 3)).await;
+    assert_eq!(processor.queue().sent_to(LANE).len(), 2, "both followed");
+    ledger.record_key_done(GROUP_A, position(3)).await.unwrap();
+    let processed = run(&processor, &handler, &source("a2", 2, 2)).await;
+    assert_eq!(failures(&processed), ["a2"], "given back to be read again");
+    assert_eq!(
+        handler.calls.load(Ordering::SeqCst),
+        0,
+        "not run again in place"
+    );
+    assert_eq!(processor.queue().sent_to(LANE).len(), 2, "not sent again");
+}
+
+/// The soak's 9 and 10 tries after a dead letter: a lane send SQS took but did not confirm, whose
+/// give-back SQS refused, brought its record back to its source past SQS's 5-minute deduplication
+/// interval, and it was sent to the lane a second time. The lane's first receive of a copy writes
+/// its source record's note (`in_lane`): back in its source, it is done there.
+#[tokio::test]
+async fn a_copy_received_in_the_lane_keeps_its_record_from_being_sent_again() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let processor = laned(ledger.clone());
+    let handler = handler();
+    processor.queue().fail_calls_to(LANE);
+    let processed = run(&processor, &handler, &in_group_a("a1", "permanent", 1, 1)).await;
+    assert_eq!(failures(&processed), ["a1"], "its send not confirmed");
+    processor
+        .queue()
+        .fail_calls_to("https://sqs.local/123456789012/nowhere");
+    // SQS took the copy all the same: the lane receives it.
+    let copy = processor.queue().sent_to(LANE)[0].clone();
+    run(
+        &processor,
+        &handler,
+        &event(vec![lane_record(&copy, "l1", 1)]),
+    )
+    .await;
+    let processed = run(&processor, &handler, &in_group_a("a1", "permanent", 2, 1)).await;
+    assert_eq!(processed.report.done, 1, "done in its source");
+    assert_eq!(lane_marks(&processor), ["held"], "not sent again");
 }

@@ -147,17 +147,21 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
         report.out_of_order = planned.out_of_order.load(Ordering::Relaxed);
         {
             let tries = planned.tries.lock().unwrap();
-            report.most_tries = tries.values().copied().max().unwrap_or(0);
-            report.tries_beyond_limit = tries
-                .values()
-                .filter(|&&n| n > config.retry.max_attempts)
-                .count();
+            let limit = usize::try_from(config.retry.max_attempts).unwrap_or(usize::MAX);
+            let most = tries.values().map(Vec::len).max().unwrap_or(0);
+            report.most_tries = u32::try_from(most).unwrap_or(u32::MAX);
+            report.tries_beyond_limit = tries.values().filter(|t| t.len() > limit).count();
             report.first_beyond_limit = tries
                 .iter()
-                .filter(|(_, &n)| n > config.retry.max_attempts)
-                .min()
-                .map(|((id, redrives, set), n)| {
-                    format!("{id}, {n} tries (redriven {redrives} times, release {set})")
+                .filter(|(_, tries)| tries.len() > limit)
+                .min_by_key(|(chain, _)| *chain)
+                .map(|((id, redrives, set), tries)| {
+                    let each: Vec<String> = tries.iter().map(ToString::to_string).collect();
+                    format!(
+                        "{id}, {} tries (redriven {redrives} times, release {set}): {}",
+                        tries.len(),
+                        each.join("; ")
+                    )
                 });
         }
         report.tries_checked = config.fifo_groups.is_some();
