@@ -62,6 +62,12 @@ fn lane_marks(processor: &Processor<RecordingQueue>) -> Vec<String> {
         .collect()
 }
 
+/// A memory ledger, a processor holding groups in the lane with it, and the handler.
+fn laned_in_memory() -> (Arc<MemoryLedger>, Processor<RecordingQueue>, ByBody) {
+    let ledger = Arc::new(MemoryLedger::new());
+    (ledger.clone(), laned(ledger), handler())
+}
+
 /// A processor whose FIFO heads hold their group in the retry lane `LANE`, with `ledger`.
 fn laned(ledger: Arc<dyn AttemptLedger>) -> Processor<RecordingQueue> {
     let mut config = ProcessorConfig::default();
@@ -258,9 +264,7 @@ async fn with_a_lane_a_held_group_waits_there_in_order_and_its_source_goes_on() 
 /// after its group's later records had taken effect from the lane).
 #[tokio::test]
 async fn a_record_back_in_its_source_after_it_left_for_the_lane_is_sent_again_or_done() {
-    let ledger = Arc::new(MemoryLedger::new());
-    let processor = laned(ledger.clone());
-    let handler = handler();
+    let (_, processor, handler) = laned_in_memory();
     let source = in_group_a;
     let marks = || lane_marks(&processor);
     // The lane refuses the copy: a1 is given back.
@@ -346,9 +350,7 @@ async fn a_record_back_after_a_later_one_of_its_group_left_follows_with_its_trie
 /// from its tries in its source: here its fifth attempt is its last.
 #[tokio::test]
 async fn a_record_that_follows_after_tries_in_its_source_goes_on_from_them_in_the_lane() {
-    let ledger = Arc::new(MemoryLedger::new());
-    let processor = laned(ledger.clone());
-    let handler = handler();
+    let (ledger, processor, handler) = laned_in_memory();
     let b1 = |receives: u32| event(vec![sequenced("b1", "transient", "B", receives, 2)]);
     for receives in 1..=4 {
         let processed = run(&processor, &handler, &b1(receives)).await;
@@ -412,9 +414,7 @@ async fn a_lane_send_not_confirmed_comes_back_within_the_lanes_deduplication_int
 /// the last its group sent out and that position took effect, so it is done, untried.
 #[tokio::test]
 async fn a_record_back_after_it_took_effect_from_the_lane_is_done_untried() {
-    let ledger = Arc::new(MemoryLedger::new());
-    let processor = laned(ledger.clone());
-    let handler = handler();
+    let (ledger, processor, handler) = laned_in_memory();
     ledger
         .record_key_left(GROUP_A, position(1), KeyPlace::Lane)
         .await
@@ -464,9 +464,7 @@ async fn a_copys_note_the_ledger_refused_once_is_written_again() {
 /// (its group is not freed by a dead letter: that copy, its delete lost, could still come back).
 #[tokio::test]
 async fn a_second_copy_of_a_record_that_took_effect_in_the_lane_is_done_untried() {
-    let ledger = Arc::new(MemoryLedger::new());
-    let processor = laned(ledger.clone());
-    let handler = handler();
+    let (ledger, processor, handler) = laned_in_memory();
     // Group B waits in the lane: b2 follows, its copy takes effect there.
     ledger
         .record_key_left(GROUP_B, position(1), KeyPlace::Lane)
@@ -570,9 +568,7 @@ async fn a_record_that_left_before_waits_untried_while_its_own_entry_is_unread()
 /// its source record's note (`in_lane`): back in its source, it is done there.
 #[tokio::test]
 async fn a_copy_received_in_the_lane_keeps_its_record_from_being_sent_again() {
-    let ledger = Arc::new(MemoryLedger::new());
-    let processor = laned(ledger.clone());
-    let handler = handler();
+    let (_, processor, handler) = laned_in_memory();
     processor.queue().fail_calls_to(LANE);
     let processed = run(&processor, &handler, &in_group_a("a1", "permanent", 1, 1)).await;
     assert_eq!(failures(&processed), ["a1"], "its send not confirmed");
