@@ -13,7 +13,7 @@ use redrive::event::SqsRecord;
 use redrive::ledger::{release_head, AttemptLedger, Release};
 use redrive::payload::{PayloadStore, Pointer, LEGACY_SIZE_ATTRIBUTE, SIZE_ATTRIBUTE};
 use redrive::reprocess::{
-    browse, export_line, failure_groups, AttributeFilter, Inventory, ReprocessCommand,
+    browse, export_line, failure_groups, AttributeFilter, Inventory, Job, ReprocessCommand,
     ReprocessSummary, Reprocessor,
 };
 use redrive::s3::S3Payloads;
@@ -29,6 +29,8 @@ use redrive::{ErrorClass, SqsQueue};
 /// Examples:
 ///   dlq stats orders-dlq
 ///   dlq groups orders-dlq           # one line per cause, the largest first
+///   dlq job new orders-dlq --group 3f2a9c0e1b7d4e55 --out job.json   # selection fixed now
+///   dlq job run job.json            # again to resume; later arrivals are never taken
 ///   dlq peek orders-dlq -n 3
 ///   dlq peek orders-dlq --pointers  # large messages: where the body is kept, not the body
 ///   dlq export orders-dlq > dead-letters.jsonl
@@ -97,6 +99,9 @@ enum Command {
     },
     /// Send eligible messages back to their origin queue (see docs/redrive.md, the redrive policy).
     Redrive(RedriveArgs),
+    /// Redrive one failure group as a job whose selection is fixed when it is made.
+    #[command(subcommand)]
+    Job(JobCommand),
     /// SQS's native StartMessageMoveTask: moves everything, no filters, up to 500 messages/s.
     #[command(subcommand)]
     MoveTask(MoveTask),
@@ -172,6 +177,41 @@ struct RedriveArgs {
     /// with --destination).
     #[arg(long)]
     copy: bool,
+}
+
+#[derive(Subcommand)]
+enum JobCommand {
+    /// Read the DLQ, select every message of one failure group (its key from `dlq groups`),
+    /// write the job to --out and show what running it would do (a dry run, as JSON).
+    New {
+        /// The DLQ: URL, ARN or name.
+        queue: String,
+        /// The group's key, as `dlq groups` prints it.
+        #[arg(long)]
+        group: String,
+        /// Queue ARN to send every message to instead of each message's origin.
+        #[arg(long)]
+        destination: Option<String>,
+        /// Messages to read at most while selecting.
+        #[arg(long, default_value_t = 10_000)]
+        max: u32,
+        /// Where to write the job (JSON).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Run a job: each selected message still in the DLQ is sent home (or to the job's
+    /// destination) and deleted once SQS confirmed the copy; any other message is made visible
+    /// again untouched. Interrupted, it resumes when run again. Prints the summary as JSON.
+    Run {
+        /// The job file `dlq job new` wrote.
+        job: std::path::PathBuf,
+        /// Decide and count; send and delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Messages re-sent per second at most.
+        #[arg(long, default_value_t = 50.0)]
+        rate: f64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -327,6 +367,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 rate_per_second: Some(args.rate),
                 force: args.force,
                 copy: args.copy,
+                message_ids: Vec::new(),
             };
             let plan = command.plan(&settings)?;
             let reprocessor = Reprocessor::new(sqs, &settings);
@@ -334,6 +375,44 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 .run(&plan, None, |summary| progress(summary, plan.max_messages))
                 .await?;
             eprintln!();
+            writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
+        }
+        Command::Job(JobCommand::New {
+            queue,
+            group,
+            destination,
+            max,
+            out: path,
+        }) => {
+            let url = sqs.resolve(&queue).await?;
+            let groups = failure_groups(&browse(&sqs, &url, max).await?);
+            let chosen = groups
+                .iter()
+                .find(|candidate| candidate.key == group)
+                .ok_or_else(|| {
+                    format!("no failure group {group} in {url}: `dlq groups {queue}` lists them")
+                })?;
+            let job = Job::of_group(&url, chosen, destination, SystemClock.now_ms());
+            std::fs::write(&path, serde_json::to_string_pretty(&job)? + "\n")
+                .map_err(|error| format!("{}: {error}", path.display()))?;
+            eprintln!(
+                "dlq: {} messages selected (selection {}), written to {}; a dry run:",
+                job.message_ids.len(),
+                job.selection_hash,
+                path.display()
+            );
+            let summary = run_job(sqs, &job, true, None).await?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
+        }
+        Command::Job(JobCommand::Run { job, dry_run, rate }) => {
+            let text = std::fs::read_to_string(&job)
+                .map_err(|error| format!("{}: {error}", job.display()))?;
+            let job: Job = serde_json::from_str(&text)
+                .map_err(|error| format!("{}: not a job: {error}", job.display()))?;
+            if !job.is_intact() {
+                return Err("the job's selection does not match its selectionHash: make it again with `dlq job new`".into());
+            }
+            let summary = run_job(sqs, &job, dry_run, Some(rate)).await?;
             writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
         }
         Command::MoveTask(MoveTask::Start {
@@ -462,4 +541,30 @@ fn progress(summary: &ReprocessSummary, max: u32) {
         summary.manual_review + summary.alerted,
         summary.send_failures,
     );
+}
+
+/// Runs `job` under the operator's settings (REDRIVE_REPROCESS_MAX: the redrive cap), showing
+/// its progress through the selection on stderr.
+async fn run_job(
+    sqs: SqsQueue,
+    job: &Job,
+    dry_run: bool,
+    rate: Option<f64>,
+) -> Result<ReprocessSummary, Box<dyn std::error::Error>> {
+    let settings = ReprocessSettings::from_env()?;
+    let plan = job.command(dry_run, rate).plan(&settings)?;
+    let selected = job.message_ids.len();
+    let summary = Reprocessor::new(sqs, &settings)
+        .run(&plan, None, |summary| {
+            eprint!(
+                "\r{}/{selected} selected examined, {} redriven, {} left in the DLQ, {} others read past untouched",
+                summary.examined - summary.filtered_out,
+                summary.reprocessed,
+                summary.manual_review + summary.alerted + summary.not_yet + summary.send_failures,
+                summary.filtered_out,
+            );
+        })
+        .await?;
+    eprintln!();
+    Ok(summary)
 }

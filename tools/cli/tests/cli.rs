@@ -30,14 +30,35 @@ fn meta(class: &str, kind: &str, origin: &str, order: usize) -> String {
     )
 }
 
-#[tokio::test]
-async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
+/// Sends a dead letter of order `order` to `dlq_url` with a failure envelope of `class` and `kind`.
+async fn dead_letter(
+    client: &aws_sdk_sqs::Client,
+    dlq_url: &str,
+    (class, kind): (&str, &str),
+    origin_arn: &str,
+    order: usize,
+) {
+    let value = MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(meta(class, kind, origin_arn, 1000 + order))
+        .build()
+        .unwrap();
+    client
+        .send_message()
+        .queue_url(dlq_url)
+        .message_body(format!(r#"{{"orderId":"o-{order}"}}"#))
+        .message_attributes("redrive", value)
+        .send()
+        .await
+        .unwrap();
+}
+
+/// An origin queue and its DLQ on moto: (origin URL, DLQ URL, origin ARN).
+async fn origin_and_dlq(client: &aws_sdk_sqs::Client, prefix: &str) -> (String, String, String) {
     assert!(
         std::env::var("AWS_ENDPOINT_URL").is_ok(),
         "run with `make test` (moto server and AWS_ENDPOINT_URL)"
     );
-    let client = redrive_local::sqs_client();
-    let prefix = format!("t{}-cli", std::process::id());
     let mut urls = Vec::new();
     for name in ["orders", "orders-dlq"] {
         let url = client
@@ -50,27 +71,24 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
             .unwrap();
         urls.push(url);
     }
-    let (origin_url, dlq_url) = (&urls[0], &urls[1]);
-    let origin_arn = queue_arn(&client, origin_url).await.unwrap();
+    let origin_arn = queue_arn(client, &urls[0]).await.unwrap();
+    let dlq_url = urls.pop().unwrap();
+    (urls.pop().unwrap(), dlq_url, origin_arn)
+}
+
+#[tokio::test]
+async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
+    let client = redrive_local::sqs_client();
+    let prefix = format!("t{}-cli", std::process::id());
+    let (origin_url, dlq_url, origin_arn) = origin_and_dlq(&client, &prefix).await;
+    let (origin_url, dlq_url) = (&origin_url, &dlq_url);
     let dead = [
         ("transient", "payment_timeout"),
         ("transient", "payment_timeout"),
         ("permanent", "invalid_order"),
     ];
     for (i, (class, kind)) in dead.iter().enumerate() {
-        let value = MessageAttributeValue::builder()
-            .data_type("String")
-            .string_value(meta(class, kind, &origin_arn, 1000 + i))
-            .build()
-            .unwrap();
-        client
-            .send_message()
-            .queue_url(dlq_url)
-            .message_body(format!(r#"{{"orderId":"o-{i}"}}"#))
-            .message_attributes("redrive", value)
-            .send()
-            .await
-            .unwrap();
+        dead_letter(&client, dlq_url, (class, kind), &origin_arn, i).await;
     }
 
     let help = stdout(&dlq(&["--help"], &[]));
@@ -160,6 +178,112 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
     let listed = dlq(&["move-task", "list", dlq_url], &[]);
     assert!(!listed.status.success());
     assert!(String::from_utf8_lossy(&listed.stderr).contains("ListMessageMoveTasks failed"));
+}
+
+/// Issue 55: a job takes exactly the group's messages read when it was made; later failures of
+/// the same group stay in the DLQ, a second run finds nothing left to do, an edited job is refused.
+#[tokio::test]
+async fn a_job_redrives_exactly_the_group_it_selected_and_never_a_later_arrival() {
+    let client = redrive_local::sqs_client();
+    let prefix = format!("t{}-job", std::process::id());
+    let (origin_url, dlq_url, origin_arn) = origin_and_dlq(&client, &prefix).await;
+    let invalid = ("permanent", "invalid_order");
+    for order in 0..3 {
+        dead_letter(&client, &dlq_url, invalid, &origin_arn, order).await;
+    }
+    for order in 3..5 {
+        dead_letter(
+            &client,
+            &dlq_url,
+            ("transient", "payment_timeout"),
+            &origin_arn,
+            order,
+        )
+        .await;
+    }
+    let groups: Vec<serde_json::Value> = stdout(&dlq(&["groups", &dlq_url], &[]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let key = groups
+        .iter()
+        .find(|g| g["errorKind"] == "invalid_order")
+        .and_then(|g| g["key"].as_str())
+        .unwrap()
+        .to_owned();
+    let file = std::env::temp_dir().join(format!("{prefix}-job.json"));
+    let path = file.to_str().unwrap();
+
+    let unknown = dlq(
+        &[
+            "job",
+            "new",
+            &dlq_url,
+            "--group",
+            "0000000000000000",
+            "--out",
+            path,
+        ],
+        &[],
+    );
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no failure group 0000000000000000"));
+    let dry: serde_json::Value = serde_json::from_str(&stdout(&dlq(
+        &["job", "new", &dlq_url, "--group", &key, "--out", path],
+        &[],
+    )))
+    .unwrap();
+    assert_eq!(
+        (dry["dryRun"].as_bool(), dry["reprocessed"].as_u64()),
+        (Some(true), Some(3)),
+        "{dry}"
+    );
+    assert_eq!(
+        depth(&client, &dlq_url).await.unwrap().0,
+        5,
+        "a dry run moves nothing"
+    );
+
+    for order in 5..7 {
+        dead_letter(&client, &dlq_url, invalid, &origin_arn, order).await;
+    }
+    // (sent home, selected but no longer in the DLQ) of one run of the job.
+    let run_job = || {
+        let run: serde_json::Value =
+            serde_json::from_str(&stdout(&dlq(&["job", "run", path], &[]))).unwrap();
+        (
+            run["reprocessed"].as_u64(),
+            run["selectionNotFound"].as_u64(),
+        )
+    };
+    assert_eq!(run_job(), (Some(3), Some(0)));
+    assert_eq!(depth(&client, &origin_url).await.unwrap().0, 3);
+    let left: Vec<serde_json::Value> = stdout(&dlq(&["export", &dlq_url], &[]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut orders: Vec<&str> = left.iter().map(|l| l["body"].as_str().unwrap()).collect();
+    orders.sort_unstable();
+    assert_eq!(
+        orders,
+        [3, 4, 5, 6].map(|n| format!(r#"{{"orderId":"o-{n}"}}"#)),
+        "the other group and the later failures stay"
+    );
+
+    assert_eq!(
+        run_job(),
+        (Some(0), Some(3)),
+        "run again: nothing left to do"
+    );
+    let mut job: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    job["messageIds"]
+        .as_array_mut()
+        .unwrap()
+        .push("swept-in".into());
+    std::fs::write(&file, job.to_string()).unwrap();
+    let edited = dlq(&["job", "run", path], &[]);
+    assert!(String::from_utf8_lossy(&edited.stderr).contains("does not match its selectionHash"));
+    std::fs::remove_file(&file).unwrap();
 }
 
 #[tokio::test]

@@ -1,4 +1,5 @@
 //! What an operator or a schedule asks the reprocessor for, and the plan it makes of it.
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -63,6 +64,10 @@ pub struct ReprocessCommand {
     /// Send copies and delete nothing: the DLQ keeps every message (a replay into a test queue).
     #[serde(default)]
     pub copy: bool,
+    /// Only these messages (SQS message ids): a selection fixed when a [`Job`](super::Job) was
+    /// made, so that a message arriving later is never taken. The run ends once each was examined.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub message_ids: Vec<String>,
 }
 
 /// Only messages with this String attribute value (original attributes, packed ones included).
@@ -112,6 +117,8 @@ pub struct Filter {
     pub max_age: Option<Duration>,
     /// Only messages with this attribute value.
     pub attribute: Option<AttributeFilter>,
+    /// Only these message ids, when a selection was made.
+    pub selection: Option<BTreeSet<String>>,
 }
 
 impl ReprocessCommand {
@@ -168,6 +175,8 @@ impl ReprocessCommand {
                 min_age: age("minAge", &self.min_age)?,
                 max_age: age("maxAge", &self.max_age)?,
                 attribute: self.attribute.clone(),
+                selection: (!self.message_ids.is_empty())
+                    .then(|| self.message_ids.iter().cloned().collect()),
             },
             rate_per_second,
             force: self.force,
@@ -187,6 +196,17 @@ impl Filter {
             && self.attribute.as_ref().is_none_or(|wanted| {
                 original_attribute(record, meta, &wanted.name) == Some(wanted.value.as_str())
             })
+            && self.selects(record)
+    }
+
+    /// Whether `record` is in the selection, when there is one.
+    pub(super) fn selects(&self, record: &SqsRecord<'_>) -> bool {
+        self.selection.as_ref().is_none_or(|ids| {
+            record
+                .message_id
+                .as_deref()
+                .is_some_and(|id| ids.contains(id))
+        })
     }
 }
 

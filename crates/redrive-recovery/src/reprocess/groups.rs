@@ -3,16 +3,17 @@
 //! messages by their exception.
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use redrive_core::envelope::Meta;
+use redrive_core::idempotency::fingerprint;
 use redrive_event::SqsRecord;
 
 /// What messages of one failure group share: where, in which function version and how they
 /// failed, the error message with
 /// its numbers and ids masked (`<n>`, `<id>`), so that "order 1234 not found" and "order 98 not
 /// found" are one group.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct Fingerprint {
@@ -57,6 +58,13 @@ impl Fingerprint {
             },
         }
     }
+
+    /// A short name of this fingerprint that every read of any DLQ computes alike (16 hex
+    /// digits), for an operator to name a group by (`dlq job new --group`).
+    pub fn key(&self) -> String {
+        let text = serde_json::to_string(self).expect("a fingerprint is plain data");
+        format!("{:016x}", fingerprint(&text))
+    }
 }
 
 /// One failure group: its fingerprint, how many messages it has and when they failed.
@@ -64,6 +72,8 @@ impl Fingerprint {
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct FailureGroup {
+    /// Its fingerprint's key ([`Fingerprint::key`]).
+    pub key: String,
     /// What its messages share.
     #[serde(flatten)]
     pub fingerprint: Fingerprint,
@@ -96,6 +106,7 @@ pub fn failure_groups(records: &[SqsRecord<'_>]) -> Vec<FailureGroup> {
         let group = groups
             .entry(fingerprint.clone())
             .or_insert_with(|| FailureGroup {
+                key: fingerprint.key(),
                 fingerprint,
                 count: 0,
                 first_seen_ms: None,
@@ -189,5 +200,25 @@ mod tests {
         assert_eq!(mask("amount must be positive"), "amount must be positive");
         assert_eq!(mask("2026-11-29 outage"), "<n> outage");
         assert_eq!(mask(""), "");
+    }
+
+    #[test]
+    fn a_key_names_one_fingerprint_and_tells_others_apart() {
+        let fingerprint = Fingerprint {
+            origin: "orders".into(),
+            function: Some("orders-consumer".into()),
+            function_version: Some("7".into()),
+            error_class: "permanent".into(),
+            error_kind: "invalid_order".into(),
+            pattern: "order <n> not found".into(),
+        };
+        let key = fingerprint.key();
+        assert_eq!(key.len(), 16);
+        assert_eq!(key, fingerprint.clone().key());
+        let fixed = Fingerprint {
+            function_version: Some("8".into()),
+            ..fingerprint
+        };
+        assert_ne!(key, fixed.key());
     }
 }

@@ -5,8 +5,9 @@
 mod command;
 mod groups;
 mod inventory;
+mod job;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use serde::Serialize;
 pub use command::{AttributeFilter, Filter, Plan, ReprocessCommand};
 pub use groups::{failure_groups, FailureGroup, Fingerprint};
 pub use inventory::{browse, export_line, Inventory};
+pub use job::Job;
 
 use crate::settings::ReprocessSettings;
 use inventory::make_visible;
@@ -63,6 +65,10 @@ pub struct ReprocessSummary {
     /// `ApproximateAgeOfOldestMessage`, and every run receives what it leaves: after three runs
     /// only this figure sees it age towards the DLQ's retention.
     pub oldest_left_seconds: u64,
+    /// Messages of the run's selection it did not find: gone from the DLQ since the selection
+    /// was made (redriven by an earlier run of the job, deleted), or hidden by another reader.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selection_not_found: Option<u32>,
 }
 
 impl ReprocessSummary {
@@ -161,7 +167,12 @@ impl<Q: QueuePort> Reprocessor<Q> {
         let started = tokio::time::Instant::now();
         let mut seen = HashSet::new();
         let mut left: Vec<String> = Vec::new();
+        let selected = plan.filter.selection.as_ref().map(BTreeSet::len);
+        let mut selected_seen = 0;
         let outcome = loop {
+            if selected.is_some_and(|selected| selected_seen >= selected) {
+                break Ok(());
+            }
             if summary.examined >= plan.max_messages
                 || stop_at.is_some_and(|at| Instant::now() >= at)
             {
@@ -186,6 +197,9 @@ impl<Q: QueuePort> Reprocessor<Q> {
                     left.extend(record.receipt_handle.as_deref().map(str::to_owned));
                     continue;
                 }
+                if selected.is_some() && plan.filter.selects(&record) {
+                    selected_seen += 1;
+                }
                 batch.push(self.examine(record, plan, &mut summary));
             }
             let deadline = stop_at.map(|at| tokio::time::Instant::from_std(at + SEND_GRACE));
@@ -201,6 +215,8 @@ impl<Q: QueuePort> Reprocessor<Q> {
             }
         };
         make_visible(self.queue(), &plan.source_url, &left).await;
+        summary.selection_not_found =
+            selected.map(|selected| u32::try_from(selected - selected_seen).unwrap_or(u32::MAX));
         outcome.map(|()| summary)
     }
 
@@ -476,13 +492,13 @@ mod tests {
     use redrive_core::port::{Call, RecordingQueue};
     use redrive_event::MessageAttribute;
 
-    const NOW: u64 = 1_763_790_000_000;
+    pub(super) const NOW: u64 = 1_763_790_000_000;
     const HOUR: u64 = 3_600_000;
-    const DLQ: &str = "https://sqs.local/123456789012/orders-dlq";
+    pub(super) const DLQ: &str = "https://sqs.local/123456789012/orders-dlq";
     const ORIGIN_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
-    const ORIGIN: &str = "https://sqs.local/123456789012/orders";
+    pub(super) const ORIGIN: &str = "https://sqs.local/123456789012/orders";
 
-    fn dead_letter(
+    pub(super) fn dead_letter(
         id: &str,
         class: Option<ErrorClass>,
         reprocess_count: u32,
@@ -536,12 +552,12 @@ mod tests {
         )
     }
 
-    fn reprocessor(settings: &ReprocessSettings) -> Reprocessor<RecordingQueue> {
+    pub(super) fn reprocessor(settings: &ReprocessSettings) -> Reprocessor<RecordingQueue> {
         Reprocessor::new(RecordingQueue::default(), settings)
             .with_clock(Arc::new(ManualClock::at(NOW)))
     }
 
-    fn settings() -> ReprocessSettings {
+    pub(super) fn settings() -> ReprocessSettings {
         ReprocessSettings::from_lookup([], |_| None).unwrap()
     }
 
@@ -554,7 +570,7 @@ mod tests {
         .unwrap()
     }
 
-    fn released(queue: &RecordingQueue) -> Vec<String> {
+    pub(super) fn released(queue: &RecordingQueue) -> Vec<String> {
         queue
             .visibility_changes()
             .into_iter()
