@@ -12,9 +12,17 @@ use crate::topology::Topology;
 const TIME_SCALE: f64 = 60.0;
 
 /// Consumer `key` as the rendering of `configuration` ships it (`infra/rendered/`), every wait
-/// divided by `time_scale`: its source's `maxReceiveCount`, and the settings its function parses
-/// from the environment Terraform gives it.
-fn shipped(configuration: &str, key: &str, time_scale: f64) -> (u32, redrive::Settings) {
+/// divided by `time_scale`.
+struct Shipped {
+    /// Its source's `maxReceiveCount`.
+    max_receive_count: u32,
+    /// The settings its function parses from the environment Terraform gives it.
+    settings: redrive::Settings,
+    /// Its function's timeout.
+    function_timeout: Duration,
+}
+
+fn shipped(configuration: &str, key: &str, time_scale: f64) -> Shipped {
     let refuse = |error: &dyn std::fmt::Display| -> ! {
         panic!("the soak runs consumer `{key}` as `{configuration}` ships it: {error}")
     };
@@ -27,7 +35,14 @@ fn shipped(configuration: &str, key: &str, time_scale: f64) -> (u32, redrive::Se
             &[],
         )
         .unwrap_or_else(|e| refuse(&e));
-    (topology.consumers[key].max_receive_count, settings)
+    let consumer = &topology.consumers[key];
+    Shipped {
+        max_receive_count: consumer.max_receive_count,
+        settings,
+        function_timeout: Duration::from_secs_f64(
+            f64::from(consumer.function_timeout_seconds) / time_scale,
+        ),
+    }
 }
 
 /// Soak parameters; every random choice comes from `seed`.
@@ -131,7 +146,11 @@ impl SoakConfig {
     /// The in-memory run's faults on the standard consumer (`orders`) as Terraform ships it, its
     /// waits divided by `time_scale`.
     fn on_orders(messages: usize, seed: u64, time_scale: f64) -> Self {
-        let (max_receive_count, orders) = shipped("infra", "orders", time_scale);
+        let Shipped {
+            max_receive_count,
+            settings: orders,
+            ..
+        } = shipped("infra", "orders", time_scale);
         Self {
             messages,
             seed,
@@ -174,7 +193,7 @@ impl SoakConfig {
     /// messages themselves are sound; the AWS faults (failed and late calls, lost deletes,
     /// throttled invocations) stay.
     pub fn outage(messages: usize, seed: u64) -> Self {
-        let (_, orders) = shipped("infra", "orders", 1.0);
+        let orders = shipped("infra", "orders", 1.0).settings;
         Self {
             outage: Some(Outage {
                 down_for: Duration::from_secs(3 * 3600),
@@ -205,7 +224,11 @@ impl SoakConfig {
     /// to end.
     #[must_use]
     pub fn holding(self) -> Self {
-        let (max_receive_count, held) = shipped("infra-held", "payments", 1.0);
+        let Shipped {
+            max_receive_count,
+            settings: held,
+            ..
+        } = shipped("infra-held", "payments", 1.0);
         Self {
             fifo_on_dead_letter: held.processor.fifo_on_dead_letter,
             lane: true,
@@ -224,8 +247,10 @@ impl SoakConfig {
         }
     }
 
-    /// The moto run: real time, so the shipped waits divided by 60; fewer messages, so more faults.
+    /// The moto run: real time, so the shipped waits divided by 60, the function's timeout (each
+    /// batch's time) too; fewer messages, so more faults.
     pub fn moto(messages: usize, seed: u64) -> Self {
+        let budget = shipped("infra", "orders", TIME_SCALE).function_timeout;
         Self {
             failed_calls: 0.05,
             refused_entries: 0.05,
@@ -236,8 +261,8 @@ impl SoakConfig {
             throttled_invocations: 0.02,
             overlapping_deliveries: 0.02,
             lost_deletes: 0.05,
-            slow_for: Duration::from_millis(600),
-            budget: Duration::from_millis(300),
+            slow_for: budget * 2,
+            budget,
             completion_time: Duration::from_secs(1),
             order_checked: false,
             ..Self::on_orders(messages, seed, TIME_SCALE)
@@ -262,7 +287,7 @@ impl SoakConfig {
     /// FIFO consumer (`payments`).
     #[must_use]
     pub fn fifo(self, groups: usize) -> Self {
-        let (max_receive_count, _) = shipped("infra", "payments", 1.0);
+        let max_receive_count = shipped("infra", "payments", 1.0).max_receive_count;
         Self {
             fifo_groups: Some(groups),
             max_receive_count,

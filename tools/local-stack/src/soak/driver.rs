@@ -74,6 +74,8 @@ pub async fn run<Q: SoakQueues>(
         share: config.store_faults,
         injected: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
+        claimed: Mutex::default(),
+        completions_after_lease: AtomicU64::new(0),
     });
     // FIFO attempts are counted with the ledger, as the tfvars' FIFO consumer does.
     let ledger: Option<Arc<dyn AttemptLedger>> = config
@@ -188,6 +190,7 @@ pub async fn run<Q: SoakQueues>(
     report.stopped_before_effect = planned.stopped_before_effect.load(Ordering::Relaxed);
     report.longest_deliverable_wait =
         Duration::from_millis(longest_deliverable_wait.load(Ordering::Relaxed));
+    report.completions_after_lease = store.completions_after_lease.load(Ordering::Relaxed);
     report.unconfirmed_completions = containers
         .iter()
         .map(Idempotent::unconfirmed_completions)

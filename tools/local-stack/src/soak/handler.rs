@@ -177,7 +177,11 @@ impl RecordHandler for PlannedHandler {
                 return Err(RecordError::transient("unavailable", "downstream down"))
             }
             Plan::Permanent => return Err(RecordError::permanent("invalid", "invalid input")),
-            Plan::Panic if first => panic!("bug on {}", body.id),
+            // Unwinds without the panic hook: a run's planned panics print no backtraces that
+            // would bury the report of a failing test.
+            Plan::Panic if first => {
+                std::panic::resume_unwind(Box::new(format!("bug on {}", body.id)))
+            }
             Plan::Slow if first => tokio::time::sleep(self.slow_for).await,
             _ => {}
         }

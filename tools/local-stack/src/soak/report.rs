@@ -45,6 +45,9 @@ pub struct SoakReport {
     /// counted as done).
     pub store_faults: u64,
     pub unconfirmed_completions: u64,
+    /// Completions that landed after their claim's lease lapsed (a loaded machine: the scaled
+    /// budget is shorter than a store call), each a chance for a second delivery's effect.
+    pub completions_after_lease: u64,
     pub lost_deletes: u64,
     /// Calls that answered late (SQS and the store), and visibility changes throttled.
     pub slow_calls: u64,
@@ -257,8 +260,8 @@ impl fmt::Display for SoakReport {
         )?;
         writeln!(
             f,
-            "  store calls failed          {:>8}  (claim, complete, release; completions never confirmed: {})",
-            self.store_faults, self.unconfirmed_completions
+            "  store calls failed          {:>8}  (claim, complete, release; completions never confirmed: {}, landed after their lease: {})",
+            self.store_faults, self.unconfirmed_completions, self.completions_after_lease
         )?;
         writeln!(
             f,

@@ -105,6 +105,11 @@ pub(super) struct FaultyStore {
     pub(super) injected: AtomicU64,
     /// Calls begun and not yet answered (or dropped with their invocation).
     pub(super) in_flight: AtomicU64,
+    /// When each key was last claimed, and for how long.
+    pub(super) claimed: Mutex<HashMap<String, (tokio::time::Instant, Duration)>>,
+    /// Completions that landed after their claim's lease had lapsed: a second delivery may have
+    /// claimed the key meanwhile and run its effect again.
+    pub(super) completions_after_lease: AtomicU64,
 }
 
 /// Counts a call in flight until it is answered or dropped.
@@ -273,8 +278,17 @@ impl IdempotencyStore for FaultyStore {
         payload: Option<u64>,
         lease: Duration,
     ) -> Result<Claim, PortError> {
-        self.call("PutItem", self.inner.claim(key, payload, lease))
-            .await
+        let claim = self
+            .call("PutItem", self.inner.claim(key, payload, lease))
+            .await?;
+        if claim == Claim::Claimed {
+            let now = tokio::time::Instant::now();
+            self.claimed
+                .lock()
+                .unwrap()
+                .insert(key.to_owned(), (now, lease));
+        }
+        Ok(claim)
     }
     async fn complete(
         &self,
@@ -283,7 +297,12 @@ impl IdempotencyStore for FaultyStore {
         keep: Duration,
     ) -> Result<(), PortError> {
         self.call("PutItem", self.inner.complete(key, payload, keep))
-            .await
+            .await?;
+        let claimed = self.claimed.lock().unwrap().get(key).copied();
+        if claimed.is_some_and(|(at, lease)| at.elapsed() > lease) {
+            self.completions_after_lease.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
     async fn abandon(&self, key: &str) -> Result<(), PortError> {
         self.call("DeleteItem", self.inner.abandon(key)).await
