@@ -73,10 +73,18 @@ fuzz: $(CARGO_FUZZ) ## cargo fuzz (nightly toolchain) each target for FUZZ_SECON
 	  ; [ $${PIPESTATUS[0]} -eq 0 ] || { echo "fuzz $$target found a crash: copy it from fuzz/artifacts/$$target into fuzz/regressions/$$target and fix"; exit 1; }; \
 	done
 
+# The DLQ console's browser test drives Debian's Chromium through its ChromeDriver (as root, or
+# with sudo).
+CHROMEDRIVER := /usr/bin/chromedriver
+APT_GET      := $(if $(filter 0,$(shell id -u)),,sudo) env DEBIAN_FRONTEND=noninteractive apt-get
+$(CHROMEDRIVER):
+	$(APT_GET) install -y -q --no-install-recommends chromium chromium-driver \
+	  || { $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends chromium chromium-driver; }
+
 # What `make test` installs, side by side: the downloads and unpacking of the three virtualenvs
 # fill the cores `cargo install` leaves idle while it links or waits on a build script.
-installs: ## The virtualenvs (moto, LocalStack, checkov) and the Kafka broker, side by side
-	$(MAKE) --no-print-directory -j4 $(STAMP) $(LOCALSTACK_STAMP) $(CHECKOV_STAMP) $(TANSU)
+installs: ## The virtualenvs (moto, LocalStack, checkov), the Kafka broker and Chromium, side by side
+	$(MAKE) --no-print-directory -j4 $(STAMP) $(LOCALSTACK_STAMP) $(CHECKOV_STAMP) $(TANSU) $(CHROMEDRIVER)
 
 test: installs lint package-check infra-check ## Lint, packaging and infra checks, then unit, fixture, contract, end-to-end (moto), soak and cargo-lambda watch/invoke tests
 	tools/with-local-aws $(CARGO) test --workspace --locked

@@ -1,5 +1,6 @@
 //! `dlq`: the operator's tool for SQS dead-letter queues, on the redrive library. Works against
 //! AWS (the usual AWS_PROFILE / AWS_REGION) and against the local stack (AWS_ENDPOINT_URL).
+mod console;
 mod doctor;
 
 use std::io::Write;
@@ -31,6 +32,7 @@ use redrive::{ErrorClass, SqsQueue};
 ///   dlq groups orders-dlq           # one line per cause, the largest first
 ///   dlq job new orders-dlq --group 3f2a9c0e1b7d4e55 --out job.json   # selection fixed now
 ///   dlq job run job.json            # again to resume; later arrivals are never taken
+///   dlq console orders-dlq payments-dlq   # the same in a browser, on loopback
 ///   dlq peek orders-dlq -n 3
 ///   dlq peek orders-dlq --pointers  # large messages: where the body is kept, not the body
 ///   dlq export orders-dlq > dead-letters.jsonl
@@ -99,6 +101,25 @@ enum Command {
     },
     /// Send eligible messages back to their origin queue (see docs/redrive.md, the redrive policy).
     Redrive(RedriveArgs),
+    /// Serve the DLQ console on loopback: the queues, their failure groups, and jobs made and run
+    /// from a browser. Prints the console's URL (with its token) on stdout.
+    Console {
+        /// The DLQs to show: URL, ARN or name (repeatable).
+        #[arg(required = true)]
+        queues: Vec<String>,
+        /// The address to listen on; a port of 0 takes a free one.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// Listen beyond loopback (anyone who can reach the port and has the token can redrive).
+        #[arg(long)]
+        expose: bool,
+        /// Messages to read at most per queue.
+        #[arg(long, default_value_t = 10_000)]
+        max: u32,
+        /// Messages a job re-sends per second at most.
+        #[arg(long, default_value_t = 50.0)]
+        rate: f64,
+    },
     /// Redrive one failure group as a job whose selection is fixed when it is made.
     #[command(subcommand)]
     Job(JobCommand),
@@ -376,6 +397,24 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 .await?;
             eprintln!();
             writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?;
+        }
+        Command::Console {
+            queues,
+            listen,
+            expose,
+            max,
+            rate,
+        } => {
+            if !listen.ip().is_loopback() && !expose {
+                return Err(
+                    format!("{listen} is beyond loopback: add --expose if that is meant").into(),
+                );
+            }
+            let mut urls = Vec::with_capacity(queues.len());
+            for queue in &queues {
+                urls.push(sqs.resolve(queue).await?);
+            }
+            console::serve(aws_sdk_sqs::Client::new(&config), urls, listen, max, rate).await?;
         }
         Command::Job(JobCommand::New {
             queue,

@@ -48,3 +48,24 @@ pub fn sqs_client_at(endpoint: &str) -> Client {
         .build();
     Client::from_conf(config)
 }
+
+/// Waits until a process started on the side (`what`) listens on loopback `port`, for at most
+/// `limit`; panics, naming it, past that (for tests).
+pub fn wait_until_listening(port: u16, limit: std::time::Duration, what: &str) {
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < limit,
+            "{what} did not listen on port {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A loopback port free now, for a process started on the side to listen on (for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}

@@ -1,5 +1,7 @@
 //! The `dlq` binary against moto: reading consumes nothing, redrive moves only what it should, and
 //! errors are clear.
+mod console;
+
 use std::process::{Command, Output};
 
 use aws_sdk_sqs::types::MessageAttributeValue;
@@ -24,37 +26,46 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-fn meta(class: &str, kind: &str, origin: &str, order: usize) -> String {
+/// A failure envelope: `class` and `kind` of error, in version `version` of function `orders`.
+pub(crate) fn meta((class, kind, version): Failure, origin: &str, order: usize) -> String {
     format!(
-        r#"{{"v":1,"attempts":5,"originQueueArn":"{origin}","originMessageId":"m-{kind}","firstFailureAt":"2026-11-22T05:00:00.000Z","lastFailureAt":"2026-11-22T05:10:00.000Z","errorClass":"{class}","errorKind":"{kind}","errorMessage":"order {order} failed"}}"#
+        r#"{{"v":1,"attempts":5,"originQueueArn":"{origin}","originMessageId":"m-{kind}","firstFailureAt":"2026-11-22T05:00:00.000Z","lastFailureAt":"2026-11-22T05:10:00.000Z","errorClass":"{class}","errorKind":"{kind}","errorMessage":"order {order} failed","failedIn":{{"function":"orders","version":"{version}","requestId":"r-{order}"}}}}"#
     )
 }
 
-/// Sends a dead letter of order `order` to `dlq_url` with a failure envelope of `class` and `kind`.
-async fn dead_letter(
+/// A dead letter's error class, error kind and the function version it failed in.
+pub(crate) type Failure<'a> = (&'a str, &'a str, &'a str);
+
+/// Sends a dead letter to `dlq_url` per order of `orders`, with a failure envelope of `failure`.
+pub(crate) async fn dead_letters(
     client: &aws_sdk_sqs::Client,
     dlq_url: &str,
-    (class, kind): (&str, &str),
+    failure: Failure<'_>,
     origin_arn: &str,
-    order: usize,
+    orders: impl IntoIterator<Item = usize>,
 ) {
-    let value = MessageAttributeValue::builder()
-        .data_type("String")
-        .string_value(meta(class, kind, origin_arn, 1000 + order))
-        .build()
-        .unwrap();
-    client
-        .send_message()
-        .queue_url(dlq_url)
-        .message_body(format!(r#"{{"orderId":"o-{order}"}}"#))
-        .message_attributes("redrive", value)
-        .send()
-        .await
-        .unwrap();
+    for order in orders {
+        let value = MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(meta(failure, origin_arn, 1000 + order))
+            .build()
+            .unwrap();
+        client
+            .send_message()
+            .queue_url(dlq_url)
+            .message_body(format!(r#"{{"orderId":"o-{order}"}}"#))
+            .message_attributes("redrive", value)
+            .send()
+            .await
+            .unwrap();
+    }
 }
 
 /// An origin queue and its DLQ on moto: (origin URL, DLQ URL, origin ARN).
-async fn origin_and_dlq(client: &aws_sdk_sqs::Client, prefix: &str) -> (String, String, String) {
+pub(crate) async fn origin_and_dlq(
+    client: &aws_sdk_sqs::Client,
+    prefix: &str,
+) -> (String, String, String) {
     assert!(
         std::env::var("AWS_ENDPOINT_URL").is_ok(),
         "run with `make test` (moto server and AWS_ENDPOINT_URL)"
@@ -83,12 +94,12 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
     let (origin_url, dlq_url, origin_arn) = origin_and_dlq(&client, &prefix).await;
     let (origin_url, dlq_url) = (&origin_url, &dlq_url);
     let dead = [
-        ("transient", "payment_timeout"),
-        ("transient", "payment_timeout"),
-        ("permanent", "invalid_order"),
+        ("transient", "payment_timeout", "7"),
+        ("transient", "payment_timeout", "7"),
+        ("permanent", "invalid_order", "7"),
     ];
-    for (i, (class, kind)) in dead.iter().enumerate() {
-        dead_letter(&client, dlq_url, (class, kind), &origin_arn, i).await;
+    for (i, failure) in dead.into_iter().enumerate() {
+        dead_letters(&client, dlq_url, failure, &origin_arn, [i]).await;
     }
 
     let help = stdout(&dlq(&["--help"], &[]));
@@ -187,20 +198,10 @@ async fn a_job_redrives_exactly_the_group_it_selected_and_never_a_later_arrival(
     let client = redrive_local::sqs_client();
     let prefix = format!("t{}-job", std::process::id());
     let (origin_url, dlq_url, origin_arn) = origin_and_dlq(&client, &prefix).await;
-    let invalid = ("permanent", "invalid_order");
-    for order in 0..3 {
-        dead_letter(&client, &dlq_url, invalid, &origin_arn, order).await;
-    }
-    for order in 3..5 {
-        dead_letter(
-            &client,
-            &dlq_url,
-            ("transient", "payment_timeout"),
-            &origin_arn,
-            order,
-        )
-        .await;
-    }
+    let invalid = ("permanent", "invalid_order", "7");
+    dead_letters(&client, &dlq_url, invalid, &origin_arn, 0..3).await;
+    let timeout = ("transient", "payment_timeout", "7");
+    dead_letters(&client, &dlq_url, timeout, &origin_arn, 3..5).await;
     let groups: Vec<serde_json::Value> = stdout(&dlq(&["groups", &dlq_url], &[]))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -243,9 +244,7 @@ async fn a_job_redrives_exactly_the_group_it_selected_and_never_a_later_arrival(
         "a dry run moves nothing"
     );
 
-    for order in 5..7 {
-        dead_letter(&client, &dlq_url, invalid, &origin_arn, order).await;
-    }
+    dead_letters(&client, &dlq_url, invalid, &origin_arn, 5..7).await;
     // (sent home, selected but no longer in the DLQ) of one run of the job.
     let run_job = || {
         let run: serde_json::Value =

@@ -1,9 +1,8 @@
 //! The path a developer takes by hand: `cargo lambda watch` serving the real function, and
 //! `cargo lambda invoke --data-file events/sqs-mixed-batch.json`, with moto as SQS.
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 
@@ -88,14 +87,6 @@ fn invoke(port: u16, function: &str, data_file: &str) -> Result<serde_json::Valu
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn cargo_lambda_invoke_against_watch_answers_the_sample_batch() {
     let endpoint = std::env::var("AWS_ENDPOINT_URL").expect("needs moto: run with `make test`");
@@ -119,7 +110,7 @@ async fn cargo_lambda_invoke_against_watch_answers_the_sample_batch() {
     // Where the EventBridge redrive's sample events come from (a retry copy goes back there).
     create("orders-bus-target-dlq").await.unwrap();
 
-    let port = free_port();
+    let port = redrive_local::free_port();
     let state = root().join(".local");
     std::fs::create_dir_all(&state).unwrap();
     let log = std::fs::File::create(state.join("watch.log")).unwrap();
@@ -149,14 +140,11 @@ async fn cargo_lambda_invoke_against_watch_answers_the_sample_batch() {
     std::os::unix::process::CommandExt::process_group(&mut watch, 0);
     let _watch = Watch(watch.spawn().unwrap());
 
-    let started = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "cargo lambda watch did not listen; see .local/watch.log"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    redrive_local::wait_until_listening(
+        port,
+        Duration::from_secs(120),
+        "cargo lambda watch (see .local/watch.log)",
+    );
 
     // The first invoke compiles the function; give it the time a cold build takes on 2 cores.
     let response = invoke(port, "sqs-consumer", "events/sqs-mixed-batch.json").unwrap();
