@@ -15,7 +15,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # checkov at install was most of the installs' CPU time.
 PIP_INSTALL := pip install --quiet --disable-pip-version-check --no-compile
 
-.PHONY: help venv localstack installs check test lint api package-check infra-check build bench demo soak fuzz deploy destroy clean
+.PHONY: help venv localstack installs check test lint api package-check infra-check build bench demo console soak fuzz deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -47,6 +47,10 @@ localstack: $(LOCALSTACK_STAMP) ## Project-local virtualenv with pinned LocalSta
 demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, print a report
 	@start=$$(date +%s); $(CARGO) build --locked -p redrive-local --bin redrive-demo && echo "demo build took $$(( $$(date +%s) - start ))s"
 	tools/with-local-aws $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
+
+console: $(STAMP) ## The demo's incident left in its DLQs on the local stack, and `dlq console` on them (open the URL it prints)
+	$(CARGO) build --locked -p redrive-local --bin redrive-demo -p redrive-cli --bin dlq
+	tools/with-local-aws bash -c 'REDRIVE_DEMO_INCIDENT=1 target/debug/redrive-demo && target/debug/dlq console $$(cat .local/incident-dlqs)'
 
 # A Kafka-compatible broker for the Kafka end-to-end test and soak (Apache Kafka's jars are on no reachable
 # registry). The dev profile without debug info builds in about half the release build's time.

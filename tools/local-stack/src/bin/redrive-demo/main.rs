@@ -349,6 +349,16 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!();
     }
     report(&client, &topology, &flows, scale, started.elapsed()).await?;
+    if std::env::var_os("REDRIVE_DEMO_INCIDENT").is_some() {
+        // `make console`: the incident stays in the DLQs for the console to show.
+        let dlqs: Vec<&str> = flows
+            .iter()
+            .map(|flow| flow.queue.dlq_url.as_str())
+            .collect();
+        std::fs::write(state.join("incident-dlqs"), dlqs.join("\n") + "\n")?;
+        println!("\n== The incident is left in {}", dlqs.join(", "));
+        return Ok(());
+    }
     heal_and_redrive(&client, &topology, &mut flows, scale).await
 }
 
