@@ -66,7 +66,8 @@ pub async fn run<Q: SoakQueues>(
                 MemoryLedger::new(),
             ),
             Some(table) => {
-                SharedStore::DynamoDb(DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone()))
+                let table = DynamoDbStore::lazy(table.as_str()).with_clock(clock.clone());
+                SharedStore::DynamoDb(table, tokio::sync::Mutex::default())
             }
         },
         latency: Latency::new(config.seed ^ 0x1a7d, config.slow_calls, config.budget / 2),
@@ -76,6 +77,7 @@ pub async fn run<Q: SoakQueues>(
         in_flight: AtomicU64::new(0),
         claimed: Mutex::default(),
         completions_after_lease: AtomicU64::new(0),
+        claims_granted_twice: AtomicU64::new(0),
     });
     // FIFO attempts are counted with the ledger, as the tfvars' FIFO consumer does.
     let ledger: Option<Arc<dyn AttemptLedger>> = config
@@ -191,6 +193,7 @@ pub async fn run<Q: SoakQueues>(
     report.longest_deliverable_wait =
         Duration::from_millis(longest_deliverable_wait.load(Ordering::Relaxed));
     report.completions_after_lease = store.completions_after_lease.load(Ordering::Relaxed);
+    report.claims_granted_twice = store.claims_granted_twice.load(Ordering::Relaxed);
     report.unconfirmed_completions = containers
         .iter()
         .map(Idempotent::unconfirmed_completions)

@@ -48,6 +48,8 @@ pub struct SoakReport {
     /// Completions that landed after their claim's lease lapsed (a loaded machine: the scaled
     /// budget is shorter than a store call), each a chance for a second delivery's effect.
     pub completions_after_lease: u64,
+    /// Claims granted while another claim of the key was open and within its lease.
+    pub claims_granted_twice: u64,
     pub lost_deletes: u64,
     /// Calls that answered late (SQS and the store), and visibility changes throttled.
     pub slow_calls: u64,
@@ -260,8 +262,8 @@ impl fmt::Display for SoakReport {
         )?;
         writeln!(
             f,
-            "  store calls failed          {:>8}  (claim, complete, release; completions never confirmed: {}, landed after their lease: {})",
-            self.store_faults, self.unconfirmed_completions, self.completions_after_lease
+            "  store calls failed          {:>8}  (claim, complete, release; completions never confirmed: {}, landed after their lease: {}; claims granted twice: {})",
+            self.store_faults, self.unconfirmed_completions, self.completions_after_lease, self.claims_granted_twice
         )?;
         writeln!(
             f,

@@ -17,7 +17,12 @@ use super::duration_ms;
 /// same table holds both, as in Lambda).
 pub(super) enum SharedStore {
     Memory(MemoryStore, MemoryLedger),
-    DynamoDb(DynamoDbStore),
+    /// The table, and its writes one at a time. DynamoDB applies each write atomically to the
+    /// latest item, however many arrive at once ("Individual write operations such as UpdateItem
+    /// are atomic", Developer Guide, BestPractices_ImplementingVersionControl); moto answers on
+    /// threads of its own and checks a condition and writes without a lock, so two claims at
+    /// once could both pass on moto (`claims granted twice` in the report), never on DynamoDB.
+    DynamoDb(DynamoDbStore, tokio::sync::Mutex<()>),
 }
 
 impl IdempotencyStore for SharedStore {
@@ -29,7 +34,10 @@ impl IdempotencyStore for SharedStore {
     ) -> Result<Claim, PortError> {
         match self {
             Self::Memory(store, _) => store.claim(key, payload, lease).await,
-            Self::DynamoDb(store) => store.claim(key, payload, lease).await,
+            Self::DynamoDb(store, one_at_a_time) => {
+                let _atomic = one_at_a_time.lock().await;
+                store.claim(key, payload, lease).await
+            }
         }
     }
     async fn complete(
@@ -40,13 +48,19 @@ impl IdempotencyStore for SharedStore {
     ) -> Result<(), PortError> {
         match self {
             Self::Memory(store, _) => store.complete(key, payload, keep).await,
-            Self::DynamoDb(store) => store.complete(key, payload, keep).await,
+            Self::DynamoDb(store, one_at_a_time) => {
+                let _atomic = one_at_a_time.lock().await;
+                store.complete(key, payload, keep).await
+            }
         }
     }
     async fn abandon(&self, key: &str) -> Result<(), PortError> {
         match self {
             Self::Memory(store, _) => store.abandon(key).await,
-            Self::DynamoDb(store) => IdempotencyStore::abandon(store, key).await,
+            Self::DynamoDb(store, one_at_a_time) => {
+                let _atomic = one_at_a_time.lock().await;
+                IdempotencyStore::abandon(store, key).await
+            }
         }
     }
 }
@@ -55,7 +69,7 @@ impl SharedStore {
     pub(super) fn ledger(&self) -> &dyn AttemptLedger {
         match self {
             Self::Memory(_, ledger) => ledger,
-            Self::DynamoDb(store) => store,
+            Self::DynamoDb(store, _) => store,
         }
     }
 }
@@ -110,6 +124,9 @@ pub(super) struct FaultyStore {
     /// Completions that landed after their claim's lease had lapsed: a second delivery may have
     /// claimed the key meanwhile and run its effect again.
     pub(super) completions_after_lease: AtomicU64,
+    /// Claims the store granted while another claim of the key was open and within its lease:
+    /// a conditional write that was not atomic.
+    pub(super) claims_granted_twice: AtomicU64,
 }
 
 /// Counts a call in flight until it is answered or dropped.
@@ -278,15 +295,20 @@ impl IdempotencyStore for FaultyStore {
         payload: Option<u64>,
         lease: Duration,
     ) -> Result<Claim, PortError> {
+        // No later than the store reads its clock for the lease: a late answer is no second grant.
+        let asked = tokio::time::Instant::now();
         let claim = self
             .call("PutItem", self.inner.claim(key, payload, lease))
             .await?;
         if claim == Claim::Claimed {
-            let now = tokio::time::Instant::now();
-            self.claimed
+            let open = self
+                .claimed
                 .lock()
                 .unwrap()
-                .insert(key.to_owned(), (now, lease));
+                .insert(key.to_owned(), (asked, lease));
+            if open.is_some_and(|(at, lease)| at.elapsed() < lease) {
+                self.claims_granted_twice.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Ok(claim)
     }
@@ -298,13 +320,15 @@ impl IdempotencyStore for FaultyStore {
     ) -> Result<(), PortError> {
         self.call("PutItem", self.inner.complete(key, payload, keep))
             .await?;
-        let claimed = self.claimed.lock().unwrap().get(key).copied();
+        let claimed = self.claimed.lock().unwrap().remove(key);
         if claimed.is_some_and(|(at, lease)| at.elapsed() > lease) {
             self.completions_after_lease.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
     async fn abandon(&self, key: &str) -> Result<(), PortError> {
+        // Its claim is closed even when the answer failed: the delete may have been applied.
+        self.claimed.lock().unwrap().remove(key);
         self.call("DeleteItem", self.inner.abandon(key)).await
     }
 }
