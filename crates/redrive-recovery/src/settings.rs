@@ -6,6 +6,9 @@ use redrive_core::config::{read_process_env, Env};
 use redrive_core::error::ConfigError;
 use redrive_core::reprocess_policy::ReprocessPolicy;
 
+/// The most messages one run examines (`REDRIVE_REPROCESS_MAX_MESSAGES` at most; a job's runs).
+pub(crate) const MOST_MESSAGES: u32 = 1_000_000;
+
 /// Defaults of the DLQ reprocessor (a command may override the per-run ones).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -58,7 +61,7 @@ impl ReprocessSettings {
                     .duration("REDRIVE_REPROCESS_AFTER", Duration::from_secs(300))?,
                 discard_kinds: env.list("REDRIVE_DISCARD_KINDS").unwrap_or_default(),
             },
-            max_messages: env.whole("REDRIVE_REPROCESS_MAX_MESSAGES", 1000, 1..=1_000_000)?,
+            max_messages: env.whole("REDRIVE_REPROCESS_MAX_MESSAGES", 1000, 1..=MOST_MESSAGES)?,
             rate_per_second: env.number("REDRIVE_REPROCESS_RATE", 50.0, 0.1..=3000.0)?,
             metrics_namespace: env
                 .get("REDRIVE_METRICS_NAMESPACE")

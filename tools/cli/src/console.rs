@@ -16,11 +16,10 @@ use axum::Router;
 use serde::Deserialize;
 
 use redrive::clock::{Clock, SystemClock};
-use redrive::config::ReprocessSettings;
-use redrive::reprocess::{
-    browse, failure_groups, FailureGroup, Job, ReprocessSummary, Reprocessor,
-};
+use redrive::reprocess::{browse, failure_groups, FailureGroup, Job, ReprocessSummary};
 use redrive::SqsQueue;
+
+use crate::reprocess_job;
 
 /// What `dlq console` serves from.
 pub struct Console {
@@ -315,7 +314,7 @@ async fn new_job(State(console): State<Arc<Console>>, Form(form): Form<NewJob>) 
             .into_response();
     };
     let job = Job::of_group(&form.queue, group, None, SystemClock.now_ms());
-    let dry_run = match reprocess(&console, &job, true, |_| {}).await {
+    let dry_run = match reprocess_job(console.sqs(), &job, true, Some(console.rate), |_| {}).await {
         Ok(summary) => summary,
         Err(error) => return failed(error),
     };
@@ -330,19 +329,6 @@ async fn new_job(State(console): State<Arc<Console>>, Form(form): Form<NewJob>) 
     };
     tracing::info!(job = id, group = form.group, "job made");
     Redirect::to(&format!("/jobs/{id}?token={}", console.token)).into_response()
-}
-
-async fn reprocess(
-    console: &Console,
-    job: &Job,
-    dry_run: bool,
-    progress: impl FnMut(&ReprocessSummary),
-) -> Result<ReprocessSummary, Box<dyn std::error::Error + Send + Sync>> {
-    let settings = ReprocessSettings::from_env()?;
-    let plan = job.command(dry_run, Some(console.rate)).plan(&settings)?;
-    Ok(Reprocessor::new(console.sqs(), &settings)
-        .run(&plan, None, progress)
-        .await?)
 }
 
 #[derive(Deserialize)]
@@ -371,7 +357,7 @@ async fn run_job(
     };
     let running = console.clone();
     tokio::spawn(async move {
-        let outcome = reprocess(&running, &job, false, |summary| {
+        let outcome = reprocess_job(running.sqs(), &job, false, Some(running.rate), |summary| {
             running.jobs.lock().unwrap()[id].state = JobState::Running(summary.clone());
         })
         .await;

@@ -590,20 +590,33 @@ async fn run_job(
     dry_run: bool,
     rate: Option<f64>,
 ) -> Result<ReprocessSummary, Box<dyn std::error::Error>> {
-    let settings = ReprocessSettings::from_env()?;
-    let plan = job.command(dry_run, rate).plan(&settings)?;
     let selected = job.message_ids.len();
-    let summary = Reprocessor::new(sqs, &settings)
-        .run(&plan, None, |summary| {
-            eprint!(
-                "\r{}/{selected} selected examined, {} redriven, {} left in the DLQ, {} others read past untouched",
-                summary.examined - summary.filtered_out,
-                summary.reprocessed,
-                summary.manual_review + summary.alerted + summary.not_yet + summary.send_failures,
-                summary.filtered_out,
-            );
-        })
-        .await?;
+    let summary = reprocess_job(sqs, job, dry_run, rate, |summary| {
+        eprint!(
+            "\r{}/{selected} selected examined, {} redriven, {} left in the DLQ, {} others read past untouched",
+            summary.examined - summary.filtered_out,
+            summary.reprocessed,
+            summary.manual_review + summary.alerted + summary.not_yet + summary.send_failures,
+            summary.filtered_out,
+        );
+    })
+    .await
+    .map_err(|error| error as Box<dyn std::error::Error>)?;
     eprintln!();
     Ok(summary)
+}
+
+/// Runs `job` under the operator's settings; `progress` sees the summary after every batch.
+async fn reprocess_job(
+    sqs: SqsQueue,
+    job: &Job,
+    dry_run: bool,
+    rate: Option<f64>,
+    progress: impl FnMut(&ReprocessSummary),
+) -> Result<ReprocessSummary, Box<dyn std::error::Error + Send + Sync>> {
+    let settings = ReprocessSettings::from_env()?;
+    let plan = job.command(dry_run, rate).plan(&settings)?;
+    Ok(Reprocessor::new(sqs, &settings)
+        .run(&plan, None, progress)
+        .await?)
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::{FailureGroup, Fingerprint, ReprocessCommand};
+use crate::settings::MOST_MESSAGES;
 use redrive_core::idempotency::fingerprint;
 
 /// A bulk redrive of an exact selection of one DLQ's messages, as `dlq job new` writes it.
@@ -71,7 +72,7 @@ impl Job {
             destination: self.destination.clone(),
             // The run ends once it has seen the whole selection; the rest of the DLQ is read
             // past (left untouched) on the way.
-            max_messages: Some(1_000_000),
+            max_messages: Some(MOST_MESSAGES),
             dry_run,
             rate_per_second,
             force: true,
