@@ -68,6 +68,13 @@ pub struct ReprocessCommand {
     /// made, so that a message arriving later is never taken. The run ends once each was examined.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub message_ids: Vec<String>,
+    /// Discard every message the filters take, whatever the policy says (an operator's choice):
+    /// copied to the archive queue first when there is one, else only deleted.
+    #[serde(default)]
+    pub discard: bool,
+    /// URL of the queue discarded messages are copied to, in place of `REDRIVE_ARCHIVE_QUEUE_URL`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<String>,
 }
 
 /// Only messages with this String attribute value (original attributes, packed ones included).
@@ -102,6 +109,10 @@ pub struct Plan {
     pub force: bool,
     /// Delete nothing from the DLQ ([`ReprocessCommand::copy`]).
     pub copy: bool,
+    /// Discard whatever the filters take ([`ReprocessCommand::discard`]).
+    pub discard: bool,
+    /// Where a discarded message is copied before it is deleted; deleted only when absent.
+    pub archive_url: Option<String>,
 }
 
 /// Which dead letters a run takes; empty lists take all.
@@ -181,6 +192,11 @@ impl ReprocessCommand {
             rate_per_second,
             force: self.force,
             copy: self.copy,
+            discard: self.discard,
+            archive_url: self
+                .archive
+                .clone()
+                .or_else(|| defaults.archive_url.clone()),
         })
     }
 }

@@ -8,6 +8,7 @@ mod inventory;
 mod job;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use serde::Serialize;
 pub use command::{AttributeFilter, Filter, Plan, ReprocessCommand};
 pub use groups::{failure_groups, FailureGroup, Fingerprint};
 pub use inventory::{browse, export_line, Inventory};
-pub use job::Job;
+pub use job::{Job, JobAction};
 
 use crate::settings::ReprocessSettings;
 use inventory::make_visible;
@@ -115,8 +116,8 @@ const HOLD: Duration = Duration::from_secs(120);
 pub struct Reprocessor<Q> {
     carry: Courier<Q>,
     policy: ReprocessPolicy,
-    archive_url: Option<String>,
     clock: Arc<dyn Clock>,
+    abort: Option<Arc<AtomicBool>>,
 }
 
 /// One received message and what the run decided for it.
@@ -134,9 +135,16 @@ impl<Q: QueuePort> Reprocessor<Q> {
         Self {
             carry: Courier::new(queue, None),
             policy: settings.policy.clone(),
-            archive_url: settings.archive_url.clone(),
             clock: Arc::new(SystemClock),
+            abort: None,
         }
+    }
+
+    /// Stops a run at its next batch once `abort` is set (an operator's abort): what it sent is
+    /// deleted first, what it holds is made visible again, and the summary says it stopped early.
+    pub fn with_abort(mut self, abort: Arc<AtomicBool>) -> Self {
+        self.abort = Some(abort);
+        self
     }
 
     /// Reads the time from `clock` (tests move it by hand).
@@ -175,6 +183,10 @@ impl<Q: QueuePort> Reprocessor<Q> {
             }
             if summary.examined >= plan.max_messages
                 || stop_at.is_some_and(|at| Instant::now() >= at)
+                || self
+                    .abort
+                    .as_ref()
+                    .is_some_and(|abort| abort.load(Ordering::Relaxed))
             {
                 summary.stopped_early = true;
                 break Ok(());
@@ -263,6 +275,10 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 let age = now.saturating_sub(failed_at);
                 let decision = if !plan.filter.admits(&record, meta.as_ref(), age) {
                     None
+                } else if plan.discard {
+                    Some(Disposition::Discard {
+                        reason: "discarded by an operator".into(),
+                    })
                 } else if plan.force {
                     Some(self.policy.decide_requested(meta.as_ref()))
                 } else {
@@ -323,7 +339,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
                         meta = meta_text(record),
                         "discarded",
                     );
-                    match (plan.dry_run, &self.archive_url, as_is(record)) {
+                    match (plan.dry_run, &plan.archive_url, as_is(record)) {
                         (true, _, _) => summary.discarded += 1,
                         (false, None, _) => {
                             summary.discarded += 1;
@@ -354,7 +370,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
             .iter()
             .map(|(arn, outbox)| (Destination::Arn(arn), outbox))
             .collect();
-        if let Some(url) = &self.archive_url {
+        if let Some(url) = &plan.archive_url {
             sends.push((Destination::Url(url), &archive));
         }
         let failed = self.carry.send(&sends, deadline).await.records;
