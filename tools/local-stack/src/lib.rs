@@ -1,6 +1,7 @@
 //! redrive's local stack: the topology from the Terraform tfvars, provisioning on an SQS emulator
 //! (moto server), and a poller that does what Lambda's SQS event source mapping does.
 pub mod conformance;
+pub mod incident;
 pub mod kafka_poller;
 pub mod kafka_soak;
 pub mod mapping;
@@ -47,6 +48,21 @@ pub fn sqs_client_at(endpoint: &str) -> Client {
         ))
         .build();
     Client::from_conf(config)
+}
+
+/// LocalStack's endpoint (`tools/with-local-aws` starts it when `make localstack` installed it).
+/// CI always has it; elsewhere a machine without Python 3.13 skips what needs it, saying so.
+pub fn localstack_endpoint() -> Option<String> {
+    match std::env::var("LOCALSTACK_ENDPOINT_URL") {
+        Ok(endpoint) => Some(endpoint),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("CI runs the LocalStack leg: run with `make test` (make localstack installs it)")
+        }
+        Err(_) => {
+            eprintln!("LocalStack is not installed (needs Python 3.13): its run is skipped");
+            None
+        }
+    }
 }
 
 /// Waits until a process started on the side (`what`) listens on loopback `port`, for at most

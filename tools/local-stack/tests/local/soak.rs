@@ -179,7 +179,7 @@ async fn fifo_groups_lose_nothing_on_moto() {
 /// as moto hands out a group's last message first; the in-memory model holds the engine to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_groups_lose_nothing_on_localstack() {
-    let Some(endpoint) = localstack() else {
+    let Some(endpoint) = redrive_local::localstack_endpoint() else {
         return;
     };
     let prefix = format!("t{}-soak-fifo", std::process::id());
@@ -199,7 +199,7 @@ async fn fifo_groups_lose_nothing_on_localstack() {
 /// "FIFO followers given back wait for their head"), so a record runs before its head does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_groups_wait_in_the_lane_on_localstack() {
-    let Some(endpoint) = localstack() else {
+    let Some(endpoint) = redrive_local::localstack_endpoint() else {
         return;
     };
     let prefix = format!("t{}-soak-lane", std::process::id());
@@ -222,21 +222,6 @@ async fn held_groups_wait_in_the_lane_on_localstack() {
         report.sent_to_lane > 0 && report.released_to_retry + report.released_to_dlq > 0,
         "{report}"
     );
-}
-
-/// LocalStack's endpoint (`tools/with-local-aws` starts it when `make localstack` installed it).
-/// CI always has it; elsewhere a machine without Python 3.13 skips the LocalStack runs, saying so.
-fn localstack() -> Option<String> {
-    match std::env::var("LOCALSTACK_ENDPOINT_URL") {
-        Ok(endpoint) => Some(endpoint),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("CI runs the LocalStack leg: run with `make test` (make localstack installs it)")
-        }
-        Err(_) => {
-            eprintln!("LocalStack is not installed (needs Python 3.13): its run is skipped");
-            None
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
