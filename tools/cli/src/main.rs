@@ -5,6 +5,8 @@ mod doctor;
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use redrive::clock::{Clock, SystemClock};
@@ -14,8 +16,8 @@ use redrive::event::SqsRecord;
 use redrive::ledger::{release_head, AttemptLedger, Release};
 use redrive::payload::{PayloadStore, Pointer, LEGACY_SIZE_ATTRIBUTE, SIZE_ATTRIBUTE};
 use redrive::reprocess::{
-    browse, export_line, failure_groups, AttributeFilter, Inventory, Job, ReprocessCommand,
-    ReprocessSummary, Reprocessor,
+    browse, export_line, failure_groups, AttributeFilter, Inventory, Job, JobAction,
+    ReprocessCommand, ReprocessSummary, Reprocessor,
 };
 use redrive::s3::S3Payloads;
 use redrive::{ErrorClass, SqsQueue};
@@ -31,8 +33,10 @@ use redrive::{ErrorClass, SqsQueue};
 ///   dlq stats orders-dlq
 ///   dlq groups orders-dlq           # one line per cause, the largest first
 ///   dlq job new orders-dlq --group 3f2a9c0e1b7d4e55 --out job.json   # selection fixed now
+///   dlq job new orders-dlq --group 9d1e... --archive orders-archive --out job.json
 ///   dlq job run job.json            # again to resume; later arrivals are never taken
 ///   dlq console orders-dlq payments-dlq   # the same in a browser, on loopback
+///   dlq console orders-dlq --table redrive-payments-idempotency --audit-bus ops
 ///   dlq peek orders-dlq -n 3
 ///   dlq peek orders-dlq --pointers  # large messages: where the body is kept, not the body
 ///   dlq export orders-dlq > dead-letters.jsonl
@@ -101,8 +105,9 @@ enum Command {
     },
     /// Send eligible messages back to their origin queue (see docs/redrive.md, the redrive policy).
     Redrive(RedriveArgs),
-    /// Serve the DLQ console on loopback: the queues, their failure groups, and jobs made and run
-    /// from a browser. Prints the console's URL (with its token) on stdout.
+    /// Serve the DLQ console on loopback: the queues, their failure groups and messages, held FIFO
+    /// groups, and jobs made, run and aborted from a browser, every change recorded as an
+    /// EventBridge event. Prints the console's URL (with its token) on stdout.
     Console {
         /// The DLQs to show: URL, ARN or name (repeatable).
         #[arg(required = true)]
@@ -119,8 +124,17 @@ enum Command {
         /// Messages a job re-sends per second at most.
         #[arg(long, default_value_t = 50.0)]
         rate: f64,
+        /// The consumer's ledger table (REDRIVE_LEDGER_TABLE): its held FIFO groups, released
+        /// from the console.
+        #[arg(long)]
+        table: Option<String>,
+        /// The EventBridge bus every change is recorded on (source `redrive.console`); a change
+        /// whose event is not recorded is not made.
+        #[arg(long, default_value = "default")]
+        audit_bus: String,
     },
-    /// Redrive one failure group as a job whose selection is fixed when it is made.
+    /// Redrive, redirect, archive or discard one failure group as a job whose selection is fixed
+    /// when it is made.
     #[command(subcommand)]
     Job(JobCommand),
     /// SQS's native StartMessageMoveTask: moves everything, no filters, up to 500 messages/s.
@@ -210,9 +224,15 @@ enum JobCommand {
         /// The group's key, as `dlq groups` prints it.
         #[arg(long)]
         group: String,
-        /// Queue ARN to send every message to instead of each message's origin.
-        #[arg(long)]
+        /// Redirect: queue ARN to send every message to instead of each message's origin.
+        #[arg(long, conflicts_with_all = ["archive", "discard"])]
         destination: Option<String>,
+        /// Archive: copy every message as it is to this queue (URL), then delete it.
+        #[arg(long, conflicts_with = "discard")]
+        archive: Option<String>,
+        /// Discard: delete every message; nothing is kept.
+        #[arg(long)]
+        discard: bool,
         /// Messages to read at most while selecting.
         #[arg(long, default_value_t = 10_000)]
         max: u32,
@@ -388,7 +408,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 rate_per_second: Some(args.rate),
                 force: args.force,
                 copy: args.copy,
-                message_ids: Vec::new(),
+                ..ReprocessCommand::default()
             };
             let plan = command.plan(&settings)?;
             let reprocessor = Reprocessor::new(sqs, &settings);
@@ -404,6 +424,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             expose,
             max,
             rate,
+            table,
+            audit_bus,
         } => {
             if !listen.ip().is_loopback() && !expose {
                 return Err(
@@ -414,12 +436,22 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             for queue in &queues {
                 urls.push(sqs.resolve(queue).await?);
             }
-            console::serve(aws_sdk_sqs::Client::new(&config), urls, listen, max, rate).await?;
+            let options = console::Options {
+                queues: urls,
+                listen,
+                max,
+                rate,
+                table,
+                audit_bus,
+            };
+            console::serve(&config, options).await?;
         }
         Command::Job(JobCommand::New {
             queue,
             group,
             destination,
+            archive,
+            discard,
             max,
             out: path,
         }) => {
@@ -431,7 +463,15 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 .ok_or_else(|| {
                     format!("no failure group {group} in {url}: `dlq groups {queue}` lists them")
                 })?;
-            let job = Job::of_group(&url, chosen, destination, SystemClock.now_ms());
+            let action = match (destination, archive, discard) {
+                (Some(destination), _, _) => JobAction::Redirect { destination },
+                (_, Some(archive), _) => JobAction::Archive {
+                    queue_url: sqs.resolve(&archive).await?,
+                },
+                (_, _, true) => JobAction::Discard,
+                _ => JobAction::Redrive,
+            };
+            let job = Job::of_group(&url, chosen, action, SystemClock.now_ms());
             std::fs::write(&path, serde_json::to_string_pretty(&job)? + "\n")
                 .map_err(|error| format!("{}: {error}", path.display()))?;
             eprintln!(
@@ -591,7 +631,7 @@ async fn run_job(
     rate: Option<f64>,
 ) -> Result<ReprocessSummary, Box<dyn std::error::Error>> {
     let selected = job.message_ids.len();
-    let summary = reprocess_job(sqs, job, dry_run, rate, |summary| {
+    let summary = reprocess_job(sqs, job, dry_run, rate, None, |summary| {
         eprint!(
             "\r{}/{selected} selected examined, {} redriven, {} left in the DLQ, {} others read past untouched",
             summary.examined - summary.filtered_out,
@@ -606,17 +646,21 @@ async fn run_job(
     Ok(summary)
 }
 
-/// Runs `job` under the operator's settings; `progress` sees the summary after every batch.
+/// Runs `job` under the operator's settings; `progress` sees the summary after every batch, and
+/// once `abort` is set the run stops at its next batch.
 async fn reprocess_job(
     sqs: SqsQueue,
     job: &Job,
     dry_run: bool,
     rate: Option<f64>,
+    abort: Option<Arc<AtomicBool>>,
     progress: impl FnMut(&ReprocessSummary),
 ) -> Result<ReprocessSummary, Box<dyn std::error::Error + Send + Sync>> {
     let settings = ReprocessSettings::from_env()?;
-    let plan = job.command(dry_run, rate).plan(&settings)?;
-    Ok(Reprocessor::new(sqs, &settings)
-        .run(&plan, None, progress)
-        .await?)
+    let plan = job.plan(&settings, dry_run, rate)?;
+    let mut reprocessor = Reprocessor::new(sqs, &settings);
+    if let Some(abort) = abort {
+        reprocessor = reprocessor.with_abort(abort);
+    }
+    Ok(reprocessor.run(&plan, None, progress).await?)
 }

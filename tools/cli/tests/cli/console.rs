@@ -1,261 +1,21 @@
-//! `dlq console` in a real browser: Debian's Chromium driven through ChromeDriver (W3C WebDriver,
-//! spoken over plain HTTP), against moto. An operator finds the group whose cause was fixed and
-//! redrives exactly it in three clicks; dead letters of the same group that arrive after the job
-//! was made stay in the DLQ. The console refuses requests without its token, its form value, its
-//! own Host or its own Origin.
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+//! `dlq console` in a real browser: Debian's Chromium driven through ChromeDriver. On moto, an
+//! operator finds the group whose cause was fixed and redrives exactly it in three clicks (dead
+//! letters of the same group that arrive after the job was made stay in the DLQ), reads a message
+//! and reveals its body, and releases a held FIFO head; every change is an EventBridge event. The
+//! console refuses requests without its token, its form value, its own Host or its own Origin. On
+//! LocalStack, an incident of 10,000 dead letters.
+use std::collections::BTreeMap;
 
-use base64::Engine as _;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{dead_letters, dlq, origin_and_dlq, stdout};
+use super::browser::{http, Browser, Console};
+use redrive_local::incident::{self, failure_of};
 
-/// One HTTP/1.1 exchange with a server on loopback, the connection closed after it: (status, body).
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(90)))
-        .unwrap();
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !headers.iter().any(|(name, _)| *name == "Host") {
-        request.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
-    }
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).unwrap();
-    // ChromeDriver keeps the connection open after its answer: read what Content-Length says.
-    let mut reader = BufReader::new(stream);
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        reader
-            .read_line(&mut line)
-            .unwrap_or_else(|e| panic!("{method} {path}: {e} after {head:?}"));
-        if line.trim_end().is_empty() {
-            break;
-        }
-        head.push_str(&line);
-    }
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let length = head.lines().find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.eq_ignore_ascii_case("content-length")
-            .then(|| value.trim().parse::<usize>().ok())
-            .flatten()
-    });
-    let mut body = Vec::new();
-    match length {
-        Some(length) => {
-            body.resize(length, 0);
-            reader.read_exact(&mut body).unwrap();
-        }
-        None => {
-            reader.read_to_end(&mut body).unwrap();
-        }
-    }
-    (status, String::from_utf8(body).unwrap())
-}
+use super::{dead_letters, dlq, held_head, origin_and_dlq, receive_now, stdout};
 
-/// A headless Chromium session through ChromeDriver; both end with it.
-struct Browser {
-    driver: Child,
-    port: u16,
-    session: String,
-    shots: PathBuf,
-    profile: PathBuf,
-}
-
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-impl Browser {
-    fn start() -> Self {
-        let chromedriver = "/usr/bin/chromedriver";
-        assert!(
-            std::path::Path::new(chromedriver).exists(),
-            "run with `make test`, which installs Debian's chromium and chromium-driver"
-        );
-        let port = redrive_local::free_port();
-        let driver = Command::new(chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        redrive_local::wait_until_listening(port, Duration::from_secs(30), "chromedriver");
-        let profile =
-            std::env::temp_dir().join(format!("dlq-console-chromium-{}", std::process::id()));
-        // The flags keep a headless Chromium off the network it has no access to here.
-        let capabilities = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-quic", "--no-first-run", "--window-size=1400,900",
-                format!("--user-data-dir={}", profile.display()),
-            ]}
-        }}});
-        let mut browser = Self {
-            driver,
-            port,
-            session: String::new(),
-            shots: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console"),
-            profile,
-        };
-        let session = browser.call("POST", "/session", Some(capabilities));
-        browser.session = session["sessionId"].as_str().unwrap().to_owned();
-        std::fs::create_dir_all(&browser.shots).unwrap();
-        browser
-    }
-
-    /// A WebDriver command; its `value`.
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let headers = [("Content-Type", "application/json")];
-        let (status, text) = http(self.port, method, path, &headers, &body);
-        let answer: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{method} {path}: {status} {text:?}: {e}"));
-        assert_eq!(status, 200, "{method} {path}: {answer}");
-        answer["value"].clone()
-    }
-
-    fn session(&self, path: &str) -> String {
-        format!("/session/{}{path}", self.session)
-    }
-
-    fn open(&self, url: &str) {
-        self.call("POST", &self.session("/url"), Some(json!({ "url": url })));
-    }
-
-    fn find(&self, css: &str) -> String {
-        let found = self.call(
-            "POST",
-            &self.session("/element"),
-            Some(json!({"using": "css selector", "value": css})),
-        );
-        found[ELEMENT]
-            .as_str()
-            .unwrap_or_else(|| panic!("{css}: {found}"))
-            .to_owned()
-    }
-
-    fn count(&self, css: &str) -> usize {
-        let found = self.call(
-            "POST",
-            &self.session("/elements"),
-            Some(json!({"using": "css selector", "value": css})),
-        );
-        found.as_array().unwrap().len()
-    }
-
-    fn click(&self, css: &str) {
-        let element = self.find(css);
-        self.call(
-            "POST",
-            &self.session(&format!("/element/{element}/click")),
-            Some(json!({})),
-        );
-    }
-
-    fn text(&self, css: &str) -> String {
-        let element = self.find(css);
-        let text = self.call(
-            "GET",
-            &self.session(&format!("/element/{element}/text")),
-            None,
-        );
-        text.as_str().unwrap().to_owned()
-    }
-
-    /// Waits (the page refreshes itself while a job runs) until `css` reads `want`.
-    fn wait_for(&self, css: &str, want: &str) {
-        let started = Instant::now();
-        loop {
-            if self.count(css) == 1 && self.text(css) == want {
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "{css} never read {want:?}"
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
-    }
-
-    fn screenshot(&self, name: &str) {
-        let png = self.call("GET", &self.session("/screenshot"), None);
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(png.as_str().unwrap())
-            .unwrap();
-        std::fs::write(self.shots.join(format!("{name}.png")), bytes).unwrap();
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        if !self.session.is_empty() {
-            let _ = http(self.port, "DELETE", &self.session(""), &[], "");
-        }
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
-}
-
-/// `dlq console` for `queues`, ended with the test: (process, port, token).
-struct Console(Child);
-
-impl Console {
-    fn start(queues: &[&str]) -> (Self, u16, String) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dlq"))
-            .arg("console")
-            .args(queues)
-            .args(["--rate", "200"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line.trim().to_owned();
-        let (address, token) = url
-            .strip_prefix("http://")
-            .and_then(|rest| rest.split_once("/?token="))
-            .unwrap_or_else(|| panic!("the console printed {url:?}"));
-        let port = address.rsplit(':').next().unwrap().parse().unwrap();
-        (Self(child), port, token.to_owned())
-    }
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn bodies(queue: &str) -> Vec<String> {
-    let mut bodies: Vec<String> = stdout(&dlq(&["export", queue], &[]))
+/// The bodies `queue` holds, sorted (`dlq export`, with `env`).
+fn bodies(queue: &str, env: &[(&str, &str)]) -> Vec<String> {
+    let mut bodies: Vec<String> = stdout(&dlq(&["export", queue, "--max", "20000"], env))
         .lines()
         .map(|line| {
             let line: Value = serde_json::from_str(line).unwrap();
@@ -267,12 +27,79 @@ fn bodies(queue: &str) -> Vec<String> {
 }
 
 fn orders(range: impl IntoIterator<Item = usize>) -> Vec<String> {
-    let mut bodies: Vec<String> = range
-        .into_iter()
-        .map(|n| format!(r#"{{"orderId":"o-{n}"}}"#))
-        .collect();
+    let mut bodies: Vec<String> = range.into_iter().map(incident::body).collect();
     bodies.sort();
     bodies
+}
+
+/// A queue receiving every `redrive.console` event of the default bus (a rule and its target).
+async fn audit_queue(client: &aws_sdk_sqs::Client, prefix: &str) -> String {
+    let url = client
+        .create_queue()
+        .queue_name(format!("{prefix}-audit"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let arn = redrive_local::provision::queue_arn(client, &url)
+        .await
+        .unwrap();
+    let events = aws_sdk_eventbridge::Client::new(&redrive::sqs::sdk_config_from_env());
+    let rule = format!("{prefix}-audit");
+    events
+        .put_rule()
+        .name(&rule)
+        .event_pattern(r#"{"source":["redrive.console"]}"#)
+        .send()
+        .await
+        .unwrap();
+    let target = aws_sdk_eventbridge::types::Target::builder()
+        .id("audit")
+        .arn(arn)
+        .build()
+        .unwrap();
+    events
+        .put_targets()
+        .rule(&rule)
+        .targets(target)
+        .send()
+        .await
+        .unwrap();
+    url
+}
+
+/// The events the audit queue received: detail-type and detail.
+async fn audit_events(client: &aws_sdk_sqs::Client, url: &str) -> Vec<(String, Value)> {
+    let mut events = Vec::new();
+    loop {
+        let received = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default();
+        if received.is_empty() {
+            return events;
+        }
+        for message in received {
+            let event: Value = serde_json::from_str(message.body().unwrap()).unwrap();
+            assert_eq!(event["source"], "redrive.console");
+            let kind = event["detail-type"].as_str().unwrap().to_owned();
+            events.push((kind, event["detail"].clone()));
+            client
+                .delete_message()
+                .queue_url(url)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,6 +107,8 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
     let client = redrive_local::sqs_client();
     let prefix = format!("t{}-console", std::process::id());
     let (origin_url, dlq_url, origin_arn) = origin_and_dlq(&client, &prefix).await;
+    let audit = audit_queue(&client, &prefix).await;
+    let (fifo_url, table, head) = held_head(&client, &prefix).await;
     // The incident: invalid orders on version 7 (fixed in 8), invalid orders on 8, timeouts on 8.
     let fixed = ("permanent", "invalid_order", "7");
     dead_letters(&client, &dlq_url, fixed, &origin_arn, 0..4).await;
@@ -287,7 +116,7 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
     dead_letters(&client, &dlq_url, invalid, &origin_arn, 4..6).await;
     let timeout = ("transient", "payment_timeout", "8");
     dead_letters(&client, &dlq_url, timeout, &origin_arn, 6..9).await;
-    let (_console, port, token) = Console::start(&[&dlq_url]);
+    let (_console, port, token) = Console::start(&[&dlq_url, "--table", &table], &[]);
 
     // What a page of another site, or a request without the token, cannot do.
     let home = format!("/?token={token}");
@@ -323,7 +152,7 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
     let form = [("Content-Type", "application/x-www-form-urlencoded")];
     let post = |csrf: &str, origin: &str| {
         let body = format!(
-            "csrf={csrf}&queue={}&group=0",
+            "csrf={csrf}&queue={}&group=0&action=redrive",
             dlq_url.replace(':', "%3A").replace('/', "%2F")
         );
         let headers = [form[0], ("Origin", origin)];
@@ -355,7 +184,7 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
     browser.click("a.queue"); // 1
     assert_eq!(browser.count("tr.group"), 3, "three groups");
     browser.screenshot("2-failure-groups");
-    browser.click(r#"tr.group[data-kind="invalid_order"][data-version="7"] button"#); // 2
+    browser.click(r#"tr.group[data-kind="invalid_order"][data-version="7"] button[id^=redrive-]"#); // 2
     assert_eq!(browser.text("#selected"), "4");
     assert_eq!(browser.text("#state"), "ready");
     browser.screenshot("3-job-dry-run");
@@ -366,14 +195,250 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
     browser.wait_for("#state", "done");
     browser.screenshot("4-job-done");
 
+    // A message: its failure, its request's logs, its body only when asked.
+    browser.click("#groups");
+    browser.click(r#"tr.group[data-kind="payment_timeout"] a.messages"#);
+    assert_eq!(browser.count("a.message"), 3);
+    browser.screenshot("5-group-messages");
+    browser.click("a.message");
+    let logs = browser.attribute("#logs", "href");
+    assert!(
+        logs.contains("logs-insights") && logs.contains("*2Faws*2Flambda*2Forders"),
+        "{logs}"
+    );
+    assert_eq!(browser.count("#reveal"), 1);
+    assert!(!browser.source().contains("orderId"), "the body is hidden");
+    browser.screenshot("6-message");
+    browser.click("#reveal");
+    let revealed = browser.text("#body");
+    assert!(orders(6..9).contains(&revealed), "{revealed}");
+    browser.screenshot("7-message-revealed");
+
+    // A held FIFO group, released to try its head again.
+    browser.click("#held");
+    assert_eq!(browser.count("tr.held"), 1);
+    browser.screenshot("8-held-groups");
+    browser.click(&format!("#retry-{head}"));
+    assert_eq!(browser.count("#released"), 1);
     assert_eq!(
-        bodies(&origin_url),
+        receive_now(&client, &fifo_url).await,
+        [head.as_str()],
+        "visible again at once"
+    );
+
+    assert_eq!(
+        bodies(&origin_url, &[]),
         orders(0..4),
         "exactly the selection went home"
     );
     assert_eq!(
-        bodies(&dlq_url),
+        bodies(&dlq_url, &[]),
         orders(4..11),
         "the other groups and the later failures stay"
     );
+
+    // Every change, as an event naming who made it.
+    let events: BTreeMap<String, Value> = audit_events(&client, &audit).await.into_iter().collect();
+    let kinds: Vec<&str> = events.keys().map(String::as_str).collect();
+    assert_eq!(
+        kinds,
+        [
+            "FIFO head released",
+            "Job ended",
+            "Job started",
+            "Message body revealed"
+        ],
+        "one event per change: {events:?}"
+    );
+    for detail in events.values() {
+        assert!(
+            detail["caller"]
+                .as_str()
+                .is_some_and(|arn| arn.starts_with("arn:aws")),
+            "{detail}"
+        );
+    }
+    let (started, ended) = (&events["Job started"], &events["Job ended"]);
+    assert_eq!(
+        (
+            started["selected"].as_u64(),
+            started["action"]["kind"].as_str()
+        ),
+        (Some(4), Some("redrive"))
+    );
+    assert_eq!(started["selectionHash"].as_str().map(str::len), Some(16));
+    assert_eq!(
+        (
+            ended["state"].as_str(),
+            ended["summary"]["reprocessed"].as_u64()
+        ),
+        (Some("done"), Some(4))
+    );
+    assert_eq!(events["FIFO head released"]["messageId"], head.as_str());
+}
+
+/// Issue 55: 10,000 dead letters across 6 error kinds and 3 function versions. The two groups
+/// whose cause was fixed are found and redriven in three actions each; afterwards no order is
+/// lost or held twice across the origin and the DLQ, the origin holds exactly the two groups and
+/// the DLQ exactly the other 16. On LocalStack: moto 5.2.5 computes every queue attribute for each
+/// message it receives (1.6 s per ReceiveMessage at 2,000 messages), too slow for 10,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_two_fixed_groups_of_ten_thousand_dead_letters_are_redriven_exactly() {
+    const TOTAL: usize = 10_000;
+    let Some(endpoint) = redrive_local::localstack_endpoint() else {
+        return;
+    };
+    let client = redrive_local::sqs_client_at(&endpoint);
+    let prefix = format!("t{}-incident", std::process::id());
+    let mut urls = Vec::new();
+    for name in ["orders", "orders-dlq"] {
+        let created = client
+            .create_queue()
+            .queue_name(format!("{prefix}-{name}"))
+            .send()
+            .await;
+        urls.push(created.unwrap().queue_url.unwrap());
+    }
+    let (origin_url, dlq_url) = (urls[0].clone(), urls[1].clone());
+    let origin_arn = redrive_local::provision::queue_arn(&client, &origin_url)
+        .await
+        .unwrap();
+    incident::seed(&client, &dlq_url, &origin_arn, 0..TOTAL)
+        .await
+        .unwrap();
+    let env = [("AWS_ENDPOINT_URL", endpoint.as_str())];
+    let (_console, port, token) =
+        Console::start(&[&dlq_url, "--max", "20000", "--rate", "3000"], &env);
+
+    let fixed = [("invalid_order", "6"), ("payment_timeout", "7")];
+    let browser = Browser::start();
+    browser.open(&format!("http://127.0.0.1:{port}/?token={token}"));
+    browser.click("a.queue"); // the first group's action 1
+    assert_eq!(browser.text("#read"), TOTAL.to_string());
+    assert_eq!(browser.count("tr.group"), 18, "6 kinds on 3 versions");
+    browser.screenshot("9-incident-groups");
+    for (index, (kind, version)) in fixed.iter().enumerate() {
+        if index > 0 {
+            browser.click("#groups"); // action 1: back from the last job
+        }
+        let group = format!(r#"tr.group[data-kind="{kind}"][data-version="{version}"]"#);
+        browser.click(&format!("{group} button[id^=redrive-]")); // 2
+        let selected = (0..TOTAL)
+            .filter(|&n| failure_of(n) == (*kind, version.to_string()))
+            .count();
+        assert_eq!(browser.text("#selected"), selected.to_string());
+        browser.click("#run"); // 3
+        browser.wait_for("#state", "done");
+        assert_eq!(browser.text(".reprocessed"), selected.to_string());
+    }
+    browser.screenshot("10-incident-second-job-done");
+
+    let home = bodies(&origin_url, &env);
+    let left = bodies(&dlq_url, &env);
+    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+    for body in home.iter().chain(&left) {
+        *held.entry(body.as_str()).or_default() += 1;
+    }
+    let everything = orders(0..TOTAL);
+    let lost = everything
+        .iter()
+        .filter(|order| !held.contains_key(order.as_str()))
+        .count();
+    let twice = held.values().filter(|&&count| count > 1).count();
+    assert_eq!((lost, twice), (0, 0), "lost, held twice");
+    let is_fixed = |n: &usize| {
+        let (kind, version) = failure_of(*n);
+        fixed.contains(&(kind, version.as_str()))
+    };
+    assert_eq!(
+        home,
+        orders((0..TOTAL).filter(is_fixed)),
+        "exactly the two groups went home"
+    );
+    assert_eq!(
+        left,
+        orders((0..TOTAL).filter(|n| !is_fixed(n))),
+        "the other 16 stay"
+    );
+}
+
+/// A change whose audit event EventBridge does not confirm is not made: with an audit bus that
+/// does not exist, a job's run and a body's reveal are refused, and the DLQ is untouched.
+#[tokio::test]
+async fn a_change_whose_audit_event_is_not_recorded_is_not_made() {
+    let client = redrive_local::sqs_client();
+    let prefix = format!("t{}-console-audit", std::process::id());
+    let (origin_url, dlq_url, origin_arn) = origin_and_dlq(&client, &prefix).await;
+    dead_letters(
+        &client,
+        &dlq_url,
+        ("permanent", "invalid_order", "7"),
+        &origin_arn,
+        0..2,
+    )
+    .await;
+    let (_console, port, token) = Console::start(&[&dlq_url, "--audit-bus", "no-such-bus"], &[]);
+    let queue = dlq_url.replace(':', "%3A").replace('/', "%2F");
+    let (status, page) = http(
+        port,
+        "GET",
+        &format!("/groups?queue={queue}&token={token}"),
+        &[],
+        "",
+    );
+    assert_eq!(status, 200, "{page}");
+    let value_after = |marker: &str| {
+        let rest = page.split(marker).nth(1).unwrap();
+        rest.split('"').next().unwrap().to_owned()
+    };
+    let (csrf, group) = (
+        value_after(r#"name="csrf" value=""#),
+        value_after(r#"data-key=""#),
+    );
+    let origin = format!("http://127.0.0.1:{port}");
+    let headers = [
+        ("Content-Type", "application/x-www-form-urlencoded"),
+        ("Origin", origin.as_str()),
+    ];
+    let change = |path: &str, body: String| {
+        http(
+            port,
+            "POST",
+            &format!("{path}?token={token}"),
+            &headers,
+            &body,
+        )
+    };
+
+    let made = change(
+        "/jobs",
+        format!("csrf={csrf}&queue={queue}&group={group}&action=redrive"),
+    );
+    assert_eq!(made.0, 303, "making a job changes nothing: {}", made.1);
+    let run = change("/jobs/0/run", format!("csrf={csrf}"));
+    assert_eq!(run.0, 502);
+    assert!(
+        run.1
+            .contains("the audit event was not recorded, so nothing was changed"),
+        "{}",
+        run.1
+    );
+    let id = stdout(&dlq(&["peek", &dlq_url, "-n", "1"], &[]));
+    let id: Value = serde_json::from_str(&id).unwrap();
+    let reveal = change(
+        "/message/reveal",
+        format!(
+            "csrf={csrf}&queue={queue}&id={}",
+            id["messageId"].as_str().unwrap()
+        ),
+    );
+    assert_eq!(reveal.0, 502);
+    assert!(
+        !reveal.1.contains("orderId"),
+        "the body stays hidden: {}",
+        reveal.1
+    );
+
+    assert_eq!(bodies(&origin_url, &[]), orders(0..0));
+    assert_eq!(bodies(&dlq_url, &[]), orders(0..2), "the DLQ is untouched");
 }

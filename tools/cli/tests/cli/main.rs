@@ -1,5 +1,6 @@
 //! The `dlq` binary against moto: reading consumes nothing, redrive moves only what it should, and
 //! errors are clear.
+mod browser;
 mod console;
 
 use std::process::{Command, Output};
@@ -26,34 +27,28 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-/// A failure envelope: `class` and `kind` of error, in version `version` of function `orders`.
-pub(crate) fn meta((class, kind, version): Failure, origin: &str, order: usize) -> String {
-    format!(
-        r#"{{"v":1,"attempts":5,"originQueueArn":"{origin}","originMessageId":"m-{kind}","firstFailureAt":"2026-11-22T05:00:00.000Z","lastFailureAt":"2026-11-22T05:10:00.000Z","errorClass":"{class}","errorKind":"{kind}","errorMessage":"order {order} failed","failedIn":{{"function":"orders","version":"{version}","requestId":"r-{order}"}}}}"#
-    )
-}
-
-/// A dead letter's error class, error kind and the function version it failed in.
-pub(crate) type Failure<'a> = (&'a str, &'a str, &'a str);
-
 /// Sends a dead letter to `dlq_url` per order of `orders`, with a failure envelope of `failure`.
 pub(crate) async fn dead_letters(
     client: &aws_sdk_sqs::Client,
     dlq_url: &str,
-    failure: Failure<'_>,
+    failure: redrive_local::incident::Failure<'_>,
     origin_arn: &str,
     orders: impl IntoIterator<Item = usize>,
 ) {
     for order in orders {
         let value = MessageAttributeValue::builder()
             .data_type("String")
-            .string_value(meta(failure, origin_arn, 1000 + order))
+            .string_value(redrive_local::incident::envelope(
+                failure,
+                origin_arn,
+                1000 + order,
+            ))
             .build()
             .unwrap();
         client
             .send_message()
             .queue_url(dlq_url)
-            .message_body(format!(r#"{{"orderId":"o-{order}"}}"#))
+            .message_body(redrive_local::incident::body(order))
             .message_attributes("redrive", value)
             .send()
             .await
@@ -369,15 +364,17 @@ async fn peek_and_export_show_a_large_messages_body_from_s3_or_where_it_is_kept(
     );
 }
 
-#[tokio::test]
-async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
+/// A FIFO queue whose group the consumer held on its head (in flight for hours, its hold in a new
+/// ledger table): (queue URL, table, the head's message id).
+pub(crate) async fn held_head(
+    client: &aws_sdk_sqs::Client,
+    prefix: &str,
+) -> (String, String, String) {
     use redrive::ledger::{AttemptLedger, Hold};
     assert!(
         std::env::var("AWS_ENDPOINT_URL").is_ok(),
         "run with `make test` (moto server and AWS_ENDPOINT_URL)"
     );
-    let client = redrive_local::sqs_client();
-    let prefix = format!("t{}-cli-held", std::process::id());
     let url = client
         .create_queue()
         .queue_name(format!("{prefix}-payments.fifo"))
@@ -387,7 +384,7 @@ async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
         .unwrap()
         .queue_url
         .unwrap();
-    let arn = queue_arn(&client, &url).await.unwrap();
+    let arn = queue_arn(client, &url).await.unwrap();
     client
         .send_message()
         .queue_url(&url)
@@ -397,7 +394,6 @@ async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
         .send()
         .await
         .unwrap();
-    // The consumer held its group on it: the head waits in flight for hours.
     let received = client
         .receive_message()
         .queue_url(&url)
@@ -408,12 +404,10 @@ async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
         .messages
         .unwrap_or_default();
     let head = &received[0];
-    let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
     let table = format!("{prefix}-idempotency");
-    redrive_local::provision::idempotency_table(&dynamodb, &table)
+    redrive_local::provision::idempotency_table(&ledger_client(), &table)
         .await
         .unwrap();
-    let ledger = redrive::dynamodb::DynamoDbStore::with_client(dynamodb, &table);
     let hold = Hold {
         since_ms: 1_763_790_000_000,
         receive_count: 1,
@@ -423,8 +417,39 @@ async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
         error_message: "no amount".into(),
         release: None,
     };
-    let id = head.message_id().unwrap();
-    ledger.hold(id, &hold, false).await.unwrap();
+    let id = head.message_id().unwrap().to_owned();
+    let ledger = redrive::dynamodb::DynamoDbStore::with_client(ledger_client(), &table);
+    ledger.hold(&id, &hold, false).await.unwrap();
+    (url, table, id)
+}
+
+fn ledger_client() -> aws_sdk_dynamodb::Client {
+    aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env())
+}
+
+/// Received from `url` now: the message ids.
+pub(crate) async fn receive_now(client: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    client
+        .receive_message()
+        .queue_url(url)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|message| message.message_id().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
+    use redrive::ledger::AttemptLedger;
+    let client = redrive_local::sqs_client();
+    let prefix = format!("t{}-cli-held", std::process::id());
+    let (url, table, id) = held_head(&client, &prefix).await;
+    let id = id.as_str();
+    let ledger = redrive::dynamodb::DynamoDbStore::with_client(ledger_client(), &table);
 
     let listed = stdout(&dlq(&["held", &table], &[]));
     assert!(
@@ -437,16 +462,11 @@ async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
 
     let released = stdout(&dlq(&["release", &table, id], &[]));
     assert!(released.contains("goes on now"), "{released}");
-    let again = client
-        .receive_message()
-        .queue_url(&url)
-        .send()
-        .await
-        .unwrap()
-        .messages
-        .unwrap_or_default();
-    assert_eq!(again.len(), 1, "visible again at once");
-    assert_eq!(again[0].message_id(), Some(id));
+    assert_eq!(
+        receive_now(&client, &url).await,
+        [id],
+        "visible again at once"
+    );
     let entry = ledger.entries(&[id]).await.unwrap()[0]
         .clone()
         .expect("read");
