@@ -180,6 +180,7 @@ module "recovery" {
   function_target_arns            = [module.events.consumer_function_arn]
   function_target_timeout_seconds = local.event_consumer_timeout_seconds
   alarm_topic_arn                 = module.alerts.topic_arn
+  console_audit                   = var.console_audit
 }
 
 # Called "redrive" before 0.2: its resources keep their state under the new name.

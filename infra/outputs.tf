@@ -43,5 +43,6 @@ output "redrive" {
     eventbridge       = module.recovery.event_redrive_function_name
     archive_queue_url = module.recovery.archive_queue_url
     parked_queue_url  = module.recovery.parked_queue_url
+    console_audit     = module.recovery.console_audit_archive_arn
   }
 }

@@ -331,3 +331,15 @@ variable "redrive" {
   }
   # Bounds are validated by the redrive module.
 }
+
+variable "console_audit" {
+  description = "The DLQ console's audit trail (`dlq console --audit-bus <bus_name>`, an event per change, source redrive.console): with archive = true an EventBridge archive keeps the events retention_days (0: forever)."
+  type = object({
+    archive        = bool
+    bus_name       = optional(string, "default")
+    retention_days = optional(number, 365)
+  })
+  nullable = false
+  default  = { archive = false }
+  # Validated by the recovery module.
+}

@@ -364,3 +364,16 @@ module "reprocessor_failures_dlq_alarm" {
   alarm_topic_arn = var.alarm_topic_arn
   tags            = var.tags
 }
+
+# The DLQ console's audit trail (`dlq console` puts one event per change, source redrive.console)
+# kept in an EventBridge archive: an archive with an event pattern keeps only the events that
+# match it, and retention 0 keeps them forever (CloudFormation, AWS::Events::Archive).
+resource "aws_cloudwatch_event_archive" "console_audit" {
+  count = var.console_audit.archive ? 1 : 0
+
+  name             = "${var.name}-console-audit"
+  description      = "Every change made from the DLQ console (dlq console): jobs, releases, bodies revealed."
+  event_source_arn = "arn:${data.aws_partition.current.partition}:events:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:event-bus/${var.console_audit.bus_name}"
+  event_pattern    = jsonencode({ source = ["redrive.console"] })
+  retention_days   = var.console_audit.retention_days
+}

@@ -17,3 +17,8 @@ output "parked_queue_url" {
   description = "Queue with the EventBridge events the redrive parked (null without event sources)."
   value       = one(aws_sqs_queue.parked_dlq[*].url)
 }
+
+output "console_audit_archive_arn" {
+  description = "The EventBridge archive of the DLQ console's audit events (null unless console_audit.archive)."
+  value       = one(aws_cloudwatch_event_archive.console_audit[*].arn)
+}

@@ -204,3 +204,24 @@ variable "tags" {
   default     = {}
   nullable    = false
 }
+
+variable "console_audit" {
+  description = "The DLQ console's audit trail: `dlq console --audit-bus <bus_name>` puts an event per change (source redrive.console); with archive, an EventBridge archive keeps them retention_days (0: forever)."
+  type = object({
+    archive        = bool
+    bus_name       = optional(string, "default")
+    retention_days = optional(number, 365)
+  })
+  default  = { archive = false }
+  nullable = false
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9._/-]{1,256}$", var.console_audit.bus_name))
+    error_message = "console_audit.bus_name must be an event bus name: 1 to 256 letters, digits, or . _ / -."
+  }
+
+  validation {
+    condition     = var.console_audit.retention_days >= 0 && floor(var.console_audit.retention_days) == var.console_audit.retention_days
+    error_message = "console_audit.retention_days must be a whole number of days, 0 (forever) or more."
+  }
+}
