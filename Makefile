@@ -152,7 +152,7 @@ $(BENCH_STAMP): $(STAMP) tools/bench/peers/requirements.txt tools/bench/peers/pa
 
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | $(PY) -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
-bench: $(BENCH_STAMP) $(TANSU) build ## Throughput against Powertools (Python, TypeScript; Kafka), start-up, memory, zip sizes
+bench: $(BENCH_STAMP) $(LOCALSTACK_STAMP) $(TANSU) build ## Throughput against Powertools (Python, TypeScript; Kafka), start-up, memory, zip sizes, the console grouping 10,000 dead letters
 	$(CARGO) build --release --locked -p sqs-consumer -p redrive-bench
 	$(TARGET_DIR)/release/redrive-bench --out $(TARGET_DIR)/bench \
 	  --bootstrap $(TARGET_DIR)/release/sqs-consumer --lambda-dir $(TARGET_DIR)/lambda \

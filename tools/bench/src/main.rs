@@ -2,6 +2,7 @@
 //! AWS Lambda (Python and TypeScript) doing the same work, side by side; start-up of the release
 //! `bootstrap`; its peak memory on that event; SQS requests per re-sent message; zip sizes.
 mod claim_check;
+mod console_groups;
 mod event;
 mod fifo_cycle;
 mod io_bound;
@@ -76,6 +77,9 @@ struct Args {
     /// The Python peer's script.
     #[arg(long)]
     python_peer: PathBuf,
+    /// LocalStack's Python (`make localstack`), for the console's grouping row.
+    #[arg(long, default_value = ".venv-localstack/bin/python")]
+    localstack_python: PathBuf,
 }
 
 /// The same work every peer does: parse the body as JSON, check a field, fail 1%.
@@ -293,6 +297,11 @@ fn main() -> Result<(), String> {
     let managed_cpu = managed_cpu(bootstrap)?;
     let fifo = fifo_as_deployed(&runtime)?;
     let zips = zip_sizes(&args.lambda_dir)?;
+    eprintln!(
+        "the console's grouping of {} dead letters (LocalStack)",
+        console_groups::MESSAGES
+    );
+    let grouping = console_groups::measure(&args.localstack_python, &args.python)?;
     // Last: it points this process's AWS endpoint at a moto server of its own.
     let large = claim_check::measure(&args.python)?;
 
@@ -305,6 +314,7 @@ fn main() -> Result<(), String> {
     table.managed_cpu(&managed_cpu);
     table.fifo_as_deployed(&fifo);
     table.large_messages(&large);
+    table.console_groups(grouping.as_ref());
     let results = format!(
         "| measure | value | target | met |\n|---|---|---|---|\n{}",
         table.0

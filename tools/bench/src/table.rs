@@ -272,6 +272,33 @@ impl Table {
         );
     }
 
+    pub(crate) fn console_groups(&mut self, grouping: Option<&console_groups::Measured>) {
+        let measure = format!(
+            "the DLQ console's failure groups: {} dead letters (6 kinds on 3 versions) in a DLQ on LocalStack read and grouped (`dlq groups`), beside a boto3 loop that only reads them",
+            console_groups::MESSAGES
+        );
+        match grouping {
+            None => self.row(
+                &measure,
+                "not measured: LocalStack is not installed (make localstack)".into(),
+                "<= 5 s",
+                false,
+            ),
+            Some(grouping) => self.row(
+                &measure,
+                format!(
+                    "{:.2} s for {} groups against {:.2} s for boto3's read alone ({:.2}x)",
+                    grouping.ours_s,
+                    grouping.groups,
+                    grouping.boto3_s,
+                    grouping.ours_s / grouping.boto3_s
+                ),
+                "<= 5 s",
+                grouping.ours_s <= 5.0,
+            ),
+        }
+    }
+
     pub(crate) fn fifo_as_deployed(
         &mut self,
         (one, deployed): &(fifo_cycle::Drained, fifo_cycle::Drained),
