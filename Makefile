@@ -48,9 +48,9 @@ demo: $(STAMP) ## Build, start moto, run the whole flow on the local stack, prin
 	@start=$$(date +%s); $(CARGO) build --locked -p redrive-local --bin redrive-demo && echo "demo build took $$(( $$(date +%s) - start ))s"
 	tools/with-local-aws $(CARGO) run --locked --quiet -p redrive-local --bin redrive-demo
 
-console: $(STAMP) ## The demo's incident left in its DLQs on the local stack, and `dlq console` on them (open the URL it prints)
+console: $(STAMP) ## The demo's incident left in its DLQs (and a held FIFO group) on the local stack, and `dlq console` on them (open the URL it prints)
 	$(CARGO) build --locked -p redrive-local --bin redrive-demo -p redrive-cli --bin dlq
-	tools/with-local-aws bash -c 'REDRIVE_DEMO_INCIDENT=1 target/debug/redrive-demo && target/debug/dlq console $$(cat .local/incident-dlqs)'
+	tools/with-local-aws bash -c 'REDRIVE_DEMO_INCIDENT=1 target/debug/redrive-demo && target/debug/dlq console $$(cat .local/incident-dlqs) --table $$(cat .local/incident-table)'
 
 # A Kafka-compatible broker for the Kafka end-to-end test and soak (Apache Kafka's jars are on no reachable
 # registry). The dev profile without debug info builds in about half the release build's time.

@@ -22,7 +22,7 @@ use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
 use redrive::idempotency::{Idempotent, KeyFrom};
 use redrive::lambda::Bytes;
-use redrive::ledger::Counted;
+use redrive::ledger::{AttemptLedger, Counted, Hold};
 use redrive::reprocess::{browse, ReprocessCommand, ReprocessSummary, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
 use redrive::{BatchReport, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
@@ -357,9 +357,53 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         std::fs::write(state.join("incident-dlqs"), dlqs.join("\n") + "\n")?;
         println!("\n== The incident is left in {}", dlqs.join(", "));
+        if let Some(flow) = flows.iter().find(|flow| flow.queue.fifo) {
+            let table = format!("{}-{}-idempotency", topology.name_prefix, flow.queue.key);
+            hold_a_head(&client, &flow.queue, &*flow.ledger).await?;
+            std::fs::write(state.join("incident-table"), format!("{table}\n"))?;
+            println!("== and one FIFO group held on its head (ledger table {table})");
+        }
         return Ok(());
     }
     heal_and_redrive(&client, &topology, &mut flows, scale).await
+}
+
+/// A FIFO group held on its head, as a consumer with `REDRIVE_FIFO_ON_DEAD_LETTER=hold` leaves it
+/// when a payment cannot be taken: the head waits in flight, its hold in the ledger, for
+/// `make console`'s held groups page.
+async fn hold_a_head(
+    client: &Client,
+    queue: &QueuePair,
+    ledger: &dyn AttemptLedger,
+) -> Result<(), Box<dyn std::error::Error>> {
+    client
+        .send_message()
+        .queue_url(&queue.url)
+        .message_body(order("p-D-1", -5.0, "USD"))
+        .message_group_id("customer-D")
+        .message_deduplication_id("p-D-1-held")
+        .send()
+        .await?;
+    let received = client
+        .receive_message()
+        .queue_url(&queue.url)
+        .visibility_timeout(43_000)
+        .send()
+        .await?;
+    let head = received.messages().first().ok_or("the held head was not received")?;
+    let hold = Hold {
+        since_ms: SystemClock.now_ms(),
+        receive_count: 1,
+        receipt_handle: head.receipt_handle().unwrap_or_default().to_owned(),
+        queue_arn: queue.arn.clone(),
+        error_kind: "invalid_order".into(),
+        error_message: "amount -5.00 is not positive".into(),
+        release: None,
+    };
+    ledger
+        .hold(head.message_id().unwrap_or_default(), &hold, false)
+        .await?;
+    Ok(())
 }
 
 /// The downstream is fixed, then the DLQs are redriven to empty as an operator would: the
