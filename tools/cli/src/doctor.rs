@@ -62,6 +62,21 @@ pub struct Account {
     pub queues: BTreeMap<String, Queue>,
 }
 
+impl Account {
+    /// The URLs of the DLQs the mappings' queues lead to, each once.
+    pub fn dlq_urls(&self) -> Vec<String> {
+        let mut urls: Vec<String> = self
+            .mappings
+            .iter()
+            .filter_map(|mapping| self.queues.get(&mapping.queue_arn)?.redrive.as_ref())
+            .filter_map(|(dlq_arn, _)| Some(self.queues.get(dlq_arn)?.url.clone()))
+            .collect();
+        urls.sort();
+        urls.dedup();
+        urls
+    }
+}
+
 const SQS_LAMBDA: &str = "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-configure.html";
 const SQS_ERRORS: &str =
     "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-errorhandling.html";

@@ -43,6 +43,7 @@ use redrive::{ErrorClass, SqsQueue};
 ///   dlq redrive orders-dlq --dry-run
 ///   dlq redrive orders-dlq --error-kind payment_timeout --rate 20
 ///   dlq redrive orders-dlq --error-class permanent --force    # after deploying a fix
+///   dlq redrive orders-dlq --before-version 8 --force         # what failed before version 8
 ///   dlq redrive orders-dlq --copy --destination arn:aws:sqs:eu-west-1:123456789012:orders-test
 ///   dlq move-task start orders-dlq
 ///   dlq held redrive-payments-idempotency
@@ -109,8 +110,8 @@ enum Command {
     /// groups, and jobs made, run and aborted from a browser, every change recorded as an
     /// EventBridge event. Prints the console's URL (with its token) on stdout.
     Console {
-        /// The DLQs to show: URL, ARN or name (repeatable).
-        #[arg(required = true)]
+        /// The DLQs to show: URL, ARN or name (repeatable). None: every DLQ the account's SQS
+        /// mappings' queues lead to (their redrive policies, as `dlq doctor` reads them).
         queues: Vec<String>,
         /// The address to listen on; a port of 0 takes a free one.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -201,6 +202,10 @@ struct RedriveArgs {
     /// Only messages with this String attribute, as NAME=VALUE.
     #[arg(long, value_parser = parse_attribute)]
     attribute: Option<AttributeFilter>,
+    /// Only messages that failed on a published function version below N: what failed before a
+    /// fix deployed as version N ($LATEST and unversioned failures never match).
+    #[arg(long, value_name = "N")]
+    before_version: Option<u64>,
     /// Messages re-sent per second at most.
     #[arg(long, default_value_t = 50.0)]
     rate: f64,
@@ -405,6 +410,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 min_age: args.min_age,
                 max_age: args.max_age,
                 attribute: args.attribute,
+                before_version: args.before_version,
                 rate_per_second: Some(args.rate),
                 force: args.force,
                 copy: args.copy,
@@ -435,6 +441,21 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let mut urls = Vec::with_capacity(queues.len());
             for queue in &queues {
                 urls.push(sqs.resolve(queue).await?);
+            }
+            if urls.is_empty() {
+                let lambda = aws_sdk_lambda::Client::new(&config);
+                let sqs_client = aws_sdk_sqs::Client::new(&config);
+                urls = doctor::gather(&lambda, &sqs_client, &[]).await?.dlq_urls();
+                if urls.is_empty() {
+                    return Err(
+                        "no SQS mapping of this account and region leads to a DLQ: name the DLQs"
+                            .into(),
+                    );
+                }
+                eprintln!(
+                    "dlq: the DLQs of the account's SQS mappings: {}",
+                    urls.join(", ")
+                );
             }
             let options = console::Options {
                 queues: urls,

@@ -54,6 +54,11 @@ pub struct ReprocessCommand {
     /// Only messages with this attribute value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attribute: Option<AttributeFilter>,
+    /// Only messages that failed on a published function version below this one (the envelope's
+    /// `failedIn.version`): what failed before a fix deployed as version N. `$LATEST` and
+    /// messages whose envelope names no version never match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_version: Option<u64>,
     /// Messages re-sent per second at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_per_second: Option<f64>,
@@ -128,6 +133,8 @@ pub struct Filter {
     pub max_age: Option<Duration>,
     /// Only messages with this attribute value.
     pub attribute: Option<AttributeFilter>,
+    /// Only messages that failed on a published function version below this one.
+    pub before_version: Option<u64>,
     /// Only these message ids, when a selection was made.
     pub selection: Option<BTreeSet<String>>,
 }
@@ -186,6 +193,7 @@ impl ReprocessCommand {
                 min_age: age("minAge", &self.min_age)?,
                 max_age: age("maxAge", &self.max_age)?,
                 attribute: self.attribute.clone(),
+                before_version: self.before_version,
                 selection: (!self.message_ids.is_empty())
                     .then(|| self.message_ids.iter().cloned().collect()),
             },
@@ -211,6 +219,11 @@ impl Filter {
             && self.max_age.is_none_or(|max| age <= max)
             && self.attribute.as_ref().is_none_or(|wanted| {
                 original_attribute(record, meta, &wanted.name) == Some(wanted.value.as_str())
+            })
+            && self.before_version.is_none_or(|before| {
+                meta.and_then(|m| m.failed_in.as_ref())
+                    .and_then(|at| at.version.as_deref()?.parse::<u64>().ok())
+                    .is_some_and(|version| version < before)
             })
             && self.selects(record)
     }

@@ -782,6 +782,49 @@ mod tests {
         );
     }
 
+    fn failed_on_version(id: &str, version: Option<&str>) -> SqsRecord<'static> {
+        let mut record = dead_letter(id, Some(ErrorClass::Transient), 0);
+        let mut meta = Meta::of(&record).unwrap().unwrap().into_owned();
+        meta.failed_in = Some(redrive_core::envelope::FailedIn {
+            function: "orders".into(),
+            version: version.map(str::to_owned),
+            request_id: format!("r-{id}"),
+            trace_id: None,
+        });
+        let copy = annotate(&record, meta).unwrap().into_owned();
+        record.message_attributes = copy.attributes.into_iter().collect();
+        record
+    }
+
+    /// Issue 55: what failed before a fix deployed as version 8 goes home; what failed on 8 and
+    /// later, on `$LATEST` or with no version named stays.
+    #[tokio::test]
+    async fn before_a_version_takes_what_failed_on_published_versions_below_it() {
+        let reprocessor = reprocessor(&settings());
+        let versions = [
+            Some("6"),
+            Some("7"),
+            Some("8"),
+            Some("9"),
+            Some("$LATEST"),
+            None,
+        ];
+        reprocessor.queue().stock(
+            DLQ,
+            versions
+                .iter()
+                .enumerate()
+                .map(|(n, version)| failed_on_version(&format!("m{n}"), *version)),
+        );
+        let command = ReprocessCommand {
+            before_version: Some(8),
+            ..ReprocessCommand::default()
+        };
+        let summary = reprocessor.run(&plan(command), None, |_| {}).await.unwrap();
+        assert_eq!((summary.reprocessed, summary.filtered_out), (2, 4));
+        assert_eq!(reprocessor.queue().deleted_from(DLQ), ["rh-m0", "rh-m1"]);
+    }
+
     #[tokio::test]
     async fn a_copy_run_sends_and_leaves_every_message_in_the_dlq() {
         let reprocessor = reprocessor(&settings());

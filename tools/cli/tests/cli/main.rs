@@ -724,4 +724,18 @@ async fn the_doctor_names_each_setting_that_loses_or_stalls_messages() {
             "{case}"
         );
     }
+
+    // The console named no queue finds the same DLQs: every one a mapping's queue leads to.
+    let (_console, port, token) = browser::Console::start(&[], &[]);
+    let (status, page) = browser::http(port, "GET", &format!("/?token={token}"), &[], "");
+    assert_eq!(status, 200, "{page}");
+    for (case, consumer, _) in &cases {
+        let suffix = if consumer.fifo { ".fifo" } else { "" };
+        let listed = page.contains(&format!(r#"data-queue="{prefix}-{case}-dlq{suffix}""#));
+        assert_eq!(
+            listed,
+            consumer.max_receive_count.is_some(),
+            "{case}: {page}"
+        );
+    }
 }

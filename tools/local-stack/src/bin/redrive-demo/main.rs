@@ -390,7 +390,10 @@ async fn hold_a_head(
         .visibility_timeout(43_000)
         .send()
         .await?;
-    let head = received.messages().first().ok_or("the held head was not received")?;
+    let head = received
+        .messages()
+        .first()
+        .ok_or("the held head was not received")?;
     let hold = Hold {
         since_ms: SystemClock.now_ms(),
         receive_count: 1,
