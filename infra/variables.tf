@@ -87,6 +87,7 @@ locals {
   stack_names = [
     "alarms",
     "archive",
+    "console-audit",
     "eventbridge-redrive",
     "eventbridge-redrive-function",
     "orders-events",
