@@ -16,7 +16,7 @@ use redrive::event::SqsRecord;
 use redrive::ledger::{release_head, AttemptLedger, Release};
 use redrive::payload::{PayloadStore, Pointer, LEGACY_SIZE_ATTRIBUTE, SIZE_ATTRIBUTE};
 use redrive::reprocess::{
-    browse, export_line, failure_groups, AttributeFilter, Inventory, Job, JobAction,
+    browse, export_line, failure_groups, AttributeFilter, Filter, Inventory, Job, JobAction,
     ReprocessCommand, ReprocessSummary, Reprocessor,
 };
 use redrive::s3::S3Payloads;
@@ -34,6 +34,7 @@ use redrive::{ErrorClass, SqsQueue};
 ///   dlq groups orders-dlq           # one line per cause, the largest first
 ///   dlq job new orders-dlq --group 3f2a9c0e1b7d4e55 --out job.json   # selection fixed now
 ///   dlq job new orders-dlq --group 9d1e... --archive orders-archive --out job.json
+///   dlq job new orders-dlq --before-version 8 --out job.json  # across groups
 ///   dlq job run job.json            # again to resume; later arrivals are never taken
 ///   dlq console orders-dlq payments-dlq   # the same in a browser, on loopback
 ///   dlq console orders-dlq --table redrive-payments-idempotency --audit-bus ops
@@ -221,14 +222,24 @@ struct RedriveArgs {
 
 #[derive(Subcommand)]
 enum JobCommand {
-    /// Read the DLQ, select every message of one failure group (its key from `dlq groups`),
-    /// write the job to --out and show what running it would do (a dry run, as JSON).
+    /// Read the DLQ, select every message of one failure group (its key from `dlq groups`) or
+    /// every message a filter takes, write the job to --out and show what running it would do (a
+    /// dry run, as JSON).
     New {
         /// The DLQ: URL, ARN or name.
         queue: String,
         /// The group's key, as `dlq groups` prints it.
-        #[arg(long)]
-        group: String,
+        #[arg(long, required_unless_present_any = ["error_kinds", "error_classes", "before_version"], conflicts_with_all = ["error_kinds", "error_classes", "before_version"])]
+        group: Option<String>,
+        /// Or a filter across groups: only this error kind (repeatable).
+        #[arg(long = "error-kind")]
+        error_kinds: Vec<String>,
+        /// Only this error class (transient, permanent, panic; repeatable).
+        #[arg(long = "error-class", value_parser = parse_class)]
+        error_classes: Vec<ErrorClass>,
+        /// Only what failed on a published function version below N.
+        #[arg(long, value_name = "N")]
+        before_version: Option<u64>,
         /// Redirect: queue ARN to send every message to instead of each message's origin.
         #[arg(long, conflicts_with_all = ["archive", "discard"])]
         destination: Option<String>,
@@ -470,6 +481,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Job(JobCommand::New {
             queue,
             group,
+            error_kinds,
+            error_classes,
+            before_version,
             destination,
             archive,
             discard,
@@ -477,13 +491,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             out: path,
         }) => {
             let url = sqs.resolve(&queue).await?;
-            let groups = failure_groups(&browse(&sqs, &url, max).await?);
-            let chosen = groups
-                .iter()
-                .find(|candidate| candidate.key == group)
-                .ok_or_else(|| {
-                    format!("no failure group {group} in {url}: `dlq groups {queue}` lists them")
-                })?;
+            let records = browse(&sqs, &url, max).await?;
             let action = match (destination, archive, discard) {
                 (Some(destination), _, _) => JobAction::Redirect { destination },
                 (_, Some(archive), _) => JobAction::Archive {
@@ -492,7 +500,31 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 (_, _, true) => JobAction::Discard,
                 _ => JobAction::Redrive,
             };
-            let job = Job::of_group(&url, chosen, action, SystemClock.now_ms());
+            let job = match group {
+                Some(group) => {
+                    let groups = failure_groups(&records);
+                    let chosen = groups
+                        .iter()
+                        .find(|candidate| candidate.key == group)
+                        .ok_or_else(|| {
+                            format!("no failure group {group} in {url}: `dlq groups {queue}` lists them")
+                        })?;
+                    Job::of_group(&url, chosen, action, SystemClock.now_ms())
+                }
+                None => {
+                    let (filter, selected_by) =
+                        filter_of(&url, error_kinds, error_classes, before_version)
+                            .map_err(|error| error as Box<dyn std::error::Error>)?;
+                    Job::of_filter(
+                        &url,
+                        &records,
+                        &filter,
+                        selected_by,
+                        action,
+                        SystemClock.now_ms(),
+                    )
+                }
+            };
             std::fs::write(&path, serde_json::to_string_pretty(&job)? + "\n")
                 .map_err(|error| format!("{}: {error}", path.display()))?;
             eprintln!(
@@ -665,6 +697,38 @@ async fn run_job(
     .map_err(|error| error as Box<dyn std::error::Error>)?;
     eprintln!();
     Ok(summary)
+}
+
+/// The filter of a job across groups, and how it reads: error kinds, classes, a version bound.
+fn filter_of(
+    queue_url: &str,
+    error_kinds: Vec<String>,
+    error_classes: Vec<ErrorClass>,
+    before_version: Option<u64>,
+) -> Result<(Filter, String), Box<dyn std::error::Error + Send + Sync>> {
+    let mut words = Vec::new();
+    if !error_kinds.is_empty() {
+        words.push(format!("error kind {}", error_kinds.join(" or ")));
+    }
+    if !error_classes.is_empty() {
+        let classes: Vec<&str> = error_classes.iter().map(|class| class.as_str()).collect();
+        words.push(format!("error class {}", classes.join(" or ")));
+    }
+    if let Some(version) = before_version {
+        words.push(format!("failed on a version below {version}"));
+    }
+    if words.is_empty() {
+        return Err("a job on a filter needs an error kind, an error class or a version".into());
+    }
+    let command = ReprocessCommand {
+        source: Some(queue_url.to_owned()),
+        error_kinds,
+        error_classes,
+        before_version,
+        ..ReprocessCommand::default()
+    };
+    let filter = command.plan(&ReprocessSettings::from_env()?)?.filter;
+    Ok((filter, words.join(", ")))
 }
 
 /// Runs `job` under the operator's settings; `progress` sees the summary after every batch, and

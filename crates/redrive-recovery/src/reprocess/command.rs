@@ -210,6 +210,13 @@ impl ReprocessCommand {
 }
 
 impl Filter {
+    /// Whether the filter takes `record`, its age counted at `now_ms` from its last failure.
+    pub fn takes(&self, record: &SqsRecord<'_>, now_ms: u64) -> bool {
+        let meta = Meta::of(record).and_then(Result::ok);
+        let age = now_ms.saturating_sub(last_failure_ms(record, meta.as_ref(), now_ms));
+        self.admits(record, meta.as_ref(), age)
+    }
+
     pub(super) fn admits(&self, record: &SqsRecord<'_>, meta: Option<&Meta<'_>>, age: u64) -> bool {
         let age = Duration::from_millis(age);
         (self.classes.is_empty() || meta.is_some_and(|m| self.classes.contains(&m.error_class)))
@@ -237,6 +244,14 @@ impl Filter {
                 .is_some_and(|id| ids.contains(id))
         })
     }
+}
+
+/// When `record` last failed: its envelope's `lastFailureAt`, else when it was sent, else now.
+pub(super) fn last_failure_ms(record: &SqsRecord<'_>, meta: Option<&Meta<'_>>, now_ms: u64) -> u64 {
+    meta.map_or_else(
+        || record.sent_ms().unwrap_or(now_ms),
+        |m| m.last_failure_at.0,
+    )
 }
 
 /// A String attribute of the original message, also when it was packed into the metadata.

@@ -6,10 +6,11 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{FailureGroup, Fingerprint, Plan, ReprocessCommand};
+use super::{FailureGroup, Filter, Fingerprint, Plan, ReprocessCommand};
 use crate::settings::{ReprocessSettings, MOST_MESSAGES};
 use redrive_core::error::ConfigError;
 use redrive_core::idempotency::fingerprint;
+use redrive_event::SqsRecord;
 
 /// A bulk action on an exact selection of one DLQ's messages, as `dlq job new` writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,6 +22,9 @@ pub struct Job {
     /// The failure group the selection was made of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<Fingerprint>,
+    /// The filter the selection was made with, in words, when it was not one group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_by: Option<String>,
     /// What happens to each selected message.
     #[serde(default)]
     pub action: JobAction,
@@ -79,9 +83,36 @@ impl Job {
         Self {
             queue_url: queue_url.to_owned(),
             group: Some(group.fingerprint.clone()),
+            selected_by: None,
             action,
             selection_hash: Self::selection_hash_of(&group.message_ids),
             message_ids: group.message_ids.clone(),
+            created_at_ms: now_ms,
+        }
+    }
+
+    /// A job doing `action` with every message of `records` that `filter` takes (ages counted at
+    /// `now_ms`); `selected_by` says which, in words.
+    pub fn of_filter(
+        queue_url: &str,
+        records: &[SqsRecord<'_>],
+        filter: &Filter,
+        selected_by: String,
+        action: JobAction,
+        now_ms: u64,
+    ) -> Self {
+        let message_ids: Vec<String> = records
+            .iter()
+            .filter(|record| filter.takes(record, now_ms))
+            .filter_map(|record| record.message_id.as_deref().map(str::to_owned))
+            .collect();
+        Self {
+            queue_url: queue_url.to_owned(),
+            group: None,
+            selected_by: Some(selected_by),
+            action,
+            selection_hash: Self::selection_hash_of(&message_ids),
+            message_ids,
             created_at_ms: now_ms,
         }
     }
@@ -140,8 +171,8 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reprocess::failure_groups;
     use crate::reprocess::tests::{dead_letter, released, reprocessor, settings, DLQ, NOW, ORIGIN};
+    use crate::reprocess::{failure_groups, ReprocessCommand};
     use redrive_core::error::ErrorClass;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -320,6 +351,43 @@ mod tests {
             };
             assert_eq!(moved, 2, "{action:?}");
         }
+    }
+
+    /// Issue 55: a job on a filter selects what the filter takes when it is made, across groups,
+    /// and a later arrival the filter would take is not in it.
+    #[tokio::test]
+    async fn a_job_on_a_filter_takes_what_the_filter_took_when_it_was_made() {
+        let mut records: Vec<_> = ["a", "b"]
+            .iter()
+            .map(|id| dead_letter(id, Some(ErrorClass::Permanent), 0))
+            .collect();
+        records.push(dead_letter("transient", Some(ErrorClass::Transient), 0));
+        let command = ReprocessCommand {
+            source: Some(DLQ.into()),
+            error_classes: vec![ErrorClass::Permanent],
+            ..ReprocessCommand::default()
+        };
+        let filter = command.plan(&settings()).unwrap().filter;
+        let job = Job::of_filter(
+            DLQ,
+            &records,
+            &filter,
+            "permanent".into(),
+            JobAction::Discard,
+            NOW,
+        );
+        assert_eq!(job.message_ids, ["a", "b"]);
+        let reprocessor = reprocessor(&settings());
+        let queue = reprocessor.queue();
+        queue.stock(DLQ, records);
+        queue.stock(DLQ, [dead_letter("later", Some(ErrorClass::Permanent), 0)]);
+        let summary = reprocessor
+            .run(&job.plan(&settings(), false, None).unwrap(), None, |_| {})
+            .await
+            .unwrap();
+        assert_eq!(summary.discarded, 2);
+        assert_eq!(sorted(queue.deleted_from(DLQ)), ["rh-a", "rh-b"]);
+        assert_eq!(sorted(released(queue)), ["rh-later", "rh-transient"]);
     }
 
     /// An aborted job stops at its next batch: what it sent is deleted, the rest is made visible

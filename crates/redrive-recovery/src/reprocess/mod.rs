@@ -255,7 +255,7 @@ impl<Q: QueuePort> Reprocessor<Q> {
                 let meta = meta.and_then(Result::ok);
                 let class = meta.as_ref().map_or("none", |m| m.error_class.as_str());
                 *summary.by_class.entry(class.into()).or_default() += 1;
-                let failed_at = meta.as_ref().map_or(sent_ms, |m| m.last_failure_at.0);
+                let failed_at = command::last_failure_ms(&record, meta.as_ref(), now);
                 // An operator's destination; else the origin the metadata names; else, for a
                 // message SQS moved by itself, the queue it came from (one DLQ may serve several);
                 // else the configured fallback.

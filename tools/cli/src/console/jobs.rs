@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use redrive::clock::{Clock, SystemClock};
+use redrive::event::SqsRecord;
 use redrive::reprocess::{browse, failure_groups, Job, JobAction, ReprocessSummary};
 
 use super::{
@@ -54,10 +55,57 @@ impl JobState {
 pub(super) struct NewJob {
     csrf: String,
     queue: String,
+    /// A group's key; empty for a job on a filter.
+    #[serde(default)]
     group: String,
     action: String,
     #[serde(default)]
     target: String,
+    /// The filter, when no group is named: an error kind, an error class, a version bound (each
+    /// empty when not asked for).
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    class: String,
+    #[serde(default)]
+    before_version: String,
+}
+
+/// The job a form asks for, of a group or on a filter, selected from `records`.
+fn job_of(form: &NewJob, records: &[SqsRecord<'_>], action: JobAction) -> Result<Job, Refusal> {
+    let now = SystemClock.now_ms();
+    if !form.group.is_empty() {
+        let groups = failure_groups(records);
+        let group = groups
+            .iter()
+            .find(|group| group.key == form.group)
+            .ok_or_else(|| not_found("that group has no messages left"))?;
+        return Ok(Job::of_group(&form.queue, group, action, now));
+    }
+    let some = |text: &str| (!text.trim().is_empty()).then(|| text.trim().to_owned());
+    let classes = some(&form.class)
+        .map(|class| crate::parse_class(&class))
+        .transpose()
+        .map_err(|why| bad_request(&why))?;
+    let before_version = some(&form.before_version)
+        .map(|version| version.parse::<u64>())
+        .transpose()
+        .map_err(|_| bad_request("a version bound is a published version number"))?;
+    let (filter, selected_by) = crate::filter_of(
+        &form.queue,
+        some(&form.kind).into_iter().collect(),
+        classes.into_iter().collect(),
+        before_version,
+    )
+    .map_err(|error| bad_request(&error.to_string()))?;
+    Ok(Job::of_filter(
+        &form.queue,
+        records,
+        &filter,
+        selected_by,
+        action,
+        now,
+    ))
 }
 
 /// The action a form asks for; a target queue is checked to exist before anything is selected.
@@ -96,11 +144,7 @@ pub(super) async fn new(State(console): State<Arc<Console>>, Form(form): Form<Ne
     let records = browse(&console.sqs(), &form.queue, console.max)
         .await
         .map_err(failed)?;
-    let groups = failure_groups(&records);
-    let Some(group) = groups.iter().find(|group| group.key == form.group) else {
-        return Err(not_found("that group has no messages left"));
-    };
-    let job = Job::of_group(&form.queue, group, action, SystemClock.now_ms());
+    let job = job_of(&form, &records, action)?;
     let dry_run = reprocess_job(console.sqs(), &job, true, Some(console.rate), None, |_| {})
         .await
         .map_err(failed)?;
@@ -114,7 +158,7 @@ pub(super) async fn new(State(console): State<Arc<Console>>, Form(form): Form<Ne
         });
         jobs.len() - 1
     };
-    tracing::info!(job = id, group = form.group, "job made");
+    tracing::info!(job = id, "job made");
     Ok(console.redirect(&format!("/jobs/{id}")))
 }
 
@@ -130,6 +174,7 @@ fn detail(id: usize, job: &Job) -> serde_json::Value {
         "queue": job.queue_url,
         "action": job.action,
         "group": job.group,
+        "selectedBy": job.selected_by,
         "selectionHash": job.selection_hash,
         "selected": job.message_ids.len(),
     })
@@ -244,15 +289,18 @@ pub(super) async fn page(State(console): State<Arc<Console>>, Path(id): Path<usi
         return Err(not_found("no such job"));
     };
     let job = &entry.job;
-    let group = job.group.as_ref().map_or_else(String::new, |group| {
-        format!(
-            "{} · {} · {} · version {}",
-            group.origin,
-            group.error_kind,
-            group.pattern,
-            group.function_version.as_deref().unwrap_or("?")
-        )
-    });
+    let group = job.group.as_ref().map_or_else(
+        || job.selected_by.clone().unwrap_or_default(),
+        |group| {
+            format!(
+                "{} · {} · {} · version {}",
+                group.origin,
+                group.error_kind,
+                group.pattern,
+                group.function_version.as_deref().unwrap_or("?")
+            )
+        },
+    );
     let mut body = format!(
         r#"<p><span id="selected">{}</span> messages selected (selection <code>{}</code>) at {}: {}.</p><p>Action: <strong id="action">{}</strong>. A message leaves the DLQ only once SQS has confirmed its copy.</p><h2>Dry run</h2>{}"#,
         job.message_ids.len(),

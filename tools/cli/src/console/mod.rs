@@ -206,7 +206,7 @@ impl Console {
         Html(format!(
             r#"<!doctype html><html lang="en"><head><meta charset="utf-8">{refresh}<title>{title} · dlq console</title>
 <style>body{{font:14px system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}th{{background:#f4f4f4}}code{{font-size:12px}}</style>
-</head><body><p><a href="{home}">Queues</a>{held}</p><h1>{title}</h1>{body}</body></html>"#,
+</head><body><p><a id="home" href="{home}">Queues</a>{held}</p><h1>{title}</h1>{body}</body></html>"#,
             title = escape(title),
             home = self.link("/"),
             held = if self.ledger.is_some() {

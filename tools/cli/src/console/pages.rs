@@ -125,13 +125,14 @@ pub(super) async fn groups(
     }
     let body = format!(
         r#"<p><span id="read">{}</span> messages read, in {} groups; arrivals from {} to {}:</p>{}
-<p>A job takes the messages of its group as they are when it is made: a later failure is never in it. Its dry run shows what it would do before it does anything.</p>
+<p>A job takes the messages of its group, or those its filter takes, as they are when it is made: a later failure is never in it. Its dry run shows what it would do before it does anything.</p>{filter}
 <table><tr><th>count</th><th>arrivals</th><th>origin</th><th>function</th><th>version</th><th>class</th><th>kind</th><th>error</th><th>first seen</th><th>last seen</th><th>example</th><th>act on the group</th></tr>{rows}</table>"#,
         records.len(),
         groups.len(),
         when(Some(from)),
         when(Some(to)),
         sparkline(&all, from, to, 480, 40),
+        filter = filter_form(&console, &query.queue, &groups),
     );
     Ok(console
         .page(
@@ -140,6 +141,33 @@ pub(super) async fn groups(
             &body,
         )
         .into_response())
+}
+
+/// The form of a job on a filter across groups: an error kind, an error class, a version bound.
+fn filter_form(console: &Console, queue: &str, groups: &[FailureGroup]) -> String {
+    let mut kinds: Vec<&str> = groups
+        .iter()
+        .map(|group| group.fingerprint.error_kind.as_str())
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let options = |values: &[&str]| {
+        values.iter().fold(
+            r#"<option value="">any</option>"#.to_owned(),
+            |mut html, value| {
+                let _ = write!(html, r#"<option value="{0}">{0}</option>"#, escape(value));
+                html
+            },
+        )
+    };
+    format!(
+        r#"<form method="post" action="{action}"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="queue" value="{queue}">A job on a filter: kind <select name="kind" id="filter-kind">{kinds}</select> class <select name="class" id="filter-class">{classes}</select> failed before version <input name="before_version" id="filter-before" size="4"> → <select name="action" id="filter-action"><option value="redrive">redrive</option><option value="redirect">redirect to queue ARN</option><option value="archive">archive to queue URL</option><option value="discard">discard</option></select> <input name="target" id="filter-target" size="24" placeholder="queue ARN or URL"> <button id="filter-job">Make the job…</button></form>"#,
+        action = console.link("/jobs"),
+        csrf = console.csrf,
+        queue = escape(queue),
+        kinds = options(&kinds),
+        classes = options(&["transient", "permanent", "panic"]),
+    )
 }
 
 fn group_row(console: &Console, queue: &str, group: &FailureGroup, sparkline: &str) -> String {

@@ -216,6 +216,16 @@ impl Browser {
         value.as_str().unwrap_or_default().to_owned()
     }
 
+    /// Types `text` into the field `css` finds.
+    pub(crate) fn type_into(&self, css: &str, text: &str) {
+        let element = self.find(css);
+        self.call(
+            "POST",
+            &self.session(&format!("/element/{element}/value")),
+            Some(json!({ "text": text })),
+        );
+    }
+
     pub(crate) fn text(&self, css: &str) -> String {
         let element = self.find(css);
         let text = self.call(

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::browser::{http, Browser, Console};
 use redrive_local::incident::{self, failure_of};
 
-use super::{dead_letters, dlq, held_head, origin_and_dlq, receive_now, stdout};
+use super::{dead_letters, dlq, held_head, new_queue, origin_and_dlq, receive_now, stdout};
 
 /// The bodies `queue` holds, sorted (`dlq export`, with `env`).
 fn bodies(queue: &str, env: &[(&str, &str)]) -> Vec<String> {
@@ -34,14 +34,7 @@ fn orders(range: impl IntoIterator<Item = usize>) -> Vec<String> {
 
 /// A queue receiving every `redrive.console` event of the default bus (a rule and its target).
 async fn audit_queue(client: &aws_sdk_sqs::Client, prefix: &str) -> String {
-    let url = client
-        .create_queue()
-        .queue_name(format!("{prefix}-audit"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let url = new_queue(client, &format!("{prefix}-audit")).await;
     let arn = redrive_local::provision::queue_arn(client, &url)
         .await
         .unwrap();
@@ -226,31 +219,52 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
         "visible again at once"
     );
 
+    // A job on a filter across groups: every payment timeout, archived.
+    let archive_url = new_queue(&client, &format!("{prefix}-archive")).await;
+    browser.click("#home");
+    browser.click("a.queue");
+    browser.click(r#"#filter-kind option[value="payment_timeout"]"#);
+    browser.click(r#"#filter-action option[value="archive"]"#);
+    browser.type_into("#filter-target", &archive_url);
+    browser.click("#filter-job");
+    assert_eq!(browser.text("#selected"), "3");
+    browser.screenshot("9-filter-job-dry-run");
+    browser.click("#run");
+    browser.wait_for("#state", "done");
+
     assert_eq!(
         bodies(&origin_url, &[]),
         orders(0..4),
-        "exactly the selection went home"
+        "exactly the group's selection went home"
+    );
+    assert_eq!(
+        bodies(&archive_url, &[]),
+        orders(6..9),
+        "exactly the filter's selection was archived"
     );
     assert_eq!(
         bodies(&dlq_url, &[]),
-        orders(4..11),
-        "the other groups and the later failures stay"
+        orders((4..6).chain(9..11)),
+        "the other group and the later failures stay"
     );
 
     // Every change, as an event naming who made it.
-    let events: BTreeMap<String, Value> = audit_events(&client, &audit).await.into_iter().collect();
-    let kinds: Vec<&str> = events.keys().map(String::as_str).collect();
+    let events = audit_events(&client, &audit).await;
+    let mut kinds: Vec<&str> = events.iter().map(|(kind, _)| kind.as_str()).collect();
+    kinds.sort_unstable();
     assert_eq!(
         kinds,
         [
             "FIFO head released",
             "Job ended",
+            "Job ended",
+            "Job started",
             "Job started",
             "Message body revealed"
         ],
         "one event per change: {events:?}"
     );
-    for detail in events.values() {
+    for (_, detail) in &events {
         assert!(
             detail["caller"]
                 .as_str()
@@ -258,15 +272,21 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
             "{detail}"
         );
     }
-    let (started, ended) = (&events["Job started"], &events["Job ended"]);
+    let of = |kind: &str, action: &str| {
+        events
+            .iter()
+            .find(|(k, detail)| k == kind && detail["action"]["kind"] == action)
+            .map(|(_, detail)| detail.clone())
+            .unwrap_or_else(|| panic!("no {kind} of a {action} job: {events:?}"))
+    };
+    let (started, ended) = (of("Job started", "redrive"), of("Job ended", "redrive"));
     assert_eq!(
         (
             started["selected"].as_u64(),
-            started["action"]["kind"].as_str()
+            started["selectionHash"].as_str().map(str::len)
         ),
-        (Some(4), Some("redrive"))
+        (Some(4), Some(16))
     );
-    assert_eq!(started["selectionHash"].as_str().map(str::len), Some(16));
     assert_eq!(
         (
             ended["state"].as_str(),
@@ -274,7 +294,14 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
         ),
         (Some("done"), Some(4))
     );
-    assert_eq!(events["FIFO head released"]["messageId"], head.as_str());
+    let archived = of("Job ended", "archive");
+    assert_eq!(archived["selectedBy"], "error kind payment_timeout");
+    assert_eq!(archived["summary"]["discarded"].as_u64(), Some(3));
+    let released = events
+        .iter()
+        .find(|(kind, _)| kind == "FIFO head released")
+        .unwrap();
+    assert_eq!(released.1["messageId"], head.as_str());
 }
 
 /// Issue 55: 10,000 dead letters across 6 error kinds and 3 function versions. The two groups
@@ -290,19 +317,7 @@ async fn in_a_browser_two_fixed_groups_of_ten_thousand_dead_letters_are_redriven
     };
     let client = redrive_local::sqs_client_at(&endpoint);
     let prefix = format!("t{}-incident", std::process::id());
-    let mut urls = Vec::new();
-    for name in ["orders", "orders-dlq"] {
-        let created = client
-            .create_queue()
-            .queue_name(format!("{prefix}-{name}"))
-            .send()
-            .await;
-        urls.push(created.unwrap().queue_url.unwrap());
-    }
-    let (origin_url, dlq_url) = (urls[0].clone(), urls[1].clone());
-    let origin_arn = redrive_local::provision::queue_arn(&client, &origin_url)
-        .await
-        .unwrap();
+    let (origin_url, dlq_url, origin_arn) = origin_and_dlq(&client, &prefix).await;
     incident::seed(&client, &dlq_url, &origin_arn, 0..TOTAL)
         .await
         .unwrap();
@@ -316,7 +331,7 @@ async fn in_a_browser_two_fixed_groups_of_ten_thousand_dead_letters_are_redriven
     browser.click("a.queue"); // the first group's action 1
     assert_eq!(browser.text("#read"), TOTAL.to_string());
     assert_eq!(browser.count("tr.group"), 18, "6 kinds on 3 versions");
-    browser.screenshot("9-incident-groups");
+    browser.screenshot("10-incident-groups");
     for (index, (kind, version)) in fixed.iter().enumerate() {
         if index > 0 {
             browser.click("#groups"); // action 1: back from the last job
@@ -331,7 +346,7 @@ async fn in_a_browser_two_fixed_groups_of_ten_thousand_dead_letters_are_redriven
         browser.wait_for("#state", "done");
         assert_eq!(browser.text(".reprocessed"), selected.to_string());
     }
-    browser.screenshot("10-incident-second-job-done");
+    browser.screenshot("11-incident-second-job-done");
 
     let home = bodies(&origin_url, &env);
     let left = bodies(&dlq_url, &env);

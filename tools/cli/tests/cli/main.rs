@@ -56,7 +56,7 @@ pub(crate) async fn dead_letters(
     }
 }
 
-/// An origin queue and its DLQ on moto: (origin URL, DLQ URL, origin ARN).
+/// An origin queue and its DLQ where `client` points: (origin URL, DLQ URL, origin ARN).
 pub(crate) async fn origin_and_dlq(
     client: &aws_sdk_sqs::Client,
     prefix: &str,
@@ -65,21 +65,16 @@ pub(crate) async fn origin_and_dlq(
         std::env::var("AWS_ENDPOINT_URL").is_ok(),
         "run with `make test` (moto server and AWS_ENDPOINT_URL)"
     );
-    let mut urls = Vec::new();
-    for name in ["orders", "orders-dlq"] {
-        let url = client
-            .create_queue()
-            .queue_name(format!("{prefix}-{name}"))
-            .send()
-            .await
-            .unwrap()
-            .queue_url
-            .unwrap();
-        urls.push(url);
-    }
-    let origin_arn = queue_arn(client, &urls[0]).await.unwrap();
-    let dlq_url = urls.pop().unwrap();
-    (urls.pop().unwrap(), dlq_url, origin_arn)
+    let origin_url = new_queue(client, &format!("{prefix}-orders")).await;
+    let dlq_url = new_queue(client, &format!("{prefix}-orders-dlq")).await;
+    let origin_arn = queue_arn(client, &origin_url).await.unwrap();
+    (origin_url, dlq_url, origin_arn)
+}
+
+/// A standard queue named `name`: its URL.
+pub(crate) async fn new_queue(client: &aws_sdk_sqs::Client, name: &str) -> String {
+    let created = client.create_queue().queue_name(name).send().await;
+    created.unwrap().queue_url.unwrap()
 }
 
 #[tokio::test]
