@@ -205,7 +205,7 @@ impl Console {
         };
         Html(format!(
             r#"<!doctype html><html lang="en"><head><meta charset="utf-8">{refresh}<title>{title} · dlq console</title>
-<style>body{{font:14px system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}th{{background:#f4f4f4}}code{{font-size:12px}}</style>
+<style>body{{font:14px system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}th{{background:#f4f4f4}}code{{font-size:12px}}dl{{display:grid;grid-template-columns:max-content auto;gap:2px 16px}}dd{{margin:0;font-weight:bold}}</style>
 </head><body><p><a id="home" href="{home}">Queues</a>{held}</p><h1>{title}</h1>{body}</body></html>"#,
             title = escape(title),
             home = self.link("/"),
