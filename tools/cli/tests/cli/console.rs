@@ -375,6 +375,11 @@ async fn in_a_browser_two_fixed_groups_of_ten_thousand_dead_letters_are_redriven
         orders((0..TOTAL).filter(|n| !is_fixed(n))),
         "the other 16 stay"
     );
+
+    // The soaks after this test share LocalStack: it is left without the incident's 10,000.
+    for url in [&origin_url, &dlq_url] {
+        client.delete_queue().queue_url(url).send().await.unwrap();
+    }
 }
 
 /// A change whose audit event EventBridge does not confirm is not made: with an audit bus that
