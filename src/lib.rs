@@ -81,8 +81,8 @@ pub use redrive_core::{
     DynamoDbEvent, DynamoDbRecord, ErrorClass, Invocation, KinesisEvent, KinesisEventResponse,
     KinesisRecord, Message, Meta, PayloadStore, Payloads, PortError, Processed, Processor,
     ProcessorConfig, QueuePort, RecordError, RecordHandler, RetryPolicy, Settings, SourceQueue,
-    SqsEvent, SqsRecord, StreamRecord, StreamsEventResponse, DATA_ENCODING_ATTRIBUTE,
-    META_ATTRIBUTE,
+    SqsEvent, SqsRecord, StreamRecord, StreamsEventResponse, TenantBreakerSettings, TenantBreakers,
+    DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE,
 };
 
 /// The README's examples compile (`cargo test --doc`).

@@ -59,17 +59,110 @@ pub struct CircuitBreaker {
 /// The state and its generation, which every change of state advances. A call's result counts only
 /// in the generation that admitted it: a call let through while closed that ends after the breaker
 /// opened says nothing of the probe, and must neither close it nor keep it open.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Guarded {
     state: BreakerState,
     generation: u64,
+    /// The tenants whose failures the closed breaker's run counted: a tenant's failures count
+    /// once, however many there are (at most `threshold` entries).
+    run: Vec<u64>,
+}
+
+/// What a call's result says of the downstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failed {
+    No,
+    /// A transient failure of a call that named no tenant: each counts.
+    Untenanted,
+    /// A transient failure of a call for the tenant with this hash.
+    Tenant(u64),
 }
 
 impl Guarded {
+    fn at(generation: u64) -> Self {
+        Self {
+            state: BreakerState::Closed { failures: 0 },
+            generation,
+            run: Vec::new(),
+        }
+    }
+
     fn enter(&mut self, state: BreakerState) {
         self.state = state;
         self.generation += 1;
+        self.run.clear();
     }
+
+    /// The generation a call is admitted in, or how long it must wait (ms). Of any number of
+    /// callers holding the lock in turn, exactly one is the probe.
+    fn admit(&mut self, now: u64, open_for: u64) -> Result<u64, u64> {
+        match self.state {
+            BreakerState::Closed { .. } => Ok(self.generation),
+            BreakerState::Open { until_ms } if now >= until_ms => {
+                self.enter(BreakerState::HalfOpen { since_ms: now });
+                Ok(self.generation)
+            }
+            BreakerState::Open { until_ms } => Err(until_ms - now),
+            // A probe that never reported back (cancelled by the deadline) does not hold the
+            // breaker half-open forever.
+            BreakerState::HalfOpen { since_ms } if now >= since_ms + open_for => {
+                self.enter(BreakerState::HalfOpen { since_ms: now });
+                Ok(self.generation)
+            }
+            BreakerState::HalfOpen { since_ms } => Err(since_ms + open_for - now),
+        }
+    }
+
+    /// Counts a call's result in its generation: whether it was a probe that failed, and whether
+    /// it opened the breaker.
+    fn record(
+        &mut self,
+        generation: u64,
+        failed: Failed,
+        now: u64,
+        settings: &BreakerSettings,
+    ) -> Recorded {
+        let mut recorded = Recorded::default();
+        if self.generation != generation {
+            return recorded;
+        }
+        let probe = matches!(self.state, BreakerState::HalfOpen { .. });
+        match (self.state, failed) {
+            // While closed, failures are counted within the generation.
+            (BreakerState::Closed { .. }, Failed::No) => {
+                self.state = BreakerState::Closed { failures: 0 };
+                self.run.clear();
+            }
+            (BreakerState::Closed { failures }, Failed::Tenant(tenant))
+                if self.run.contains(&tenant) =>
+            {
+                self.state = BreakerState::Closed { failures };
+            }
+            (BreakerState::Closed { failures }, failed) if failures + 1 < settings.threshold => {
+                if let Failed::Tenant(tenant) = failed {
+                    self.run.push(tenant);
+                }
+                self.state = BreakerState::Closed {
+                    failures: failures + 1,
+                };
+            }
+            (_, Failed::No) => self.enter(BreakerState::Closed { failures: 0 }),
+            (_, _) => {
+                recorded.opened = true;
+                self.enter(BreakerState::Open {
+                    until_ms: now + duration_ms(settings.open_for),
+                });
+            }
+        }
+        recorded.probe_failed = probe && failed != Failed::No;
+        recorded
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Recorded {
+    probe_failed: bool,
+    opened: bool,
 }
 
 impl CircuitBreaker {
@@ -88,10 +181,7 @@ impl CircuitBreaker {
             downstream,
             settings,
             clock,
-            state: Mutex::new(Guarded {
-                state: BreakerState::Closed { failures: 0 },
-                generation: 0,
-            }),
+            state: Mutex::new(Guarded::at(0)),
         }
     }
 
@@ -119,17 +209,7 @@ impl CircuitBreaker {
         }
         let generation = self.admit()?;
         let result = call().await;
-        let transient = matches!(&result, Err(error) if error.class() == ErrorClass::Transient);
-        if self.record(generation, transient) {
-            if let Err(error) = &result {
-                tracing::warn!(downstream = self.downstream, %error, "probe failed: its record is deferred");
-            }
-            return Err(RecordError::defer(
-                format!("{}_circuit_open", self.downstream),
-                self.settings.open_for,
-            ));
-        }
-        result
+        self.settle(generation, result, None)
     }
 
     /// The generation the call is admitted in, or a deferral. The lock is held from the check to
@@ -137,61 +217,345 @@ impl CircuitBreaker {
     fn admit(&self) -> Result<u64, RecordError> {
         let now = self.clock.now_ms();
         let open_for = duration_ms(self.settings.open_for);
-        let mut guarded = self.guarded();
-        let wait_ms = match guarded.state {
-            BreakerState::Closed { .. } => return Ok(guarded.generation),
-            BreakerState::Open { until_ms } if now >= until_ms => {
-                guarded.enter(BreakerState::HalfOpen { since_ms: now });
-                return Ok(guarded.generation);
-            }
-            BreakerState::Open { until_ms } => until_ms - now,
-            // A probe that never reported back (cancelled by the deadline) does not hold the
-            // breaker half-open forever.
-            BreakerState::HalfOpen { since_ms } if now >= since_ms + open_for => {
-                guarded.enter(BreakerState::HalfOpen { since_ms: now });
-                return Ok(guarded.generation);
-            }
-            BreakerState::HalfOpen { since_ms } => since_ms + open_for - now,
-        };
-        let error = RecordError::defer(
-            format!("{}_circuit_open", self.downstream),
-            Duration::from_millis(wait_ms.max(1000)),
-        );
-        Err(error)
+        self.guarded()
+            .admit(now, open_for)
+            .map_err(|wait_ms| self.deferral(wait_ms))
     }
 
-    /// Counts a call's result in its generation; true when it was a probe that failed.
-    fn record(&self, generation: u64, transient_failure: bool) -> bool {
-        let now = self.clock.now_ms();
-        let mut guarded = self.guarded();
-        if guarded.generation != generation {
-            return false;
-        }
-        let probe = matches!(guarded.state, BreakerState::HalfOpen { .. });
-        match (guarded.state, transient_failure) {
-            // While closed, failures are counted within the generation.
-            (BreakerState::Closed { .. }, false) => {
-                guarded.state = BreakerState::Closed { failures: 0 };
-            }
-            (BreakerState::Closed { failures }, true) if failures + 1 < self.settings.threshold => {
-                guarded.state = BreakerState::Closed {
-                    failures: failures + 1,
-                };
-            }
-            (_, false) => guarded.enter(BreakerState::Closed { failures: 0 }),
-            (_, true) => {
-                tracing::warn!(
-                    downstream = self.downstream,
-                    open_for_s = self.settings.open_for.as_secs(),
-                    "circuit opened"
-                );
-                guarded.enter(BreakerState::Open {
-                    until_ms: now + duration_ms(self.settings.open_for),
-                });
-            }
-        }
-        probe && transient_failure
+    fn deferral(&self, wait_ms: u64) -> RecordError {
+        RecordError::defer(
+            format!("{}_circuit_open", self.downstream),
+            Duration::from_millis(wait_ms.max(1000)),
+        )
     }
+
+    /// Counts the result of a call admitted in `generation` (for `tenant`'s hash, if any) and
+    /// turns a failed probe into a deferral.
+    fn settle<T>(
+        &self,
+        generation: u64,
+        result: Result<T, RecordError>,
+        tenant: Option<u64>,
+    ) -> Result<T, RecordError> {
+        let failed = match (&result, tenant) {
+            (Err(error), _) if error.class() != ErrorClass::Transient => Failed::No,
+            (Ok(_), _) => Failed::No,
+            (Err(_), Some(tenant)) => Failed::Tenant(tenant),
+            (Err(_), None) => Failed::Untenanted,
+        };
+        let now = self.clock.now_ms();
+        let recorded = self
+            .guarded()
+            .record(generation, failed, now, &self.settings);
+        if recorded.opened {
+            tracing::warn!(
+                downstream = self.downstream,
+                open_for_s = self.settings.open_for.as_secs(),
+                "circuit opened"
+            );
+        }
+        match result {
+            Err(error) if recorded.probe_failed => {
+                tracing::warn!(downstream = self.downstream, %error, "probe failed: its record is deferred");
+                Err(RecordError::defer(
+                    format!("{}_circuit_open", self.downstream),
+                    self.settings.open_for,
+                ))
+            }
+            result => result,
+        }
+    }
+
+    #[cfg(test)]
+    fn record(&self, generation: u64, transient_failure: bool) -> bool {
+        let failed = if transient_failure {
+            Failed::Untenanted
+        } else {
+            Failed::No
+        };
+        let now = self.clock.now_ms();
+        self.guarded()
+            .record(generation, failed, now, &self.settings)
+            .probe_failed
+    }
+}
+
+/// How a tenant's own breaker opens, and how many failing tenants are remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TenantBreakerSettings {
+    /// Consecutive transient failures of one tenant that open its breaker (0: no breaker per
+    /// tenant, every call goes to the shared one).
+    pub threshold: u32,
+    /// How long a tenant's breaker stays open before one of its records probes.
+    pub open_for: Duration,
+    /// Failing tenants remembered at once; past it the one whose breaker changed least recently
+    /// is forgotten. A tenant whose calls succeed takes no room.
+    pub capacity: usize,
+}
+
+impl Default for TenantBreakerSettings {
+    fn default() -> Self {
+        Self {
+            threshold: 5,
+            open_for: Duration::from_secs(30),
+            capacity: 10_000,
+        }
+    }
+}
+
+/// Tenants named in logs and [`TenantBreakers::open_tenants`]; the others are `other`, so that
+/// a log query or a metric built on them stays bounded.
+pub const NAMED_TENANTS: usize = 10;
+
+/// A breaker per tenant in front of the downstream's shared [`CircuitBreaker`]: on a queue where
+/// each message group (or Kafka key) is a tenant, one tenant whose own dependency fails (its
+/// webhook, its rate limit) defers only its own records, and spends neither their attempts nor
+/// the shared breaker, whose run counts a tenant's failures once
+/// ([`Message::tenant`](crate::Message::tenant) names the tenant).
+pub struct TenantBreakers {
+    shared: CircuitBreaker,
+    settings: TenantBreakerSettings,
+    tenants: Mutex<Tenants>,
+}
+
+#[derive(Default)]
+struct Tenants {
+    by_name: std::collections::HashMap<String, Tenant>,
+    /// Advances on every change of a tenant's breaker: the order in which they are forgotten.
+    tick: u64,
+    /// Generations of forgotten tenants are never reused: a late result finds no match.
+    epochs: u64,
+}
+
+struct Tenant {
+    guarded: Guarded,
+    /// The generation it was first remembered in: a call admitted before then (while it was not
+    /// remembered, so closed) counts in it.
+    born: u64,
+    changed: u64,
+    openings: u32,
+}
+
+/// What the tenant's breaker admitted a call in.
+#[derive(Debug, Clone, Copy)]
+enum TenantPass {
+    Remembered(u64),
+    Unremembered,
+}
+
+impl TenantBreakers {
+    /// Breakers per tenant of `downstream` in front of its shared breaker, on the system clock.
+    pub fn new(
+        downstream: &'static str,
+        shared: BreakerSettings,
+        settings: TenantBreakerSettings,
+    ) -> Self {
+        Self::with_clock(downstream, shared, settings, Arc::new(SystemClock))
+    }
+
+    /// The same on `clock`.
+    pub fn with_clock(
+        downstream: &'static str,
+        shared: BreakerSettings,
+        settings: TenantBreakerSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            shared: CircuitBreaker::with_clock(downstream, shared, clock),
+            settings,
+            tenants: Mutex::default(),
+        }
+    }
+
+    /// The shared breaker.
+    pub fn shared(&self) -> &CircuitBreaker {
+        &self.shared
+    }
+
+    /// Runs `call` for `tenant` if both its breaker and the shared one let it through; otherwise
+    /// a deferral (`<downstream>_tenant_circuit_open` or `<downstream>_circuit_open`) without
+    /// calling. A call without a tenant goes to the shared breaker alone.
+    pub async fn call<T, F, Fut>(&self, tenant: Option<&str>, call: F) -> Result<T, RecordError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, RecordError>>,
+    {
+        let Some(tenant) = tenant.filter(|_| self.settings.threshold > 0) else {
+            return self.shared.call(call).await;
+        };
+        let pass = self.admit(tenant)?;
+        if self.shared.settings.threshold == 0 {
+            let result = call().await;
+            return self.settle(tenant, pass, result);
+        }
+        let generation = self.shared.admit()?;
+        let result = call().await;
+        let result = self.shared.settle(generation, result, Some(hash(tenant)));
+        self.settle(tenant, pass, result)
+    }
+
+    fn tenants(&self) -> std::sync::MutexGuard<'_, Tenants> {
+        crate::sync::lock(&self.tenants)
+    }
+
+    fn admit(&self, tenant: &str) -> Result<TenantPass, RecordError> {
+        let now = self.shared.clock.now_ms();
+        let mut tenants = self.tenants();
+        let Some(remembered) = tenants.by_name.get_mut(tenant) else {
+            return Ok(TenantPass::Unremembered);
+        };
+        match remembered
+            .guarded
+            .admit(now, duration_ms(self.settings.open_for))
+        {
+            Ok(generation) => Ok(TenantPass::Remembered(generation)),
+            Err(wait_ms) => Err(RecordError::defer(
+                format!("{}_tenant_circuit_open", self.shared.downstream),
+                Duration::from_millis(wait_ms.max(1000)),
+            )),
+        }
+    }
+
+    /// Counts the result in the tenant's breaker: a tenant is remembered from its first failure
+    /// until a success closes its breaker again.
+    fn settle<T>(
+        &self,
+        tenant: &str,
+        pass: TenantPass,
+        result: Result<T, RecordError>,
+    ) -> Result<T, RecordError> {
+        let failed = match &result {
+            // Deferred (by the shared breaker, or by the handler): nothing was learnt of the tenant.
+            Err(error) if error.is_deferral() => return result,
+            Err(error) if error.class() == ErrorClass::Transient => Failed::Untenanted,
+            _ => Failed::No,
+        };
+        let settings = BreakerSettings {
+            threshold: self.settings.threshold,
+            open_for: self.settings.open_for,
+        };
+        let now = self.shared.clock.now_ms();
+        let mut tenants = self.tenants();
+        if failed != Failed::No && !tenants.by_name.contains_key(tenant) {
+            self.remember(&mut tenants, tenant);
+        }
+        let Tenants { by_name, tick, .. } = &mut *tenants;
+        let Some(remembered) = by_name.get_mut(tenant) else {
+            return result;
+        };
+        let generation = match pass {
+            TenantPass::Remembered(generation) => generation,
+            TenantPass::Unremembered => remembered.born,
+        };
+        let recorded = remembered
+            .guarded
+            .record(generation, failed, now, &settings);
+        if matches!(remembered.guarded.state, BreakerState::Closed { failures: 0 }) {
+            by_name.remove(tenant);
+            return result;
+        }
+        *tick += 1;
+        remembered.changed = *tick;
+        if recorded.opened {
+            remembered.openings += 1;
+            let openings = remembered.openings;
+            tracing::warn!(
+                downstream = self.shared.downstream,
+                tenant = named(&tenants, tenant, openings),
+                open_for_s = self.settings.open_for.as_secs(),
+                "tenant's circuit opened"
+            );
+        }
+        match result {
+            Err(_) if recorded.probe_failed => Err(RecordError::defer(
+                format!("{}_tenant_circuit_open", self.shared.downstream),
+                self.settings.open_for,
+            )),
+            result => result,
+        }
+    }
+
+    /// Remembers a tenant at its first failure, forgetting the least recently changed one when
+    /// full.
+    fn remember(&self, tenants: &mut Tenants, tenant: &str) {
+        if tenants.by_name.len() >= self.settings.capacity.max(1) {
+            let oldest = tenants
+                .by_name
+                .iter()
+                .min_by_key(|(_, remembered)| remembered.changed)
+                .map(|(name, _)| name.clone());
+            if let Some(oldest) = oldest {
+                tenants.by_name.remove(&oldest);
+            }
+        }
+        tenants.epochs += 1;
+        let born = tenants.epochs << 32;
+        tenants.tick += 1;
+        let changed = tenants.tick;
+        tenants.by_name.insert(
+            tenant.to_owned(),
+            Tenant {
+                guarded: Guarded::at(born),
+                born,
+                changed,
+                openings: 0,
+            },
+        );
+    }
+
+    /// Where `tenant`'s own breaker stands (closed with no failures when not remembered).
+    pub fn state(&self, tenant: &str) -> BreakerState {
+        self.tenants()
+            .by_name
+            .get(tenant)
+            .map_or(BreakerState::Closed { failures: 0 }, |remembered| {
+                remembered.guarded.state
+            })
+    }
+
+    /// The tenants whose breaker is open or half-open now, by name for the [`NAMED_TENANTS`]
+    /// that opened most often and as one `other` count for the rest.
+    pub fn open_tenants(&self) -> (Vec<String>, usize) {
+        let tenants = self.tenants();
+        let mut open: Vec<(&String, u32)> = tenants
+            .by_name
+            .iter()
+            .filter(|(_, remembered)| {
+                !matches!(remembered.guarded.state, BreakerState::Closed { .. })
+            })
+            .map(|(name, remembered)| (name, remembered.openings))
+            .collect();
+        open.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let other = open.len().saturating_sub(NAMED_TENANTS);
+        let named = open
+            .into_iter()
+            .take(NAMED_TENANTS)
+            .map(|(name, _)| name.clone())
+            .collect();
+        (named, other)
+    }
+}
+
+/// `tenant` if fewer than [`NAMED_TENANTS`] remembered tenants opened more often, else `other`.
+fn named<'a>(tenants: &Tenants, tenant: &'a str, openings: u32) -> &'a str {
+    let more = tenants
+        .by_name
+        .values()
+        .filter(|remembered| remembered.openings > openings)
+        .count();
+    if more < NAMED_TENANTS {
+        tenant
+    } else {
+        "other"
+    }
+}
+
+fn hash(tenant: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    tenant.hash(&mut hasher);
+    hasher.finish()
 }
 
 fn duration_ms(duration: Duration) -> u64 {
@@ -326,5 +690,160 @@ mod tests {
         assert!(matches!(breaker.state(), BreakerState::HalfOpen { .. }));
         breaker.record(probe, false);
         assert_eq!(breaker.state(), BreakerState::Closed { failures: 0 });
+    }
+
+    fn tenant_breakers(clock: &Arc<ManualClock>, capacity: usize) -> TenantBreakers {
+        TenantBreakers::with_clock(
+            "payments",
+            BreakerSettings {
+                threshold: 3,
+                open_for: Duration::from_secs(10),
+            },
+            TenantBreakerSettings {
+                threshold: 2,
+                open_for: Duration::from_secs(20),
+                capacity,
+            },
+            clock.clone(),
+        )
+    }
+
+    /// Calls for `tenant` a downstream that fails when `down`; counts the calls made.
+    async fn call_for(
+        breakers: &TenantBreakers,
+        tenant: &str,
+        down: bool,
+        calls: &mut u32,
+    ) -> Result<(), RecordError> {
+        breakers
+            .call(Some(tenant), || async {
+                *calls += 1;
+                if down {
+                    Err(RecordError::transient("webhook_timeout", "its webhook is down"))
+                } else {
+                    Ok(())
+                }
+            })
+            .await
+    }
+
+    #[tokio::test]
+    async fn one_failing_tenant_opens_its_own_breaker_and_holds_nobody_else_back() {
+        let clock = Arc::new(ManualClock::at(0));
+        let breakers = tenant_breakers(&clock, 100);
+        let (mut failing_calls, mut other_calls) = (0, 0);
+        let mut deferred = 0;
+        for round in 0..50 {
+            match call_for(&breakers, "acme", true, &mut failing_calls).await {
+                Err(error) if error.is_deferral() => {
+                    assert_eq!(error.kind(), "payments_tenant_circuit_open");
+                    deferred += 1;
+                }
+                Err(_) => {}
+                Ok(()) => panic!("acme's downstream is down"),
+            }
+            for tenant in ["globex", "initech"] {
+                call_for(&breakers, tenant, false, &mut other_calls)
+                    .await
+                    .unwrap_or_else(|e| panic!("round {round}: {tenant} held back: {e}"));
+            }
+        }
+        assert_eq!(failing_calls, 2, "acme's breaker opened at its threshold");
+        assert_eq!(deferred, 48);
+        assert_eq!(other_calls, 100, "every other tenant's record went through");
+        assert_eq!(breakers.shared().state(), BreakerState::Closed { failures: 0 });
+
+        // However many of one tenant's failures come in a row, the shared breaker counts one.
+        let clock = Arc::new(ManualClock::at(0));
+        let breakers = tenant_breakers(&clock, 100);
+        let mut calls = 0;
+        for _ in 0..10 {
+            breakers
+                .call(Some("acme"), || async {
+                    calls += 1;
+                    Err::<(), _>(RecordError::transient("webhook_timeout", "down"))
+                })
+                .await
+                .unwrap_err();
+            clock.advance(20_000);
+        }
+        assert_eq!(breakers.shared().state(), BreakerState::Closed { failures: 1 });
+    }
+
+    #[tokio::test]
+    async fn failures_of_as_many_tenants_as_the_threshold_open_the_shared_breaker() {
+        let clock = Arc::new(ManualClock::at(0));
+        let breakers = tenant_breakers(&clock, 100);
+        let mut calls = 0;
+        for tenant in ["a", "b", "c"] {
+            let error = call_for(&breakers, tenant, true, &mut calls).await.unwrap_err();
+            assert!(!error.is_deferral(), "{tenant}: {error}");
+        }
+        assert!(matches!(breakers.shared().state(), BreakerState::Open { .. }));
+        let deferred = call_for(&breakers, "d", false, &mut calls).await.unwrap_err();
+        assert_eq!(deferred.kind(), "payments_circuit_open");
+        assert_eq!(calls, 3, "no call while the shared breaker is open");
+        // A call without a tenant meets the shared breaker alone.
+        let untenanted = breakers
+            .call(None, || async { Ok::<_, RecordError>(()) })
+            .await
+            .unwrap_err();
+        assert_eq!(untenanted.kind(), "payments_circuit_open");
+    }
+
+    #[tokio::test]
+    async fn a_tenant_probes_once_then_is_forgotten_when_it_heals() {
+        let clock = Arc::new(ManualClock::at(0));
+        let breakers = tenant_breakers(&clock, 100);
+        let mut calls = 0;
+        for _ in 0..2 {
+            call_for(&breakers, "acme", true, &mut calls).await.unwrap_err();
+        }
+        assert!(matches!(breakers.state("acme"), BreakerState::Open { .. }));
+        clock.advance(20_000);
+        let probe = call_for(&breakers, "acme", true, &mut calls).await.unwrap_err();
+        assert!(probe.is_deferral(), "a failed probe defers its record: {probe}");
+        assert_eq!(probe.retry_after_hint(), Some(Duration::from_secs(20)));
+        assert_eq!(calls, 3);
+        clock.advance(20_000);
+        let pass = breakers.admit("acme").unwrap();
+        assert!(
+            breakers.admit("acme").unwrap_err().is_deferral(),
+            "one probe at a time"
+        );
+        breakers.settle("acme", pass, Ok(())).unwrap();
+        assert_eq!(breakers.state("acme"), BreakerState::Closed { failures: 0 });
+        assert!(breakers.tenants().by_name.is_empty(), "a healed tenant takes no room");
+    }
+
+    #[tokio::test]
+    async fn failing_tenants_past_the_capacity_forget_the_least_recently_changed() {
+        let clock = Arc::new(ManualClock::at(0));
+        let mut breakers = tenant_breakers(&clock, 50);
+        // Here only the tenants' books are counted: 200 tenants failing at once open the shared
+        // breaker after 3.
+        breakers.shared.settings.threshold = 0;
+        let mut calls = 0;
+        for tenant in 0..200 {
+            for _ in 0..2 {
+                call_for(&breakers, &format!("t{tenant}"), true, &mut calls)
+                    .await
+                    .unwrap_err();
+            }
+        }
+        assert_eq!(calls, 400);
+        assert_eq!(breakers.tenants().by_name.len(), 50);
+        assert!(matches!(breakers.state("t199"), BreakerState::Open { .. }));
+        assert_eq!(breakers.state("t0"), BreakerState::Closed { failures: 0 });
+        let (named, other) = breakers.open_tenants();
+        assert_eq!(named.len(), NAMED_TENANTS);
+        assert_eq!(other, 50 - NAMED_TENANTS);
+        // A tenant that succeeds is never remembered.
+        for tenant in 0..1000 {
+            call_for(&breakers, &format!("ok{tenant}"), false, &mut calls)
+                .await
+                .unwrap();
+        }
+        assert_eq!(breakers.tenants().by_name.len(), 50);
     }
 }

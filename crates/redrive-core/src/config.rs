@@ -3,7 +3,7 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use crate::backoff::{parse_duration, parse_sequence, Backoff, RetryPolicy};
-use crate::breaker::BreakerSettings;
+use crate::breaker::{BreakerSettings, TenantBreakerSettings};
 use crate::error::ConfigError;
 use crate::fate::SourceQueue;
 use crate::fifo::FifoOnDeadLetter;
@@ -58,6 +58,15 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     ("REDRIVE_BREAKER_THRESHOLD", "5 (0 disables the breaker)"),
     ("REDRIVE_BREAKER_OPEN_FOR", "30s"),
+    (
+        "REDRIVE_TENANT_BREAKER_THRESHOLD",
+        "5: a tenant's consecutive failures that open its own breaker, with a handler that uses TenantBreakers (0: none per tenant)",
+    ),
+    ("REDRIVE_TENANT_BREAKER_OPEN_FOR", "30s"),
+    (
+        "REDRIVE_TENANT_BREAKER_CAPACITY",
+        "10000: failing tenants remembered at once (1 to 1000000)",
+    ),
     ("REDRIVE_METRICS_NAMESPACE", "redrive"),
     (
         "REDRIVE_WORKER_THREADS",
@@ -259,6 +268,8 @@ pub struct Settings {
     pub processor: ProcessorConfig,
     /// The circuit breaker of the consumer's downstream.
     pub breaker: BreakerSettings,
+    /// The breakers per tenant in front of it ([`crate::breaker::TenantBreakers`]).
+    pub tenant_breaker: TenantBreakerSettings,
     /// Namespace of the EMF metrics.
     pub metrics_namespace: String,
     /// The shared idempotency store, when `REDRIVE_IDEMPOTENCY_TABLE` names one.
@@ -529,6 +540,16 @@ impl Settings {
                 "between 1s and 15m",
             ));
         }
+        let tenant_threshold = env.whole("REDRIVE_TENANT_BREAKER_THRESHOLD", 5, 0..=1000)?;
+        let tenant_open_for = duration("REDRIVE_TENANT_BREAKER_OPEN_FOR", Duration::from_secs(30))?;
+        if !(Duration::from_secs(1)..=Duration::from_secs(900)).contains(&tenant_open_for) {
+            return Err(ConfigError::new(
+                "REDRIVE_TENANT_BREAKER_OPEN_FOR",
+                &format!("{tenant_open_for:?}"),
+                "between 1s and 15m",
+            ));
+        }
+        let tenant_capacity = env.whole("REDRIVE_TENANT_BREAKER_CAPACITY", 10_000, 1..=1_000_000)?;
         let ledger_table = get("REDRIVE_LEDGER_TABLE")
             .or_else(|| get("REDRIVE_IDEMPOTENCY_TABLE"))
             .filter(|table| !table.is_empty());
@@ -565,6 +586,11 @@ impl Settings {
             breaker: BreakerSettings {
                 threshold,
                 open_for,
+            },
+            tenant_breaker: TenantBreakerSettings {
+                threshold: tenant_threshold,
+                open_for: tenant_open_for,
+                capacity: tenant_capacity as usize,
             },
             metrics_namespace: get("REDRIVE_METRICS_NAMESPACE").unwrap_or_else(|| "redrive".into()),
             ledger_table,

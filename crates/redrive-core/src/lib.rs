@@ -50,7 +50,7 @@ pub mod stream;
 mod sync;
 
 pub use backoff::{Backoff, RetryPolicy};
-pub use breaker::{BreakerSettings, CircuitBreaker};
+pub use breaker::{BreakerSettings, CircuitBreaker, TenantBreakerSettings, TenantBreakers};
 pub use config::Settings;
 pub use envelope::{Meta, DATA_ENCODING_ATTRIBUTE, META_ATTRIBUTE};
 pub use error::{BatchError, ConfigError, ErrorClass, PortError, RecordError};

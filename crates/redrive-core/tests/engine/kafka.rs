@@ -332,10 +332,7 @@ async fn a_key_with_records_out_from_an_earlier_batch_follows_them_until_they_ar
     let lane = SqsEvent::from_slice(lane.as_bytes()).unwrap();
     let processed = processor
         .process(
-            &Seen {
-                fail: 0,
-                seen: Mutex::default(),
-            },
+            &Seen::default(),
             &lane.records,
             LATER,
         )
@@ -512,14 +509,18 @@ fn a_lane_without_the_attempt_ledger_is_refused_at_start() {
 }
 
 /// Keeps each message's bytes and origin; fails the first `fail` of them transiently.
+#[derive(Default)]
 struct Seen {
     fail: usize,
     seen: Mutex<Vec<(Vec<u8>, Option<KafkaOrigin>)>>,
+    tenants: Mutex<Vec<Option<String>>>,
 }
 impl RecordHandler for Seen {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
         let mut seen = self.seen.lock().unwrap();
         seen.push((message.data().into_owned(), message.kafka()));
+        let tenant = message.tenant().map(std::borrow::Cow::into_owned);
+        self.tenants.lock().unwrap().push(tenant);
         if seen.len() <= self.fail {
             return Err(RecordError::transient("timeout", "slow"));
         }
@@ -532,7 +533,7 @@ async fn a_lane_copy_reaches_the_handler_with_its_bytes_and_origin() {
     let processor = processor(Some(LANE));
     let handler = Seen {
         fail: 1,
-        seen: Mutex::default(),
+        ..Seen::default()
     };
     let mut json: serde_json::Value =
         serde_json::from_str(&event(&[(3, 40, Some("c-9"), "")])).unwrap();
@@ -562,6 +563,11 @@ async fn a_lane_copy_reaches_the_handler_with_its_bytes_and_origin() {
     );
     assert_eq!(seen[1].1, seen[0].1, "the same origin from the lane");
     assert_eq!(seen[1].1.as_ref().map(|origin| origin.offset), Some(40));
+    assert_eq!(
+        *handler.tenants.lock().unwrap(),
+        [Some("c-9".to_owned()), Some("c-9".to_owned())],
+        "the key is the tenant, on the record and on its copy"
+    );
 }
 
 /// Runs one record of partition 3 whose `value` is as given (JSON), failing it transiently once:
@@ -575,7 +581,7 @@ async fn through_the_lane(
     let processor = processor(Some(LANE));
     let handler = Seen {
         fail: 1,
-        seen: Mutex::default(),
+        ..Seen::default()
     };
     let mut json: serde_json::Value =
         serde_json::from_str(&event(&[(3, 41, Some("c-9"), "")])).unwrap();

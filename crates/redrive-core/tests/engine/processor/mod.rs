@@ -34,11 +34,15 @@ const ARN: &str = "arn:aws:sqs:eu-west-1:123456789012:orders";
 /// `defer:<secs>`.
 struct ByBody {
     calls: AtomicU32,
+    /// Each call's [`Message::tenant`].
+    tenants: std::sync::Mutex<Vec<Option<String>>>,
 }
 
 impl RecordHandler for ByBody {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        let tenant = message.tenant().map(std::borrow::Cow::into_owned);
+        self.tenants.lock().unwrap().push(tenant);
         let body = message.body();
         match body.split(':').collect::<Vec<_>>().as_slice() {
             ["ok", ..] => Ok(()),
@@ -74,6 +78,7 @@ impl RecordHandler for ByBody {
 fn handler() -> ByBody {
     ByBody {
         calls: AtomicU32::new(0),
+        tenants: std::sync::Mutex::default(),
     }
 }
 
