@@ -24,6 +24,10 @@ locals {
       REDRIVE_DEADLINE_MARGIN   = "${var.deadline_margin_seconds}s"
       REDRIVE_BREAKER_THRESHOLD = tostring(var.breaker.threshold)
       REDRIVE_BREAKER_OPEN_FOR  = "${var.breaker.open_for_seconds}s"
+      # Read by a handler that calls through redrive::TenantBreakers (the orders consumer does).
+      REDRIVE_TENANT_BREAKER_THRESHOLD = tostring(var.tenant_breaker.threshold)
+      REDRIVE_TENANT_BREAKER_OPEN_FOR  = "${var.tenant_breaker.open_for_seconds}s"
+      REDRIVE_TENANT_BREAKER_CAPACITY  = tostring(var.tenant_breaker.capacity)
     },
     length(var.retry.sequence_seconds) == 0 ? {} : {
       REDRIVE_RETRY_SEQUENCE = join(",", [for s in var.retry.sequence_seconds : "${s}s"])

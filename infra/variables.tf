@@ -191,6 +191,22 @@ variable "breaker" {
   }
 }
 
+variable "tenant_breaker" {
+  description = "Breakers per tenant (a fair or FIFO queue's message group, a Kafka record's key) in front of the shared breaker, for a handler that calls through redrive::TenantBreakers: one tenant whose own dependency fails defers only its own records, and the shared breaker counts its failures once. capacity: failing tenants remembered at once."
+  type = object({
+    threshold        = optional(number, 5)
+    open_for_seconds = optional(number, 30)
+    capacity         = optional(number, 10000)
+  })
+  default  = {}
+  nullable = false
+
+  validation {
+    condition     = var.tenant_breaker.threshold >= 0 && var.tenant_breaker.threshold <= 1000 && var.tenant_breaker.open_for_seconds >= 1 && var.tenant_breaker.open_for_seconds <= 900 && var.tenant_breaker.capacity >= 1 && var.tenant_breaker.capacity <= 1000000
+    error_message = "tenant_breaker.threshold must be 0 (off) to 1000, tenant_breaker.open_for_seconds 1 to 900 and tenant_breaker.capacity 1 to 1000000."
+  }
+}
+
 variable "alarms" {
   description = "CloudWatch alarm rules (evaluated locally by the demo too)."
   type = object({

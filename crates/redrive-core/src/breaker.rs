@@ -304,6 +304,9 @@ impl Default for TenantBreakerSettings {
     }
 }
 
+/// SQS's longest message delay (`DelaySeconds`, 15 minutes): the longest a deferral waits.
+const MAX_DEFERRAL_MS: u64 = 900_000;
+
 /// Tenants named in logs and [`TenantBreakers::open_tenants`]; the others are `other`, so that
 /// a log query or a metric built on them stays bounded.
 pub const NAMED_TENANTS: usize = 10;
@@ -326,10 +329,14 @@ struct Tenants {
     tick: u64,
     /// Generations of forgotten tenants are never reused: a late result finds no match.
     epochs: u64,
+    /// Deferrals so far: with the tenant, what spreads each one's wait.
+    deferrals: u64,
 }
 
 struct Tenant {
     guarded: Guarded,
+    /// When its first failure of this run was counted (ms since the epoch).
+    failing_since: u64,
     /// The generation it was first remembered in: a call admitted before then (while it was not
     /// remembered, so closed) counts in it.
     born: u64,
@@ -402,19 +409,32 @@ impl TenantBreakers {
     fn admit(&self, tenant: &str) -> Result<TenantPass, RecordError> {
         let now = self.shared.clock.now_ms();
         let mut tenants = self.tenants();
+        let tenants = &mut *tenants;
         let Some(remembered) = tenants.by_name.get_mut(tenant) else {
             return Ok(TenantPass::Unremembered);
         };
-        match remembered
-            .guarded
-            .admit(now, duration_ms(self.settings.open_for))
-        {
+        let open_for = duration_ms(self.settings.open_for);
+        match remembered.guarded.admit(now, open_for) {
             Ok(generation) => Ok(TenantPass::Remembered(generation)),
-            Err(wait_ms) => Err(RecordError::defer(
-                format!("{}_tenant_circuit_open", self.shared.downstream),
-                Duration::from_millis(wait_ms.max(1000)),
-            )),
+            Err(wait_ms) => {
+                // Spread after the probe over as long as the tenant has been failing (at least an
+                // open period, at most SQS's longest delay): its records neither come back all at
+                // once, a burst the other tenants would queue behind, nor once per open period
+                // through an outage of hours.
+                let window = open_for.max(now - remembered.failing_since);
+                tenants.deferrals += 1;
+                let spread = hash(tenant) ^ tenants.deferrals.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let wait_ms = (wait_ms.max(1000) + spread % window).min(MAX_DEFERRAL_MS);
+                Err(self.deferral(wait_ms))
+            }
         }
+    }
+
+    fn deferral(&self, wait_ms: u64) -> RecordError {
+        RecordError::defer(
+            format!("{}_tenant_circuit_open", self.shared.downstream),
+            Duration::from_millis(wait_ms),
+        )
     }
 
     /// Counts the result in the tenant's breaker: a tenant is remembered from its first failure
@@ -438,7 +458,7 @@ impl TenantBreakers {
         let now = self.shared.clock.now_ms();
         let mut tenants = self.tenants();
         if failed != Failed::No && !tenants.by_name.contains_key(tenant) {
-            self.remember(&mut tenants, tenant);
+            self.remember(&mut tenants, tenant, now);
         }
         let Tenants { by_name, tick, .. } = &mut *tenants;
         let Some(remembered) = by_name.get_mut(tenant) else {
@@ -451,7 +471,10 @@ impl TenantBreakers {
         let recorded = remembered
             .guarded
             .record(generation, failed, now, &settings);
-        if matches!(remembered.guarded.state, BreakerState::Closed { failures: 0 }) {
+        if matches!(
+            remembered.guarded.state,
+            BreakerState::Closed { failures: 0 }
+        ) {
             by_name.remove(tenant);
             return result;
         }
@@ -468,17 +491,16 @@ impl TenantBreakers {
             );
         }
         match result {
-            Err(_) if recorded.probe_failed => Err(RecordError::defer(
-                format!("{}_tenant_circuit_open", self.shared.downstream),
-                self.settings.open_for,
-            )),
+            Err(_) if recorded.probe_failed => {
+                Err(self.deferral(duration_ms(self.settings.open_for)))
+            }
             result => result,
         }
     }
 
     /// Remembers a tenant at its first failure, forgetting the least recently changed one when
     /// full.
-    fn remember(&self, tenants: &mut Tenants, tenant: &str) {
+    fn remember(&self, tenants: &mut Tenants, tenant: &str, now: u64) {
         if tenants.by_name.len() >= self.settings.capacity.max(1) {
             let oldest = tenants
                 .by_name
@@ -497,6 +519,7 @@ impl TenantBreakers {
             tenant.to_owned(),
             Tenant {
                 guarded: Guarded::at(born),
+                failing_since: now,
                 born,
                 changed,
                 openings: 0,
@@ -719,7 +742,10 @@ mod tests {
             .call(Some(tenant), || async {
                 *calls += 1;
                 if down {
-                    Err(RecordError::transient("webhook_timeout", "its webhook is down"))
+                    Err(RecordError::transient(
+                        "webhook_timeout",
+                        "its webhook is down",
+                    ))
                 } else {
                     Ok(())
                 }
@@ -732,12 +758,17 @@ mod tests {
         let clock = Arc::new(ManualClock::at(0));
         let breakers = tenant_breakers(&clock, 100);
         let (mut failing_calls, mut other_calls) = (0, 0);
-        let mut deferred = 0;
+        let mut waits = std::collections::BTreeSet::new();
         for round in 0..50 {
             match call_for(&breakers, "acme", true, &mut failing_calls).await {
                 Err(error) if error.is_deferral() => {
                     assert_eq!(error.kind(), "payments_tenant_circuit_open");
-                    deferred += 1;
+                    let wait = error.retry_after_hint().unwrap();
+                    assert!(
+                        (Duration::from_secs(20)..Duration::from_secs(40)).contains(&wait),
+                        "until the probe, spread over one more open period: {wait:?}"
+                    );
+                    waits.insert(wait);
                 }
                 Err(_) => {}
                 Ok(()) => panic!("acme's downstream is down"),
@@ -749,9 +780,16 @@ mod tests {
             }
         }
         assert_eq!(failing_calls, 2, "acme's breaker opened at its threshold");
-        assert_eq!(deferred, 48);
+        assert!(
+            waits.len() > 40,
+            "the deferred records come back spread out, not at once: {} waits",
+            waits.len()
+        );
         assert_eq!(other_calls, 100, "every other tenant's record went through");
-        assert_eq!(breakers.shared().state(), BreakerState::Closed { failures: 0 });
+        assert_eq!(
+            breakers.shared().state(),
+            BreakerState::Closed { failures: 0 }
+        );
 
         // However many of one tenant's failures come in a row, the shared breaker counts one.
         let clock = Arc::new(ManualClock::at(0));
@@ -767,7 +805,10 @@ mod tests {
                 .unwrap_err();
             clock.advance(20_000);
         }
-        assert_eq!(breakers.shared().state(), BreakerState::Closed { failures: 1 });
+        assert_eq!(
+            breakers.shared().state(),
+            BreakerState::Closed { failures: 1 }
+        );
     }
 
     #[tokio::test]
@@ -776,11 +817,18 @@ mod tests {
         let breakers = tenant_breakers(&clock, 100);
         let mut calls = 0;
         for tenant in ["a", "b", "c"] {
-            let error = call_for(&breakers, tenant, true, &mut calls).await.unwrap_err();
+            let error = call_for(&breakers, tenant, true, &mut calls)
+                .await
+                .unwrap_err();
             assert!(!error.is_deferral(), "{tenant}: {error}");
         }
-        assert!(matches!(breakers.shared().state(), BreakerState::Open { .. }));
-        let deferred = call_for(&breakers, "d", false, &mut calls).await.unwrap_err();
+        assert!(matches!(
+            breakers.shared().state(),
+            BreakerState::Open { .. }
+        ));
+        let deferred = call_for(&breakers, "d", false, &mut calls)
+            .await
+            .unwrap_err();
         assert_eq!(deferred.kind(), "payments_circuit_open");
         assert_eq!(calls, 3, "no call while the shared breaker is open");
         // A call without a tenant meets the shared breaker alone.
@@ -797,12 +845,19 @@ mod tests {
         let breakers = tenant_breakers(&clock, 100);
         let mut calls = 0;
         for _ in 0..2 {
-            call_for(&breakers, "acme", true, &mut calls).await.unwrap_err();
+            call_for(&breakers, "acme", true, &mut calls)
+                .await
+                .unwrap_err();
         }
         assert!(matches!(breakers.state("acme"), BreakerState::Open { .. }));
         clock.advance(20_000);
-        let probe = call_for(&breakers, "acme", true, &mut calls).await.unwrap_err();
-        assert!(probe.is_deferral(), "a failed probe defers its record: {probe}");
+        let probe = call_for(&breakers, "acme", true, &mut calls)
+            .await
+            .unwrap_err();
+        assert!(
+            probe.is_deferral(),
+            "a failed probe defers its record: {probe}"
+        );
         assert_eq!(probe.retry_after_hint(), Some(Duration::from_secs(20)));
         assert_eq!(calls, 3);
         clock.advance(20_000);
@@ -813,7 +868,10 @@ mod tests {
         );
         breakers.settle("acme", pass, Ok(())).unwrap();
         assert_eq!(breakers.state("acme"), BreakerState::Closed { failures: 0 });
-        assert!(breakers.tenants().by_name.is_empty(), "a healed tenant takes no room");
+        assert!(
+            breakers.tenants().by_name.is_empty(),
+            "a healed tenant takes no room"
+        );
     }
 
     #[tokio::test]

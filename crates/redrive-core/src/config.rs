@@ -549,7 +549,8 @@ impl Settings {
                 "between 1s and 15m",
             ));
         }
-        let tenant_capacity = env.whole("REDRIVE_TENANT_BREAKER_CAPACITY", 10_000, 1..=1_000_000)?;
+        let tenant_capacity =
+            env.whole("REDRIVE_TENANT_BREAKER_CAPACITY", 10_000, 1..=1_000_000)?;
         let ledger_table = get("REDRIVE_LEDGER_TABLE")
             .or_else(|| get("REDRIVE_IDEMPOTENCY_TABLE"))
             .filter(|table| !table.is_empty());

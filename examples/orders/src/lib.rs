@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::future::Future;
 
 use redrive::stream::ItemChange;
-use redrive::{CircuitBreaker, Message, RecordError, RecordHandler};
+use redrive::{Message, RecordError, RecordHandler, TenantBreakers};
 use serde::Deserialize;
 
 pub mod payments;
@@ -81,15 +81,16 @@ impl From<PaymentError> for RecordError {
     }
 }
 
-/// Validates each order and charges it; the payment calls go through a circuit breaker.
+/// Validates each order and charges it; the payment calls go through a breaker per tenant (a
+/// fair queue's message group) in front of the payment service's shared one.
 pub struct OrdersHandler<P> {
     payments: P,
-    breaker: CircuitBreaker,
+    breakers: TenantBreakers,
 }
 
 impl<P: PaymentGateway> OrdersHandler<P> {
-    pub fn new(payments: P, breaker: CircuitBreaker) -> Self {
-        Self { payments, breaker }
+    pub fn new(payments: P, breakers: TenantBreakers) -> Self {
+        Self { payments, breakers }
     }
 
     pub fn payments(&self) -> &P {
@@ -100,25 +101,39 @@ impl<P: PaymentGateway> OrdersHandler<P> {
         &mut self.payments
     }
 
-    /// Validates and charges one order; `attempt` is 1 on the first delivery.
-    pub async fn charge(&self, order: &Order<'_>, attempt: u32) -> Result<(), RecordError> {
+    /// Validates and charges one order of `tenant` (if any); `attempt` is 1 on the first
+    /// delivery.
+    pub async fn charge(
+        &self,
+        order: &Order<'_>,
+        tenant: Option<&str>,
+        attempt: u32,
+    ) -> Result<(), RecordError> {
         order.validate()?;
-        self.breaker
-            .call(|| async { Ok(self.payments.charge(order, attempt).await?) })
+        self.breakers
+            .call(tenant, || async {
+                Ok(self.payments.charge(order, attempt).await?)
+            })
             .await
     }
 }
 
 impl<P: PaymentGateway> RecordHandler for OrdersHandler<P> {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        let tenant = message.tenant();
+        let tenant = tenant.as_deref();
         match ItemChange::from_message(message)? {
             // From the orders table's stream: a new order is charged; an update or a delete of
             // one is not a payment.
             Some(change) if change.event_name == "INSERT" => {
-                self.charge(&change.new_image()?, message.attempt()).await
+                self.charge(&change.new_image()?, tenant, message.attempt())
+                    .await
             }
             Some(_) => Ok(()),
-            None => self.charge(&message.json()?, message.attempt()).await,
+            None => {
+                self.charge(&message.json()?, tenant, message.attempt())
+                    .await
+            }
         }
     }
 }

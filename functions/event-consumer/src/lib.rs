@@ -57,7 +57,7 @@ pub async fn handle_event<P: PaymentGateway>(
 ) -> Result<(), EventError> {
     let event: OrderEvent<'_> = serde_json::from_str(payload)
         .map_err(|error| RecordError::permanent("malformed_event", error))?;
-    let result = orders.charge(&event.detail, redrive_count + 1).await;
+    let result = orders.charge(&event.detail, None, redrive_count + 1).await;
     if let Err(error) = &result {
         tracing::error!(
             event_id = %event.id,

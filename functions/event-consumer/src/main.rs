@@ -4,7 +4,7 @@ use event_consumer::{handle_event, redrive_count, EventError};
 use lambda_runtime::{service_fn, LambdaEvent};
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
-use redrive::{CircuitBreaker, Settings};
+use redrive::{Settings, TenantBreakers};
 use serde_json::value::RawValue;
 
 // One thread, or every vCPU on Lambda Managed Instances (redrive::lambda::runtime).
@@ -14,7 +14,7 @@ fn main() -> Result<(), lambda_runtime::Error> {
         let settings = Settings::from_env()?;
         let orders = OrdersHandler::new(
             SimulatedPayments::from_env()?,
-            CircuitBreaker::new("payments", settings.breaker),
+            TenantBreakers::new("payments", settings.breaker, settings.tenant_breaker),
         );
         // Shared by the invocations Lambda Managed Instances run at once (one at a time elsewhere).
         let orders = Arc::new(orders);

@@ -1,13 +1,14 @@
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
-use redrive::CircuitBreaker;
+use redrive::TenantBreakers;
 
 // One thread, or every vCPU on Lambda Managed Instances (redrive::lambda::runtime).
 fn main() -> Result<(), lambda_runtime::Error> {
     redrive::lambda::runtime()?.block_on(async {
         redrive::lambda::consume(|settings| {
-            let breaker = CircuitBreaker::new("payments", settings.breaker);
-            Ok(OrdersHandler::new(SimulatedPayments::from_env()?, breaker))
+            let breakers =
+                TenantBreakers::new("payments", settings.breaker, settings.tenant_breaker);
+            Ok(OrdersHandler::new(SimulatedPayments::from_env()?, breakers))
         })
         .await
     })

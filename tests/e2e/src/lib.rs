@@ -12,8 +12,8 @@ use orders::OrdersHandler;
 use redrive::clock::{Clock, SystemClock};
 use redrive::lambda::Bytes;
 use redrive::{
-    CircuitBreaker, Message as Record, Meta, Payloads, Processor, ProcessorConfig, RecordError,
-    RecordHandler, SqsQueue,
+    Message as Record, Meta, Payloads, Processor, ProcessorConfig, RecordError, RecordHandler,
+    SqsQueue, TenantBreakers,
 };
 use redrive_local::poller::{Poll, Poller};
 use redrive_local::provision::{depth, provision, QueuePair};
@@ -109,11 +109,19 @@ impl Stack {
         .recording();
         let consumer = OrdersHandler::new(
             payments,
-            CircuitBreaker::new("payments", {
-                let mut breaker_settings = settings.breaker;
-                breaker_settings.threshold = 0;
-                breaker_settings
-            }),
+            TenantBreakers::new(
+                "payments",
+                {
+                    let mut breaker_settings = settings.breaker;
+                    breaker_settings.threshold = 0;
+                    breaker_settings
+                },
+                {
+                    let mut tenant_settings = settings.tenant_breaker;
+                    tenant_settings.threshold = 0;
+                    tenant_settings
+                },
+            ),
         );
         let payloads = options.payload_bucket.map(|bucket| {
             Payloads::new(std::sync::Arc::new(redrive::s3::S3Payloads::lazy()), bucket)

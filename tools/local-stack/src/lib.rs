@@ -12,6 +12,7 @@ pub mod provision;
 pub mod soak;
 pub mod stream_poller;
 pub mod stream_soak;
+pub mod tenant_soak;
 pub mod topology;
 
 use aws_sdk_sqs::Client;

@@ -331,11 +331,7 @@ async fn a_key_with_records_out_from_an_earlier_batch_follows_them_until_they_ar
     let lane = lane_event(&processor.queue().sent_to(LANE));
     let lane = SqsEvent::from_slice(lane.as_bytes()).unwrap();
     let processed = processor
-        .process(
-            &Seen::default(),
-            &lane.records,
-            LATER,
-        )
+        .process(&Seen::default(), &lane.records, LATER)
         .await
         .unwrap();
     assert!(processed.response.batch_item_failures.is_empty());

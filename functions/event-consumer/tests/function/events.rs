@@ -5,7 +5,7 @@ use event_consumer::{handle_event, redrive_count};
 use lambda_runtime::{Context, Diagnostic};
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
-use redrive::{BreakerSettings, CircuitBreaker};
+use redrive::{BreakerSettings, TenantBreakerSettings, TenantBreakers};
 
 fn events() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../events"))
@@ -17,7 +17,8 @@ fn orders() -> OrdersHandler<SimulatedPayments> {
         .recording();
     let mut breaker = BreakerSettings::default();
     breaker.threshold = 0;
-    OrdersHandler::new(payments, CircuitBreaker::new("payments", breaker))
+    let breakers = TenantBreakers::new("payments", breaker, TenantBreakerSettings::default());
+    OrdersHandler::new(payments, breakers)
 }
 
 fn sample_event() -> serde_json::Value {

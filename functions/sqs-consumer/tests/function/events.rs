@@ -10,7 +10,8 @@ use redrive::envelope::OutgoingMessage;
 use redrive::lambda::Bytes;
 use redrive::port::{Call, RecordingQueue};
 use redrive::{
-    BreakerSettings, CircuitBreaker, ErrorClass, Meta, Processor, ProcessorConfig, RetryPolicy,
+    BreakerSettings, ErrorClass, Meta, Processor, ProcessorConfig, RetryPolicy,
+    TenantBreakerSettings, TenantBreakers,
 };
 
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
@@ -54,7 +55,11 @@ async fn invoke_json(json: String) -> Result<Outcome, redrive::BatchError> {
     let processor = Processor::new(RecordingQueue::default(), config);
     let handler = OrdersHandler::new(
         knobs(),
-        CircuitBreaker::new("payments", BreakerSettings::default()),
+        TenantBreakers::new(
+            "payments",
+            BreakerSettings::default(),
+            TenantBreakerSettings::default(),
+        ),
     );
     let mut context = Context::default();
     context.deadline = SystemClock.now_ms() + 30_000;

@@ -168,7 +168,11 @@ fn orders_handler() -> orders::OrdersHandler<orders::payments::SimulatedPayments
             &redrive_infra::repo_root().join("events/sqs-consumer.env"),
         )
         .unwrap(),
-        redrive::CircuitBreaker::new("payments", redrive::BreakerSettings::default()),
+        redrive::TenantBreakers::new(
+            "payments",
+            redrive::BreakerSettings::default(),
+            redrive::TenantBreakerSettings::default(),
+        ),
     )
 }
 

@@ -11,9 +11,11 @@
 //! Per seed too, on moto: a DynamoDB stream's changes through the stand-in for Lambda's mapping,
 //! with outages, flaky changes, crashed invocations and poison changes redriven; and a Kafka topic
 //! on `tansu` with its retry lane and DLQ on moto, with outages, flaky orders, crashed and short
-//! invocations, poison orders held in the lane or redriven from the DLQ.
+//! invocations, poison orders held in the lane or redriven from the DLQ. And in memory, 100
+//! tenants on a fair queue, one whose own downstream fails for 30 minutes, with a breaker per
+//! tenant, with the shared breaker alone and without the fault.
 //!
-//! Usage: redrive-soak [--memory N] [--moto N] [--streams N] [--kafka N] [--seeds 1,2,3]
+//! Usage: redrive-soak [--memory N] [--moto N] [--streams N] [--kafka N] [--tenants RATE] [--seeds 1,2,3]
 //! [--scenario TEXT] (`--help` says more)
 use std::process::ExitCode;
 
@@ -39,6 +41,10 @@ struct Args {
     /// those runs).
     #[arg(long, default_value_t = 2_000)]
     kafka: usize,
+    /// Messages a second of the tenant soak (100 tenants on a fair queue, one failing for 30
+    /// minutes; in memory; 0 skips those runs).
+    #[arg(long, default_value_t = 100)]
+    tenants: u32,
     /// Seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3])]
     seeds: Vec<u64>,
@@ -176,6 +182,30 @@ async fn main() -> ExitCode {
             Ok(report) => {
                 println!("{report}\n");
                 broken |= !report.holds();
+            }
+            Err(error) => {
+                eprintln!("redrive-soak: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    for &seed in &args.seeds {
+        if args.tenants == 0 || !every_run {
+            break;
+        }
+        println!(
+            "== 100 tenants on a fair queue in memory, {} messages/s, one failing for 30 minutes, seed {seed}",
+            args.tenants
+        );
+        let config = redrive_local::tenant_soak::TenantSoakConfig::new(args.tenants, seed);
+        match redrive_local::tenant_soak::run_three(&config).await {
+            Ok(runs) => {
+                println!("{runs}");
+                let broken_here = runs.broken();
+                for line in &broken_here {
+                    println!("broken: {line}");
+                }
+                broken |= !broken_here.is_empty();
             }
             Err(error) => {
                 eprintln!("redrive-soak: {error}");

@@ -13,16 +13,16 @@ const TIME_SCALE: f64 = 60.0;
 
 /// Consumer `key` as the rendering of `configuration` ships it (`infra/rendered/`), every wait
 /// divided by `time_scale`.
-struct Shipped {
+pub(crate) struct Shipped {
     /// Its source's `maxReceiveCount`.
-    max_receive_count: u32,
+    pub(crate) max_receive_count: u32,
     /// The settings its function parses from the environment Terraform gives it.
-    settings: redrive::Settings,
+    pub(crate) settings: redrive::Settings,
     /// Its function's timeout.
-    function_timeout: Duration,
+    pub(crate) function_timeout: Duration,
 }
 
-fn shipped(configuration: &str, key: &str, time_scale: f64) -> Shipped {
+pub(crate) fn shipped(configuration: &str, key: &str, time_scale: f64) -> Shipped {
     let refuse = |error: &dyn std::fmt::Display| -> ! {
         panic!("the soak runs consumer `{key}` as `{configuration}` ships it: {error}")
     };

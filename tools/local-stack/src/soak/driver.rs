@@ -601,22 +601,11 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
             *gauge = (*gauge).max(processed.report.held_heads);
             *held_now = held;
         }
-        let failed: Vec<&str> = processed
-            .response
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.as_str())
-            .collect();
         if self.rng.f64() < self.config.lost_deletes {
             report.lost_deletes += 1;
             return Ok(());
         }
-        let done: Vec<&str> = records
-            .iter()
-            .filter(|r| !failed.contains(&r.message_id.as_deref().unwrap_or_default()))
-            .filter_map(|r| r.receipt_handle.as_deref())
-            .collect();
-        for chunk in done.chunks(10) {
+        for chunk in super::done(records, &processed).chunks(10) {
             self.queue.delete_batch(on.url, chunk).await?;
         }
         Ok(())

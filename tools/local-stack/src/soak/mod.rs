@@ -21,6 +21,7 @@ use redrive::PortError;
 
 use crate::memory::QueueSpec;
 
+pub(crate) use config::shipped;
 pub use config::{Outage, SoakConfig};
 pub use driver::run;
 pub use faulty::{Faulty, SoakQueues};
@@ -128,6 +129,25 @@ async fn run_on_server(
     )
     .await
     .map_err(|e| crate::Error::Emulator(e.to_string()))
+}
+
+/// The receipts of the records an invocation's answer does not list as failures: what the event
+/// source mapping deletes.
+pub(crate) fn done<'r>(
+    records: &'r [redrive::SqsRecord<'static>],
+    processed: &redrive::Processed,
+) -> Vec<&'r str> {
+    let failed: Vec<&str> = processed
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|failure| failure.item_identifier.as_str())
+        .collect();
+    records
+        .iter()
+        .filter(|r| !failed.contains(&r.message_id.as_deref().unwrap_or_default()))
+        .filter_map(|r| r.receipt_handle.as_deref())
+        .collect()
 }
 
 fn duration_ms(duration: Duration) -> u64 {

@@ -557,3 +557,21 @@ async fn concurrent_polls_never_hold_two_messages_of_one_fifo_group() {
         "groups with two messages in flight at once: {twice:?}"
     );
 }
+
+/// 100 tenants on a fair queue, 40 messages a second, one whose own downstream fails every call
+/// for 30 minutes, with the orders consumer's shipped settings: behind a breaker per tenant the
+/// others wait no longer than without the fault, and the failing tenant loses no record to the
+/// DLQ, calls its downstream a tenth of what the shared breaker alone lets through, and drains
+/// once healed (`TenantSoakRuns::broken` says each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_tenant_holds_nobody_else_back() {
+    use redrive_local::tenant_soak::{run_three, TenantSoakConfig};
+    let runs = run_three(&TenantSoakConfig::new(40, 1)).await.unwrap();
+    println!("{runs}");
+    let broken = runs.broken();
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+    assert!(
+        runs.shared.failing_dead_lettered > 0,
+        "the shared breaker alone spends the failing tenant's attempts"
+    );
+}

@@ -25,7 +25,7 @@ use redrive::lambda::Bytes;
 use redrive::ledger::{AttemptLedger, Counted, Hold};
 use redrive::reprocess::{browse, ReprocessCommand, ReprocessSummary, Reprocessor};
 use redrive::reprocess_policy::ReprocessPolicy;
-use redrive::{BatchReport, CircuitBreaker, Meta, Processor, ProcessorConfig, SqsQueue};
+use redrive::{BatchReport, Meta, Processor, ProcessorConfig, SqsQueue, TenantBreakers};
 use redrive_local::observe::{Observed, Sent};
 use redrive_local::poller::Poller;
 use redrive_local::provision::{depth, idempotency_table, provision, QueuePair};
@@ -302,7 +302,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             .with_ledger(ledger.clone()),
             ledger,
             handler: Idempotent::new(
-                OrdersHandler::new(payments, CircuitBreaker::new("payments", settings.breaker)),
+                OrdersHandler::new(
+                    payments,
+                    TenantBreakers::new("payments", settings.breaker, settings.tenant_breaker),
+                ),
                 DynamoDbStore::with_client(dynamodb.clone(), &table),
                 KeyFrom::BodyField("/orderId".into()),
             ),
