@@ -2,6 +2,7 @@
 //!
 //! While it is open, calls are not made: the record is deferred (re-sent with a delay, no attempt
 //! spent) instead of flooding the DLQ with records that only failed because the downstream is down.
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -572,6 +573,40 @@ fn named<'a>(tenants: &Tenants, tenant: &'a str, openings: u32) -> &'a str {
     } else {
         "other"
     }
+}
+
+/// The tenant of an SQS record, as [`Message::tenant`](crate::Message::tenant) names it: the key of
+/// the Kafka record it is a copy of (in the retry lane or a DLQ), else its message group. `meta` is
+/// its failure context, which may carry its original attributes.
+pub fn tenant_of<'r>(
+    record: &'r crate::SqsRecord<'r>,
+    meta: Option<&'r crate::Meta<'r>>,
+) -> Option<Cow<'r, str>> {
+    let attributes = meta
+        .and_then(|meta| meta.attributes.as_ref())
+        .unwrap_or(&record.message_attributes);
+    match attributes.get(crate::kafka::KAFKA_ATTRIBUTE) {
+        Some(origin) => {
+            let origin: crate::kafka::KafkaOrigin =
+                serde_json::from_str(origin.string_value.as_deref()?).ok()?;
+            Some(Cow::Owned(key_tenant(origin.key.as_deref()?).into_owned()))
+        }
+        None => record
+            .attributes
+            .message_group_id
+            .as_deref()
+            .map(Cow::Borrowed),
+    }
+}
+
+/// A Kafka key (base64) as a tenant: its text when it is UTF-8, else the base64.
+pub(crate) fn key_tenant(key: &str) -> Cow<'_, str> {
+    use base64::Engine as _;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(key)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    text.map_or(Cow::Borrowed(key), Cow::Owned)
 }
 
 fn hash(tenant: &str) -> u64 {

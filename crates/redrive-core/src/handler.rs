@@ -219,17 +219,10 @@ impl<'r> Message<'r> {
     /// key (as text when it is UTF-8, else base64), on the record and on its copies; else the
     /// message group (a fair queue's tenant, or a FIFO group); `None` without either.
     pub fn tenant(&self) -> Option<std::borrow::Cow<'r, str>> {
-        use base64::Engine as _;
-        let key = match self.kafka {
-            Some(record) => record.key.as_deref().map(str::to_owned),
-            None if self.attribute(crate::kafka::KAFKA_ATTRIBUTE).is_some() => self.kafka()?.key,
-            None => return self.group_id().map(std::borrow::Cow::Borrowed),
-        }?;
-        let text = base64::engine::general_purpose::STANDARD
-            .decode(&key)
-            .ok()
-            .and_then(|bytes| String::from_utf8(bytes).ok());
-        Some(std::borrow::Cow::Owned(text.unwrap_or(key)))
+        match self.kafka {
+            Some(record) => Some(crate::breaker::key_tenant(record.key.as_deref()?)),
+            None => crate::breaker::tenant_of(self.record, self.meta),
+        }
     }
 
     /// The record as Lambda delivered it; for a large message sent through S3, with the real

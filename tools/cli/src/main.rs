@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
 use redrive::dynamodb::DynamoDbStore;
@@ -16,8 +16,8 @@ use redrive::event::SqsRecord;
 use redrive::ledger::{release_head, AttemptLedger, Release};
 use redrive::payload::{PayloadStore, Pointer, LEGACY_SIZE_ATTRIBUTE, SIZE_ATTRIBUTE};
 use redrive::reprocess::{
-    browse, export_line, failure_groups, AttributeFilter, Filter, Inventory, Job, JobAction,
-    ReprocessCommand, ReprocessSummary, Reprocessor,
+    browse, export_line, failure_groups, tenant_counts, AttributeFilter, Filter, Inventory, Job,
+    JobAction, ReprocessCommand, ReprocessSummary, Reprocessor,
 };
 use redrive::s3::S3Payloads;
 use redrive::{ErrorClass, SqsQueue};
@@ -31,6 +31,7 @@ use redrive::{ErrorClass, SqsQueue};
 ///
 /// Examples:
 ///   dlq stats orders-dlq
+///   dlq stats orders-dlq --by tenant   # a fair or FIFO queue's message groups, Kafka keys
 ///   dlq groups orders-dlq           # one line per cause, the largest first
 ///   dlq job new orders-dlq --group 3f2a9c0e1b7d4e55 --out job.json   # selection fixed now
 ///   dlq job new orders-dlq --group 9d1e... --archive orders-archive --out job.json
@@ -45,6 +46,7 @@ use redrive::{ErrorClass, SqsQueue};
 ///   dlq redrive orders-dlq --error-kind payment_timeout --rate 20
 ///   dlq redrive orders-dlq --error-class permanent --force    # after deploying a fix
 ///   dlq redrive orders-dlq --before-version 8 --force         # what failed before version 8
+///   dlq redrive orders-dlq --tenant t-13        # one tenant's, once its dependency is back
 ///   dlq redrive orders-dlq --copy --destination arn:aws:sqs:eu-west-1:123456789012:orders-test
 ///   dlq move-task start orders-dlq
 ///   dlq held redrive-payments-idempotency
@@ -72,6 +74,10 @@ enum Command {
         /// Messages to read at most.
         #[arg(long, default_value_t = 10_000)]
         max: u32,
+        /// Count by this instead: `tenant` (a Kafka record's key, else the message group of a
+        /// fair or FIFO queue), the most first.
+        #[arg(long, value_enum)]
+        by: Option<StatsBy>,
     },
     /// Group the messages by what failed and how (origin queue, function and its version, error
     /// class and kind, the error message with numbers and ids masked), the largest group first,
@@ -207,6 +213,9 @@ struct RedriveArgs {
     /// fix deployed as version N ($LATEST and unversioned failures never match).
     #[arg(long, value_name = "N")]
     before_version: Option<u64>,
+    /// Only this tenant's messages (as `dlq stats --by tenant` names it); repeatable.
+    #[arg(long = "tenant")]
+    tenants: Vec<String>,
     /// Messages re-sent per second at most.
     #[arg(long, default_value_t = 50.0)]
     rate: f64,
@@ -218,6 +227,12 @@ struct RedriveArgs {
     /// with --destination).
     #[arg(long)]
     copy: bool,
+}
+
+/// What `dlq stats --by` counts by.
+#[derive(Clone, Copy, ValueEnum)]
+enum StatsBy {
+    Tenant,
 }
 
 #[derive(Subcommand)]
@@ -364,15 +379,24 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let sqs = SqsQueue::with_client(aws_sdk_sqs::Client::new(&config));
     let mut out = std::io::stdout().lock();
     match cli.command {
-        Command::Stats { queue, max } => {
+        Command::Stats { queue, max, by } => {
             let url = sqs.resolve(&queue).await?;
             let depth = sqs.describe(&url).await?;
             let records = browse(&sqs, &url, max).await?;
-            let inventory = Inventory::of(&records, SystemClock.now_ms());
+            let read = match by {
+                None => serde_json::to_value(Inventory::of(&records, SystemClock.now_ms()))?,
+                Some(StatsBy::Tenant) => serde_json::json!({
+                    "messages": records.len(),
+                    "byTenant": tenant_counts(&records)
+                        .into_iter()
+                        .map(|(tenant, messages)| serde_json::json!({ "tenant": tenant, "messages": messages }))
+                        .collect::<Vec<_>>(),
+                }),
+            };
             let report = serde_json::json!({
                 "queue": url,
                 "approximate": { "visible": depth.visible, "inFlight": depth.in_flight, "delayed": depth.delayed },
-                "read": inventory,
+                "read": read,
             });
             writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
         }
@@ -422,6 +446,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 max_age: args.max_age,
                 attribute: args.attribute,
                 before_version: args.before_version,
+                tenants: args.tenants,
                 rate_per_second: Some(args.rate),
                 force: args.force,
                 copy: args.copy,

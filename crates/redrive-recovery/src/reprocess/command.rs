@@ -59,6 +59,10 @@ pub struct ReprocessCommand {
     /// messages whose envelope names no version never match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_version: Option<u64>,
+    /// Only these tenants' messages (`redrive::breaker::tenant_of`: a Kafka record's key, else the
+    /// message group of a fair or FIFO queue).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<String>,
     /// Messages re-sent per second at most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_per_second: Option<f64>,
@@ -135,6 +139,8 @@ pub struct Filter {
     pub attribute: Option<AttributeFilter>,
     /// Only messages that failed on a published function version below this one.
     pub before_version: Option<u64>,
+    /// Only these tenants' messages.
+    pub tenants: Vec<String>,
     /// Only these message ids, when a selection was made.
     pub selection: Option<BTreeSet<String>>,
 }
@@ -194,6 +200,7 @@ impl ReprocessCommand {
                 max_age: age("maxAge", &self.max_age)?,
                 attribute: self.attribute.clone(),
                 before_version: self.before_version,
+                tenants: self.tenants.clone(),
                 selection: (!self.message_ids.is_empty())
                     .then(|| self.message_ids.iter().cloned().collect()),
             },
@@ -232,6 +239,9 @@ impl Filter {
                     .and_then(|at| at.version.as_deref()?.parse::<u64>().ok())
                     .is_some_and(|version| version < before)
             })
+            && (self.tenants.is_empty()
+                || redrive_core::breaker::tenant_of(record, meta)
+                    .is_some_and(|tenant| self.tenants.iter().any(|t| *t == tenant)))
             && self.selects(record)
     }
 

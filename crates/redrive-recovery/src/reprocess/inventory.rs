@@ -135,6 +135,22 @@ impl Inventory {
     }
 }
 
+/// Messages per tenant (`redrive::breaker::tenant_of`; `(none)` for a message without one), the
+/// most first.
+pub fn tenant_counts(records: &[SqsRecord<'_>]) -> Vec<(String, u32)> {
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for record in records {
+        let meta = Meta::of(record).and_then(Result::ok);
+        let tenant = redrive_core::breaker::tenant_of(record, meta.as_ref());
+        *counts
+            .entry(tenant.map_or_else(|| "(none)".to_owned(), std::borrow::Cow::into_owned))
+            .or_default() += 1;
+    }
+    let mut counts: Vec<(String, u32)> = counts.into_iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    counts
+}
+
 /// One message as `export` writes it (a JSON line): the original attributes, unpacked, and the
 /// metadata parsed.
 pub fn export_line(record: &SqsRecord<'_>) -> String {

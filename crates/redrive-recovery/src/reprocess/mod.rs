@@ -16,7 +16,7 @@ use serde::Serialize;
 
 pub use command::{AttributeFilter, Filter, Plan, ReprocessCommand};
 pub use groups::{failure_groups, FailureGroup, Fingerprint};
-pub use inventory::{browse, export_line, Inventory};
+pub use inventory::{browse, export_line, tenant_counts, Inventory};
 pub use job::{Job, JobAction};
 
 use crate::settings::ReprocessSettings;

@@ -181,6 +181,84 @@ async fn reading_consumes_nothing_and_redrive_moves_only_the_eligible() {
     assert!(String::from_utf8_lossy(&listed.stderr).contains("ListMessageMoveTasks failed"));
 }
 
+/// Issue 56: a fair queue's dead letters counted by tenant (their message group), and one
+/// tenant's redriven home alone, each copy still in its tenant's group.
+#[tokio::test]
+async fn one_tenants_dead_letters_are_counted_and_redriven_alone() {
+    let client = redrive_local::sqs_client();
+    let prefix = format!("t{}-tenants", std::process::id());
+    let (origin_url, dlq_url, origin_arn) = origin_and_dlq(&client, &prefix).await;
+    let tenants = ["t-13", "t-1", "t-13", "t-2", "t-13", "t-1"];
+    for (order, tenant) in tenants.into_iter().enumerate() {
+        let failure = ("transient", "webhook_unavailable", "7");
+        let value = MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(redrive_local::incident::envelope(
+                failure,
+                &origin_arn,
+                order,
+            ))
+            .build()
+            .unwrap();
+        client
+            .send_message()
+            .queue_url(&dlq_url)
+            .message_body(redrive_local::incident::body(order))
+            .message_attributes("redrive", value)
+            .message_group_id(tenant)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let stats: serde_json::Value =
+        serde_json::from_str(&stdout(&dlq(&["stats", &dlq_url, "--by", "tenant"], &[]))).unwrap();
+    assert_eq!(
+        stats["read"]["byTenant"],
+        serde_json::json!([
+            { "tenant": "t-13", "messages": 3 },
+            { "tenant": "t-1", "messages": 2 },
+            { "tenant": "t-2", "messages": 1 },
+        ])
+    );
+
+    let run: serde_json::Value = serde_json::from_str(&stdout(&dlq(
+        &["redrive", &dlq_url, "--tenant", "t-13"],
+        &[],
+    )))
+    .unwrap();
+    assert_eq!(
+        (run["reprocessed"].as_u64(), run["filteredOut"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let home = client
+        .receive_message()
+        .queue_url(&origin_url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default();
+    let groups: Vec<&str> = home
+        .iter()
+        .map(|m| {
+            let attributes = m.attributes.as_ref().unwrap();
+            attributes[&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId].as_str()
+        })
+        .collect();
+    assert_eq!(groups, ["t-13", "t-13", "t-13"]);
+    let left: serde_json::Value =
+        serde_json::from_str(&stdout(&dlq(&["stats", &dlq_url, "--by", "tenant"], &[]))).unwrap();
+    assert_eq!(left["read"]["messages"], 3, "the others' stay: {left}");
+    assert!(left["read"]["byTenant"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|count| count["tenant"] != "t-13"));
+}
+
 /// Issue 55: a job takes exactly the group's messages read when it was made; later failures of
 /// the same group stay in the DLQ, a second run finds nothing left to do, an edited job is refused.
 #[tokio::test]
