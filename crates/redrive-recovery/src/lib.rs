@@ -6,5 +6,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod eventbridge;
+pub mod intake;
 pub mod reprocess;
 pub mod settings;
