@@ -67,6 +67,8 @@ struct Guarded {
     /// The tenants whose failures the closed breaker's run counted: a tenant's failures count
     /// once, however many there are (at most `threshold` entries).
     run: Vec<u64>,
+    /// When it last opened from closed; `None` while closed.
+    open_since: Option<u64>,
 }
 
 /// What a call's result says of the downstream.
@@ -85,10 +87,17 @@ impl Guarded {
             state: BreakerState::Closed { failures: 0 },
             generation,
             run: Vec::new(),
+            open_since: None,
         }
     }
 
-    fn enter(&mut self, state: BreakerState) {
+    fn enter(&mut self, state: BreakerState, now: u64) {
+        self.open_since = match state {
+            BreakerState::Closed { .. } => None,
+            BreakerState::Open { .. } | BreakerState::HalfOpen { .. } => {
+                self.open_since.or(Some(now))
+            }
+        };
         self.state = state;
         self.generation += 1;
         self.run.clear();
@@ -100,14 +109,14 @@ impl Guarded {
         match self.state {
             BreakerState::Closed { .. } => Ok(self.generation),
             BreakerState::Open { until_ms } if now >= until_ms => {
-                self.enter(BreakerState::HalfOpen { since_ms: now });
+                self.enter(BreakerState::HalfOpen { since_ms: now }, now);
                 Ok(self.generation)
             }
             BreakerState::Open { until_ms } => Err(until_ms - now),
             // A probe that never reported back (cancelled by the deadline) does not hold the
             // breaker half-open forever.
             BreakerState::HalfOpen { since_ms } if now >= since_ms + open_for => {
-                self.enter(BreakerState::HalfOpen { since_ms: now });
+                self.enter(BreakerState::HalfOpen { since_ms: now }, now);
                 Ok(self.generation)
             }
             BreakerState::HalfOpen { since_ms } => Err(since_ms + open_for - now),
@@ -147,12 +156,15 @@ impl Guarded {
                     failures: failures + 1,
                 };
             }
-            (_, Failed::No) => self.enter(BreakerState::Closed { failures: 0 }),
+            (_, Failed::No) => self.enter(BreakerState::Closed { failures: 0 }, now),
             (_, _) => {
                 recorded.opened = true;
-                self.enter(BreakerState::Open {
-                    until_ms: now + duration_ms(settings.open_for),
-                });
+                self.enter(
+                    BreakerState::Open {
+                        until_ms: now + duration_ms(settings.open_for),
+                    },
+                    now,
+                );
             }
         }
         recorded.probe_failed = probe && failed != Failed::No;
@@ -189,6 +201,12 @@ impl CircuitBreaker {
     /// Where the breaker stands now.
     pub fn state(&self) -> BreakerState {
         self.guarded().state
+    }
+
+    /// Since when (ms since the epoch) it has been open or half-open without closing: the
+    /// downstream's outage as far as this breaker saw it; `None` while closed.
+    pub fn open_since(&self) -> Option<u64> {
+        self.guarded().open_since
     }
 
     fn guarded(&self) -> std::sync::MutexGuard<'_, Guarded> {
@@ -278,6 +296,55 @@ impl CircuitBreaker {
         self.guarded()
             .record(generation, failed, now, &self.settings)
             .probe_failed
+    }
+}
+
+/// A consumer's request to pause its event source mappings while its downstream is down
+/// (`REDRIVE_PAUSE_AFTER`): one JSON message on `REDRIVE_PAUSE_QUEUE_URL`, which redrive's intake
+/// controller reads (`redrive::intake`). It names the function: its breaker guards the downstream
+/// every one of its mappings feeds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct PauseRequest {
+    /// The consumer function.
+    pub function: String,
+    /// Since when (ms since the epoch) its breaker has been open.
+    pub outage_since_ms: u64,
+}
+
+impl PauseRequest {
+    /// A request from `function`, down since `outage_since_ms`.
+    pub fn new(function: impl Into<String>, outage_since_ms: u64) -> Self {
+        Self {
+            function: function.into(),
+            outage_since_ms,
+        }
+    }
+}
+
+/// The `ClientContext` custom key that marks an invocation as the intake controller's probe
+/// (Lambda passes an `Invoke` call's `ClientContext` to the function's context object).
+pub const PROBE_KEY: &str = "redrive-probe";
+
+/// A probe's verdict on the consumer's downstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeVerdict {
+    /// Every record was handled or failed for good: the downstream answers.
+    Up,
+    /// A record was deferred or failed transiently: still down.
+    Down,
+}
+
+impl ProbeVerdict {
+    /// What `report` says of the downstream.
+    pub fn of(report: &crate::BatchReport) -> Self {
+        if report.deferred > 0 || report.transient_errors > 0 {
+            Self::Down
+        } else {
+            Self::Up
+        }
     }
 }
 
@@ -652,6 +719,7 @@ mod tests {
                 until_ms: 1_010_000
             }
         );
+        assert_eq!(breaker.open_since(), Some(1_000_000));
 
         let deferred = fail(&breaker, &mut calls).await.unwrap_err();
         assert!(deferred.is_deferral());
@@ -666,6 +734,11 @@ mod tests {
         assert_eq!(probe.retry_after_hint(), Some(Duration::from_secs(10)));
         assert_eq!(calls, 4);
         assert!(matches!(breaker.state(), BreakerState::Open { .. }));
+        assert_eq!(
+            breaker.open_since(),
+            Some(1_000_000),
+            "one outage, reopened"
+        );
 
         clock.advance(10_000);
         breaker
@@ -673,6 +746,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(breaker.state(), BreakerState::Closed { failures: 0 });
+        assert_eq!(breaker.open_since(), None);
     }
 
     #[tokio::test]

@@ -91,6 +91,14 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "(unset: REDRIVE_IDEMPOTENCY_TABLE, if set) DynamoDB table of the FIFO attempt ledger",
     ),
     (
+        "REDRIVE_PAUSE_AFTER",
+        "(unset: never) how long the handler's downstream may stay down (its breaker open) before the consumer asks redrive's intake controller to pause its mapping (1m to 1h)",
+    ),
+    (
+        "REDRIVE_PAUSE_QUEUE_URL",
+        "(with REDRIVE_PAUSE_AFTER) the intake controller's queue the request goes to",
+    ),
+    (
         "REDRIVE_PAYLOAD_BUCKET",
         "(unset: none) S3 bucket for large messages: Extended Client pointers are read, copies too large for their failure context are offloaded",
     ),
@@ -279,6 +287,60 @@ pub struct Settings {
     pub ledger_table: Option<String>,
     /// Large messages through S3 ([`crate::payload`]), when `REDRIVE_PAYLOAD_BUCKET` names a bucket.
     pub payloads: Option<PayloadSettings>,
+    /// When to ask for the mapping to be paused, when `REDRIVE_PAUSE_AFTER` is set.
+    pub pause: Option<PauseSettings>,
+}
+
+/// When a consumer asks for its mapping to be paused (`REDRIVE_PAUSE_AFTER`), and where the
+/// request goes (`REDRIVE_PAUSE_QUEUE_URL`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PauseSettings {
+    /// How long the handler's downstream stays down before the consumer asks.
+    pub after: Duration,
+    /// The intake controller's queue.
+    pub queue_url: String,
+}
+
+impl PauseSettings {
+    /// Ask after `after`, on the queue `queue_url`.
+    pub fn new(after: Duration, queue_url: impl Into<String>) -> Self {
+        Self {
+            after,
+            queue_url: queue_url.into(),
+        }
+    }
+
+    fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Option<Self>, ConfigError> {
+        let queue_url = env.get("REDRIVE_PAUSE_QUEUE_URL");
+        if env.get("REDRIVE_PAUSE_AFTER").is_none() {
+            return match queue_url {
+                Some(url) => Err(ConfigError::new(
+                    "REDRIVE_PAUSE_QUEUE_URL",
+                    &url,
+                    "set without REDRIVE_PAUSE_AFTER: say how long an outage lasts before the \
+                     intake is paused",
+                )),
+                None => Ok(None),
+            };
+        }
+        let after = env.duration("REDRIVE_PAUSE_AFTER", Duration::ZERO)?;
+        if !(Duration::from_secs(60)..=Duration::from_secs(3600)).contains(&after) {
+            return Err(ConfigError::new(
+                "REDRIVE_PAUSE_AFTER",
+                &format!("{after:?}"),
+                "between 1m and 1h",
+            ));
+        }
+        let queue_url = queue_url.ok_or_else(|| {
+            ConfigError::new(
+                "REDRIVE_PAUSE_AFTER",
+                &format!("{after:?}"),
+                "set without REDRIVE_PAUSE_QUEUE_URL: name the intake controller's queue",
+            )
+        })?;
+        Ok(Some(Self { after, queue_url }))
+    }
 }
 
 /// Where a consumer's large message bodies go (`REDRIVE_PAYLOAD_BUCKET`, `REDRIVE_PAYLOAD_PREFIX`).
@@ -597,6 +659,7 @@ impl Settings {
             ledger_table,
             idempotency: IdempotencySettings::from_env(&env)?,
             payloads: PayloadSettings::from_env(&env)?,
+            pause: PauseSettings::from_env(&env)?,
         })
     }
 }
@@ -772,6 +835,39 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(error.name, "REDRIVE_PAYLOAD_PREFIX");
+    }
+
+    #[test]
+    fn pausing_needs_both_its_wait_and_its_queue() {
+        assert_eq!(settings(&[]).unwrap().pause, None);
+        let s = settings(&[
+            ("REDRIVE_PAUSE_AFTER", "5m"),
+            ("REDRIVE_PAUSE_QUEUE_URL", "https://sqs.local/1/intake"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.pause,
+            Some(PauseSettings {
+                after: Duration::from_secs(300),
+                queue_url: "https://sqs.local/1/intake".into(),
+            })
+        );
+        for (env, name) in [
+            (&[("REDRIVE_PAUSE_AFTER", "5m")][..], "REDRIVE_PAUSE_AFTER"),
+            (
+                &[("REDRIVE_PAUSE_QUEUE_URL", "https://sqs.local/1/intake")][..],
+                "REDRIVE_PAUSE_QUEUE_URL",
+            ),
+            (
+                &[
+                    ("REDRIVE_PAUSE_AFTER", "10s"),
+                    ("REDRIVE_PAUSE_QUEUE_URL", "https://sqs.local/1/intake"),
+                ][..],
+                "REDRIVE_PAUSE_AFTER",
+            ),
+        ] {
+            assert_eq!(settings(env).unwrap_err().name, name, "{env:?}");
+        }
     }
 
     #[test]

@@ -33,6 +33,14 @@ pub trait RecordHandler: Sync {
     fn flush(&self) -> impl Future<Output = ()> + Send {
         async {}
     }
+
+    /// Since when (ms since the epoch) the downstream this handler calls has been down, as its
+    /// breaker says ([`crate::CircuitBreaker::open_since`]); `None` while it answers. With
+    /// `REDRIVE_PAUSE_AFTER` set, a consumer whose handler says so for that long asks for its
+    /// mapping to be paused (`redrive::intake`). `None` by default; a wrapper forwards it.
+    fn outage_since(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A handler shared by reference (several idempotency guards around one handler, say).
@@ -46,6 +54,10 @@ impl<H: RecordHandler> RecordHandler for &H {
 
     fn flush(&self) -> impl Future<Output = ()> + Send {
         (**self).flush()
+    }
+
+    fn outage_since(&self) -> Option<u64> {
+        (**self).outage_since()
     }
 }
 

@@ -381,6 +381,10 @@ impl<H: RecordHandler, S: IdempotencyStore + 'static> RecordHandler for Idempote
         }
         self.inner.flush().await;
     }
+
+    fn outage_since(&self) -> Option<u64> {
+        self.inner.outage_since()
+    }
 }
 
 /// A fingerprint of a message body that every container computes alike (FNV-1a, 64 bits): it

@@ -21,6 +21,10 @@ use redrive_core::{
 };
 use serde::Serialize;
 
+pub mod pause;
+use pause::{Answer, PauseSignal};
+use redrive_core::breaker::{ProbeVerdict, PROBE_KEY};
+
 pub use aws_lambda_events::sqs::SqsBatchResponse;
 pub use bytes::Bytes;
 /// What a function's `main` returns: any error, as `lambda_runtime` takes it.
@@ -202,20 +206,63 @@ async fn serve<H: RecordHandler + Send + 'static>(
     processor: Processor<SqsQueue>,
     handler: H,
 ) -> Result<(), lambda_runtime::Error> {
-    let shared = Arc::new((processor, handler, settings.metrics_namespace.clone()));
+    let pause = settings.pause.clone().map(PauseSignal::new);
+    let shared = Arc::new((
+        processor,
+        handler,
+        settings.metrics_namespace.clone(),
+        pause,
+    ));
     run(move |event| {
         let shared = Arc::clone(&shared);
         // Boxed: the type of the whole invocation (runtime, processor, handler) nests deeply
         // enough to need a raised recursion_limit in every crate that instantiates it.
         let invocation: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
-            let (processor, handler, namespace) = &*shared;
+            let (processor, handler, namespace, pause) = &*shared;
             let context = event.context.clone();
             let processed = handle_event(event, processor, handler).await?;
-            Ok::<_, lambda_runtime::Error>(respond(processed, namespace, &context))
+            if let Some(pause) = pause {
+                ask_for_pause(pause, handler, processor.queue(), &context).await;
+            }
+            let probe = is_probe(&context).then(|| ProbeVerdict::of(&processed.report));
+            let response = respond(processed, namespace, &context);
+            Ok::<_, lambda_runtime::Error>(match probe {
+                Some(probe) => Answer::Probe { response, probe },
+                None => Answer::Batch(response),
+            })
         });
         invocation
     })
     .await
+}
+
+/// Asks the intake controller to pause this function's mappings when its handler's downstream
+/// has been down long enough; a request that cannot be sent is logged, and asked again later.
+async fn ask_for_pause<H: RecordHandler, Q: QueuePort>(
+    pause: &PauseSignal,
+    handler: &H,
+    queue: &Q,
+    context: &Context,
+) {
+    let function = context.env_config.function_name.as_str();
+    let Some(request) = pause.due(handler.outage_since(), function, SystemClock.now_ms()) else {
+        return;
+    };
+    match pause.ask(queue, &request).await {
+        Ok(()) => tracing::warn!(
+            outage_since_ms = request.outage_since_ms,
+            "downstream down: asked for the intake to be paused"
+        ),
+        Err(error) => tracing::error!(%error, "could not ask for the intake to be paused"),
+    }
+}
+
+/// Whether this invocation is the intake controller's probe (`redrive::intake`).
+fn is_probe(context: &Context) -> bool {
+    context
+        .client_context
+        .as_ref()
+        .is_some_and(|client| client.custom.contains_key(PROBE_KEY))
 }
 
 /// `lambda_runtime::run_concurrent` for a handler of the event's bytes as Lambda sent them.

@@ -19,6 +19,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+pub use redrive_core::breaker::PauseRequest;
 use redrive_core::PortError;
 
 /// A mapping the controller may pause: its queue and consumer, and its maximum concurrency when
@@ -56,6 +57,11 @@ impl Mapping {
         }
     }
 
+    /// Whether `request` asks for this mapping: one of its function's.
+    pub fn asked_by(&self, request: &PauseRequest) -> bool {
+        request.function == self.function
+    }
+
     /// The state it runs in at full.
     pub fn full(&self) -> MappingState {
         MappingState {
@@ -72,39 +78,6 @@ pub struct MappingState {
     pub enabled: bool,
     /// `ScalingConfig.MaximumConcurrency`, if set.
     pub max_concurrency: Option<u32>,
-}
-
-/// A consumer's request to pause its mapping: its breaker has been open since `outage_since_ms`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[non_exhaustive]
-pub struct PauseRequest {
-    /// The source queue of the invocation that asked.
-    pub queue_arn: String,
-    /// The consumer function.
-    pub function: String,
-    /// Since when (ms since the epoch) its breaker has been open.
-    pub outage_since_ms: u64,
-}
-
-impl PauseRequest {
-    /// A request from `function` reading `queue_arn`, down since `outage_since_ms`.
-    pub fn new(
-        queue_arn: impl Into<String>,
-        function: impl Into<String>,
-        outage_since_ms: u64,
-    ) -> Self {
-        Self {
-            queue_arn: queue_arn.into(),
-            function: function.into(),
-            outage_since_ms,
-        }
-    }
-
-    /// Whether it asks for `mapping`.
-    pub fn is_for(&self, mapping: &Mapping) -> bool {
-        self.queue_arn == mapping.queue_arn && self.function == mapping.function
-    }
 }
 
 /// What a probe found.
