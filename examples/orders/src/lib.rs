@@ -136,4 +136,10 @@ impl<P: PaymentGateway> RecordHandler for OrdersHandler<P> {
             }
         }
     }
+
+    /// The payment service's outage, as its shared breaker saw it: with `REDRIVE_PAUSE_AFTER`, the
+    /// consumer asks for its intake to be paused once it lasts.
+    fn outage_since(&self) -> Option<u64> {
+        self.breakers.shared().open_since()
+    }
 }
