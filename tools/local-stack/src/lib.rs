@@ -2,6 +2,7 @@
 //! (moto server), and a poller that does what Lambda's SQS event source mapping does.
 pub mod conformance;
 pub mod incident;
+mod intake_sim;
 pub mod kafka_poller;
 pub mod kafka_soak;
 pub mod mapping;

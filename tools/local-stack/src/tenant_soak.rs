@@ -5,25 +5,16 @@
 //! fault behind a breaker per tenant ([`redrive::TenantBreakers`], the orders handler's), and with
 //! the fault behind the shared breaker alone. What it measures: the other tenants' time in queue,
 //! the failing tenant's downstream calls, handler calls and dead letters, and its drain once healed.
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use redrive::clock::{Clock, ManualClock};
-use redrive::envelope::OutgoingMessage;
-use redrive::event::Text;
-use redrive::port::{ForwardingPort, QueuePort};
 use redrive::{
-    Message, PortError, Processor, ProcessorConfig, RecordError, RecordHandler,
-    TenantBreakerSettings, TenantBreakers,
+    Message, PortError, RecordError, RecordHandler, TenantBreakerSettings, TenantBreakers,
 };
 
-use crate::memory::{MemorySqs, QueueSpec};
-use crate::soak::{done, shipped};
-
-/// The virtual clock's step: arrivals are spread over it, and the consumer receives once per step.
-const STEP_MS: u64 = 100;
+use crate::intake_sim::{Body, Effects, Model, STEP_MS};
+use crate::soak::shipped;
 
 /// A run's shape; every random choice comes from `seed`.
 #[derive(Debug, Clone)]
@@ -150,23 +141,17 @@ impl fmt::Display for TenantSoakReport {
 }
 
 /// Calls each message's tenant's downstream through the breakers; keeps each message's effects.
-struct TenantHandler {
+struct TenantHandler<'m> {
     breakers: TenantBreakers,
-    clock: Arc<ManualClock>,
+    model: &'m Model,
     heal_at_ms: u64,
-    /// By message id: effects, and the time of the first.
-    effects: Mutex<HashMap<String, (u32, u64)>>,
+    effects: Effects,
     failing_downstream_calls: Mutex<u64>,
     failing_calls_while_down: Mutex<u64>,
     failing_handler_calls: Mutex<u64>,
 }
 
-#[derive(serde::Deserialize)]
-struct Body<'a> {
-    id: &'a str,
-}
-
-impl RecordHandler for TenantHandler {
+impl RecordHandler for TenantHandler<'_> {
     async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
         let body: Body<'_> = message.json()?;
         let tenant = message.tenant();
@@ -178,7 +163,7 @@ impl RecordHandler for TenantHandler {
             .call(tenant.as_deref(), || async {
                 if failing {
                     *self.failing_downstream_calls.lock().unwrap() += 1;
-                    if self.clock.now_ms() < self.heal_at_ms {
+                    if self.model.now_ms() < self.heal_at_ms {
                         *self.failing_calls_while_down.lock().unwrap() += 1;
                         return Err(RecordError::transient(
                             "webhook_unavailable",
@@ -189,52 +174,18 @@ impl RecordHandler for TenantHandler {
                 Ok(())
             })
             .await?;
-        let now = self.clock.now_ms();
-        let mut effects = self.effects.lock().unwrap();
-        let effect = effects.entry(body.id.to_owned()).or_insert((0, now));
-        effect.0 += 1;
+        self.effects.record(body.id, self.model.now_ms());
         Ok(())
-    }
-}
-
-/// Counts the SQS calls the engine and the consumer make.
-struct Counted<'a> {
-    sqs: &'a MemorySqs,
-    calls: Mutex<u64>,
-}
-
-impl<'a> ForwardingPort for Counted<'a> {
-    type Inner = &'a MemorySqs;
-
-    fn inner(&self) -> &Self::Inner {
-        &self.sqs
-    }
-
-    fn on_call(&self, _action: &'static str, _queue: &str) {
-        *self.calls.lock().unwrap() += 1;
     }
 }
 
 /// Runs one form of the soak.
 pub async fn run(config: &TenantSoakConfig) -> Result<TenantSoakReport, PortError> {
-    let orders = shipped("infra", "orders", 1.0);
-    let clock = Arc::new(ManualClock::at(1_763_790_000_000));
-    let sqs = MemorySqs::new(clock.clone());
-    let (dlq, dlq_arn) = sqs.create(
-        "tenants-dlq",
-        QueueSpec::named("tenants-dlq").retaining(Duration::from_secs(14 * 86400)),
-    );
-    let source = orders.settings.processor.source;
-    let (url, arn) = sqs.create(
-        "tenants",
-        QueueSpec::named("tenants")
-            .dead_letters_to(&dlq_arn, orders.max_receive_count)
-            .retaining(source.retention),
-    );
-    let started_ms = clock.now_ms();
+    let model = Model::new(shipped("infra", "orders", 1.0), config.seed);
+    let started_ms = model.now_ms();
     let heal_at_ms = started_ms + config.outage.map_or(0, |outage| outage.as_millis() as u64);
     let tenant_settings = if config.per_tenant {
-        orders.settings.tenant_breaker
+        model.orders.settings.tenant_breaker
     } else {
         let mut off = TenantBreakerSettings::default();
         off.threshold = 0;
@@ -243,134 +194,70 @@ pub async fn run(config: &TenantSoakConfig) -> Result<TenantSoakReport, PortErro
     let handler = TenantHandler {
         breakers: TenantBreakers::with_clock(
             "webhooks",
-            orders.settings.breaker,
+            model.orders.settings.breaker,
             tenant_settings,
-            clock.clone(),
+            model.clock.clone(),
         ),
-        clock: clock.clone(),
+        model: &model,
         heal_at_ms: if config.outage.is_some() {
             heal_at_ms
         } else {
             0
         },
-        effects: Mutex::default(),
+        effects: Effects::default(),
         failing_downstream_calls: Mutex::default(),
         failing_calls_while_down: Mutex::default(),
         failing_handler_calls: Mutex::default(),
     };
-    let queue = Counted {
-        sqs: &sqs,
-        calls: Mutex::default(),
-    };
-    let processor = Processor::new(&queue, {
-        let mut processor_config = ProcessorConfig::from(&orders.settings);
-        processor_config.dlq_url = Some(dlq.clone());
-        processor_config.source_queue_url = Some(url.clone());
-        processor_config
-    })
-    .with_clock(clock.clone())
-    .with_seed(config.seed);
-
-    let mut rng = fastrand::Rng::with_seed(config.seed ^ 0x7e4a47);
+    let processor = model.processor(config.seed);
     let per_step = f64::from(config.rate_per_s) * STEP_MS as f64 / 1000.0;
     let produce_until = started_ms + config.produce_for.as_millis() as u64;
-    // By message id: its tenant and when it was produced.
-    let mut produced: HashMap<String, (String, u64)> = HashMap::new();
-    let mut invocations = 0;
     loop {
-        let now = clock.now_ms();
-        if now < produce_until {
-            // Arrivals spread over the step that ends now (a Poisson process's count, drawn as
-            // twice the mean's trials of one half).
-            let count = (0..(per_step * 2.0).round() as u32)
-                .filter(|_| rng.bool())
-                .count();
-            let batch: Vec<OutgoingMessage<'static>> = (0..count)
-                .map(|_| {
-                    let n = produced.len();
-                    let tenant = format!("t-{}", rng.usize(..config.tenants));
-                    let at = now - rng.u64(..STEP_MS);
-                    produced.insert(format!("m-{n}"), (tenant.clone(), at));
-                    OutgoingMessage {
-                        body: Text::from(format!(r#"{{"id":"m-{n}"}}"#)),
-                        attributes: Vec::new(),
-                        delay_seconds: 0,
-                        deduplication_id: None,
-                        group_id: Some(Text::from(tenant)),
-                        trace_header: None,
-                    }
-                })
-                .collect();
-            for chunk in batch.chunks(10) {
-                sqs.send_batch(&url, chunk).await?;
-            }
-        } else if sqs.depth(&url) == 0 {
+        if model.now_ms() < produce_until {
+            model.produce(per_step, config.tenants).await?;
+        } else if model.depth() == 0 {
             break;
         }
         for _ in 0..config.receives_per_step {
-            let mut records = queue
-                .receive(&url, 10, source.visibility_timeout, Duration::ZERO)
-                .await?;
+            let records = model.receive(10).await?;
             if records.is_empty() {
                 break;
             }
-            for record in &mut records {
-                record.event_source_arn = Some(Text::from(arn.clone()));
-            }
-            invocations += 1;
-            let deadline = clock.now_ms() + orders.function_timeout.as_millis() as u64;
-            let processed = processor
-                .process(&handler, &records, deadline)
-                .await
-                .expect("records carry message ids");
-            for chunk in done(&records, &processed).chunks(10) {
-                queue.delete_batch(&url, chunk).await?;
-            }
+            model.invoke(&processor, &handler, &records).await?;
         }
-        clock.advance(STEP_MS);
-        if clock.now_ms() > produce_until + 6 * 3600 * 1000 {
+        model.clock.advance(STEP_MS);
+        if model.now_ms() > produce_until + 6 * 3600 * 1000 {
             return Err(PortError::new(
                 "tenant soak",
-                format!("the queue did not drain: {} messages left", sqs.depth(&url)),
+                format!("the queue did not drain: {} messages left", model.depth()),
             ));
         }
     }
 
-    let dead: HashMap<String, usize> = sqs
-        .contents(&dlq)
-        .iter()
-        .filter_map(|(body, _)| {
-            let body: serde_json::Value = serde_json::from_str(body).ok()?;
-            Some(body["id"].as_str()?.to_owned())
-        })
-        .fold(HashMap::new(), |mut dead, id| {
-            *dead.entry(id).or_default() += 1;
-            dead
-        });
-    let effects = handler.effects.into_inner().unwrap();
     let mut report = TenantSoakReport {
-        produced: produced.len(),
-        failing_downstream_calls: handler.failing_downstream_calls.into_inner().unwrap(),
-        failing_calls_while_down: handler.failing_calls_while_down.into_inner().unwrap(),
-        failing_handler_calls: handler.failing_handler_calls.into_inner().unwrap(),
-        invocations,
-        sqs_calls: *queue.calls.lock().unwrap(),
+        failing_downstream_calls: *handler.failing_downstream_calls.lock().unwrap(),
+        failing_calls_while_down: *handler.failing_calls_while_down.lock().unwrap(),
+        failing_handler_calls: *handler.failing_handler_calls.lock().unwrap(),
+        invocations: model.invocations.load(std::sync::atomic::Ordering::Relaxed),
+        sqs_calls: model.sqs_calls(),
         ..TenantSoakReport::default()
     };
+    let fates = model.fates(handler.effects);
+    report.produced = fates.len();
     let mut waits = Vec::new();
     let mut last_effect = started_ms;
     let mut failing_last = heal_at_ms;
-    for (id, (tenant, at)) in &produced {
-        let failing = tenant == FAILING;
+    for fate in &fates {
+        let failing = fate.tenant == FAILING;
         report.failing_messages += usize::from(failing);
-        match (effects.get(id), dead.contains_key(id)) {
-            (Some(&(1, effect_ms)), false) => {
+        match (fate.effects, fate.dead_lettered) {
+            (Some((1, effect_ms)), false) => {
                 report.once += 1;
                 last_effect = last_effect.max(effect_ms);
-                if failing && *at < heal_at_ms {
+                if failing && fate.produced_ms < heal_at_ms {
                     failing_last = failing_last.max(effect_ms);
                 } else if !failing {
-                    waits.push(effect_ms - at);
+                    waits.push(effect_ms - fate.produced_ms);
                 }
             }
             (Some(_), _) => report.twice += 1,

@@ -21,7 +21,7 @@ use redrive::PortError;
 
 use crate::memory::QueueSpec;
 
-pub(crate) use config::shipped;
+pub(crate) use config::{shipped, Shipped};
 pub use config::{Outage, SoakConfig};
 pub use driver::run;
 pub use faulty::{Faulty, SoakQueues};
