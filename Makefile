@@ -9,7 +9,7 @@ CARGO       ?= cargo
 # Seeds of `make soak`.
 SEEDS       ?= 1,2,3
 # The Lambda functions (crates under functions/): one bootstrap.zip each.
-FUNCTIONS   := sqs-consumer event-consumer eventbridge-redrive dlq-redrive
+FUNCTIONS   := sqs-consumer event-consumer eventbridge-redrive dlq-redrive intake-controller
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Python compiles a module when it is first imported: compiling every file of moto, LocalStack and
 # checkov at install was most of the installs' CPU time.

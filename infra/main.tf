@@ -9,6 +9,7 @@ locals {
     event_consumer      = "${local.lambda_dir}/event-consumer/bootstrap.zip"
     dlq_redrive         = "${local.lambda_dir}/dlq-redrive/bootstrap.zip"
     eventbridge_redrive = "${local.lambda_dir}/eventbridge-redrive/bootstrap.zip"
+    intake_controller   = "${local.lambda_dir}/intake-controller/bootstrap.zip"
   }
   event_consumer_timeout_seconds = 30
   # The redrive waits for the consumer it invokes, then carries its batch out.
@@ -84,7 +85,10 @@ module "consumer" {
   function_zip             = local.zips.sqs_consumer
   function_timeout_seconds = each.value.function_timeout_seconds
   function_memory_mb       = each.value.function_memory_mb
-  environment = merge(local.function_environment, each.value.idempotency_key == null ? {} : {
+  environment = merge(local.function_environment, !var.intake_pause.enabled ? {} : {
+    REDRIVE_PAUSE_AFTER     = "${var.intake_pause.after_seconds}s"
+    REDRIVE_PAUSE_QUEUE_URL = module.intake[0].requests_queue_url
+    }, each.value.idempotency_key == null ? {} : {
     REDRIVE_IDEMPOTENCY_TABLE = module.idempotency[each.key].table_name
     REDRIVE_IDEMPOTENCY_KEY   = each.value.idempotency_key
     REDRIVE_IDEMPOTENCY_LEASE = "${each.value.function_timeout_seconds + 60}s"
@@ -97,6 +101,11 @@ module "consumer" {
   })
   extra_statements = concat(
     each.value.idempotency_key == null ? [] : [module.idempotency[each.key].access_statement],
+    !var.intake_pause.enabled ? [] : [{
+      sid       = "AskForAPause"
+      actions   = ["sqs:SendMessage"]
+      resources = [module.intake[0].requests_queue_arn]
+    }],
     var.large_messages.enabled ? module.payloads[0].access_statements[each.key] : [],
   )
   max_attempts                   = var.retry.max_attempts
@@ -118,6 +127,26 @@ module "consumer" {
   dlq_oldest_message_age_seconds = var.alarms.dlq_oldest_message_age_seconds
   deferred_threshold             = var.alarms.deferred_threshold
   transient_errors_threshold     = var.alarms.transient_errors_threshold
+}
+
+# Consumers whose downstream stays down pause their intake (REDRIVE_PAUSE_AFTER); the controller
+# probes once a minute and enables each mapping again step by step (modules/intake-controller).
+module "intake" {
+  source = "./modules/intake-controller"
+  count  = var.intake_pause.enabled ? 1 : 0
+
+  name                 = var.name_prefix
+  zip                  = local.zips.intake_controller
+  ramp                 = var.intake_pause.ramp
+  switch_after_seconds = var.intake_pause.switch_after_seconds
+  mappings = merge([for key, consumer in module.consumer : {
+    for index, mapping in consumer.mappings : "${key}-${index}" => merge(mapping, {
+      function_name = consumer.function_name
+      function_arn  = consumer.function_arn
+    })
+  }]...)
+  log_retention_days = var.log_retention_days
+  alarm_topic_arn    = module.alerts.topic_arn
 }
 
 module "events" {

@@ -207,6 +207,23 @@ variable "tenant_breaker" {
   }
 }
 
+variable "intake_pause" {
+  description = "Pause a consumer's intake through its downstream's outage: once its breaker has stayed open after_seconds, the consumer asks, and the intake controller disables its event source mappings, probes with one message a minute, and enables them again through the ramp's maximum concurrencies. A switch enables a mapping at full switch_after_seconds after the controller's last tick, whatever becomes of the controller. Off by default."
+  type = object({
+    enabled              = optional(bool, false)
+    after_seconds        = optional(number, 300)
+    ramp                 = optional(list(number), [2, 10, 50])
+    switch_after_seconds = optional(number, 900)
+  })
+  default  = {}
+  nullable = false
+
+  validation {
+    condition     = var.intake_pause.after_seconds >= 60 && var.intake_pause.after_seconds <= 3600
+    error_message = "intake_pause.after_seconds must be 60 to 3600 (REDRIVE_PAUSE_AFTER: 1m to 1h)."
+  }
+}
+
 variable "alarms" {
   description = "CloudWatch alarm rules (evaluated locally by the demo too)."
   type = object({

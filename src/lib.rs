@@ -56,11 +56,11 @@ pub use redrive_aws::sqs;
 pub use redrive_core::oracles;
 // The engine's modules a user reaches: the handler contract, the processor and its settings,
 // errors, the ports and their test doubles, idempotency, FIFO and the attempt ledger, the failure
-// envelope. The breaker, the fates, the batch's figures and the stream records are named at the root; the
-// courier (`carry`) and the EMF lines are the sibling crates' own.
+// envelope, the breakers (tenants, pause requests). The fates, the batch's figures and the stream
+// records are named at the root; the courier (`carry`) and the EMF lines are the sibling crates' own.
 pub use redrive_core::{
-    backoff, clock, envelope, error, fifo, handler, idempotency, kafka, ledger, payload, port,
-    processor, reprocess_policy, stream,
+    backoff, breaker, clock, envelope, error, fifo, handler, idempotency, kafka, ledger, payload,
+    port, processor, reprocess_policy, stream,
 };
 
 /// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`] and
@@ -73,7 +73,7 @@ pub use redrive_event as event;
 #[cfg(feature = "lambda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
 pub use redrive_lambda as lambda;
-pub use redrive_recovery::{eventbridge, reprocess};
+pub use redrive_recovery::{eventbridge, intake, reprocess};
 
 pub use redrive_aws::SqsQueue;
 pub use redrive_core::{

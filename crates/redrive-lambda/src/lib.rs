@@ -131,12 +131,13 @@ where
         );
     }
     let handler = make_handler(&settings)?;
-    let processor = with_payloads(
-        Processor::new(SqsQueue::lazy(), ProcessorConfig::from(&settings)),
-        &settings,
-    )?;
+    let build = |config| with_payloads(Processor::new(SqsQueue::lazy(), config), &settings);
+    let processors = Processors {
+        intake: build(ProcessorConfig::from(&settings))?,
+        probe: build(pause::probe_config(ProcessorConfig::from(&settings)))?,
+    };
     match (&settings.idempotency, &settings.ledger_table) {
-        (None, None) => serve(&settings, processor, handler).await,
+        (None, None) => serve(&settings, processors, handler).await,
         // Every copy of a message, whichever container it reaches, takes effect once; the
         // ledger shares the store's table (and client) unless it has one of its own.
         #[cfg(feature = "dynamodb")]
@@ -149,15 +150,18 @@ where
                 Some(store) if store.table() == table => Arc::clone(store),
                 _ => Arc::new(DynamoDbStore::lazy(table)),
             });
-            let processor = match ledger {
-                Some(ledger) => processor.with_ledger(ledger),
-                None => processor,
+            let processors = match ledger {
+                Some(ledger) => Processors {
+                    intake: processors.intake.with_ledger(ledger.clone()),
+                    probe: processors.probe.with_ledger(ledger),
+                },
+                None => processors,
             };
             match (idempotency, store) {
                 (Some(idempotency), Some(store)) => {
-                    serve(&settings, processor, idempotency.wrap(handler, store)).await
+                    serve(&settings, processors, idempotency.wrap(handler, store)).await
                 }
-                _ => serve(&settings, processor, handler).await,
+                _ => serve(&settings, processors, handler).await,
             }
         }
         #[cfg(not(feature = "dynamodb"))]
@@ -199,16 +203,23 @@ fn with_payloads(
     }
 }
 
+/// The consumer's processors: the mapping's invocations', and the intake controller's probes'
+/// ([`pause::probe_config`]).
+struct Processors {
+    intake: Processor<SqsQueue>,
+    probe: Processor<SqsQueue>,
+}
+
 /// The runtime loop of [`consume`], with the handler it chose: one processor, handler and set
 /// of clients for every invocation, however many Lambda runs at once.
 async fn serve<H: RecordHandler + Send + 'static>(
     settings: &Settings,
-    processor: Processor<SqsQueue>,
+    processors: Processors,
     handler: H,
 ) -> Result<(), lambda_runtime::Error> {
     let pause = settings.pause.clone().map(PauseSignal::new);
     let shared = Arc::new((
-        processor,
+        processors,
         handler,
         settings.metrics_namespace.clone(),
         pause,
@@ -218,13 +229,19 @@ async fn serve<H: RecordHandler + Send + 'static>(
         // Boxed: the type of the whole invocation (runtime, processor, handler) nests deeply
         // enough to need a raised recursion_limit in every crate that instantiates it.
         let invocation: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
-            let (processor, handler, namespace, pause) = &*shared;
+            let (processors, handler, namespace, pause) = &*shared;
             let context = event.context.clone();
+            let probe = is_probe(&context);
+            let processor = if probe {
+                &processors.probe
+            } else {
+                &processors.intake
+            };
             let processed = handle_event(event, processor, handler).await?;
             if let Some(pause) = pause {
                 ask_for_pause(pause, handler, processor.queue(), &context).await;
             }
-            let probe = is_probe(&context).then(|| ProbeVerdict::of(&processed.report));
+            let probe = probe.then(|| ProbeVerdict::of(&processed.report));
             let response = respond(processed, namespace, &context);
             Ok::<_, lambda_runtime::Error>(match probe {
                 Some(probe) => Answer::Probe { response, probe },

@@ -7,20 +7,29 @@ use redrive_core::breaker::{PauseRequest, ProbeVerdict};
 use redrive_core::config::PauseSettings;
 use redrive_core::envelope::OutgoingMessage;
 use redrive_core::port::QueuePort;
-use redrive_core::PortError;
+use redrive_core::{PortError, ProcessorConfig};
 use serde::Serialize;
+
+/// The processor configuration a probe runs with: the deferral age limit lifted. A message the
+/// controller probes with waited paused, not deferred, and a probe of a long outage must not
+/// dead-letter it for the time the intake stood still.
+pub fn probe_config(mut config: ProcessorConfig) -> ProcessorConfig {
+    config.retry.defer_max_age = *redrive_core::backoff::DEFER_MAX_AGE_RANGE.end();
+    config
+}
 
 /// How often one container asks at most: the controller reads requests once a minute.
 const ASK_EVERY_MS: u64 = 60_000;
 
-/// When this container last asked.
-pub(crate) struct PauseSignal {
+/// A consumer's pause requests: when the outage has lasted, at most once a minute.
+pub struct PauseSignal {
     settings: PauseSettings,
     asked_ms: Mutex<Option<u64>>,
 }
 
 impl PauseSignal {
-    pub(crate) fn new(settings: PauseSettings) -> Self {
+    /// Requests as `settings` say.
+    pub fn new(settings: PauseSettings) -> Self {
         Self {
             settings,
             asked_ms: Mutex::default(),
@@ -29,7 +38,7 @@ impl PauseSignal {
 
     /// The request to send at `now_ms`, if the downstream has been down since `outage_since` for
     /// the configured time and this container has not asked within the last minute.
-    pub(crate) fn due(
+    pub fn due(
         &self,
         outage_since: Option<u64>,
         function: &str,
@@ -52,7 +61,7 @@ impl PauseSignal {
     }
 
     /// Sends `request` to the controller's queue.
-    pub(crate) async fn ask<Q: QueuePort>(
+    pub async fn ask<Q: QueuePort>(
         &self,
         queue: &Q,
         request: &PauseRequest,

@@ -112,9 +112,40 @@ pub trait IntakePort: Send + Sync {
     ) -> impl Future<Output = Result<(), PortError>> + Send;
     /// Takes the switch away (the mapping is at full again); none armed is no error.
     fn disarm_switch(&self, uuid: &str) -> impl Future<Output = Result<(), PortError>> + Send;
-    /// Takes one message of the mapping's queue and invokes its consumer with it as Lambda would
-    /// (an SQS event of one record), then deletes it if the consumer answered without failing it.
+    /// Takes one message of the mapping's queue (a receive of one: SQS counts a receive towards
+    /// `maxReceiveCount`, so none is received only to be put back) and invokes its consumer with
+    /// it as Lambda would (an SQS event of one record), then deletes it if the consumer answered
+    /// without failing it. The consumer runs a probe without the deferral age limit
+    /// (`redrive::lambda::pause::probe_config`): the message waited paused, not deferred.
     fn probe(&self, mapping: &Mapping) -> impl Future<Output = Result<Probe, PortError>> + Send;
+}
+
+/// A port shared by reference.
+impl<P: IntakePort> IntakePort for &P {
+    fn mapping(&self, uuid: &str) -> impl Future<Output = Result<MappingState, PortError>> + Send {
+        (**self).mapping(uuid)
+    }
+    fn set_mapping(
+        &self,
+        uuid: &str,
+        state: MappingState,
+    ) -> impl Future<Output = Result<(), PortError>> + Send {
+        (**self).set_mapping(uuid, state)
+    }
+    fn arm_switch(
+        &self,
+        mapping: &Mapping,
+        at_ms: u64,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), PortError>> + Send {
+        (**self).arm_switch(mapping, at_ms, reason)
+    }
+    fn disarm_switch(&self, uuid: &str) -> impl Future<Output = Result<(), PortError>> + Send {
+        (**self).disarm_switch(uuid)
+    }
+    fn probe(&self, mapping: &Mapping) -> impl Future<Output = Result<Probe, PortError>> + Send {
+        (**self).probe(mapping)
+    }
 }
 
 /// How the controller ramps a resumed mapping up, and when its switch fires.
@@ -313,7 +344,7 @@ mod tests {
         }
     }
 
-    impl IntakePort for &Model {
+    impl IntakePort for Model {
         async fn mapping(&self, _: &str) -> Result<MappingState, PortError> {
             self.call("GetEventSourceMapping")?;
             Ok(*self.state.lock().unwrap())

@@ -62,3 +62,23 @@ output "lane_arn" {
   description = "ARN of the retry lane; null without one."
   value       = one(aws_sqs_queue.lane[*].arn)
 }
+
+output "mappings" {
+  description = "The function's event source mappings (its source and, with hold, its retry lane): each one's UUID, ARN, queue and maximum concurrency, for the intake controller."
+  value = concat(
+    [{
+      uuid            = aws_lambda_event_source_mapping.consumer.uuid
+      arn             = aws_lambda_event_source_mapping.consumer.arn
+      queue_url       = local.queue.url
+      queue_arn       = local.queue.arn
+      max_concurrency = var.maximum_concurrency
+    }],
+    [for lane in aws_lambda_event_source_mapping.lane : {
+      uuid            = lane.uuid
+      arn             = lane.arn
+      queue_url       = aws_sqs_queue.lane[0].url
+      queue_arn       = aws_sqs_queue.lane[0].arn
+      max_concurrency = var.maximum_concurrency
+    }],
+  )
+}

@@ -111,7 +111,20 @@ impl Model {
 
     /// The consumer's processor, as Terraform configures it.
     pub(crate) fn processor(&self, seed: u64) -> Processor<&Counted> {
-        let mut processor_config = ProcessorConfig::from(&self.orders.settings);
+        self.processor_with(ProcessorConfig::from(&self.orders.settings), seed)
+    }
+
+    /// The processor the consumer runs the intake controller's probes with.
+    pub(crate) fn probe_processor(&self, seed: u64) -> Processor<&Counted> {
+        let config = ProcessorConfig::from(&self.orders.settings);
+        self.processor_with(redrive::lambda::pause::probe_config(config), seed)
+    }
+
+    fn processor_with(
+        &self,
+        mut processor_config: ProcessorConfig,
+        seed: u64,
+    ) -> Processor<&Counted> {
         processor_config.dlq_url = Some(self.dlq.clone());
         processor_config.source_queue_url = Some(self.url.clone());
         Processor::new(&self.queue, processor_config)
@@ -132,15 +145,57 @@ impl Model {
         self.queue.inner().depth(&self.url)
     }
 
+    /// Whether a message of the source is visible now: a poller's receive would return it.
+    pub(crate) fn visible_now(&self) -> bool {
+        self.queue
+            .inner()
+            .next_visible_ms(&self.url)
+            .is_some_and(|at| at <= self.now_ms())
+    }
+
+    /// A queue for the consumers' pause requests: its URL.
+    pub(crate) fn control_queue(&self) -> String {
+        self.queue
+            .inner()
+            .create("intake-control", QueueSpec::named("intake-control"))
+            .0
+    }
+
+    /// Every message of `url`, received and deleted (counted calls): their bodies.
+    pub(crate) async fn take_all(&self, url: &str) -> Result<Vec<String>, PortError> {
+        let mut bodies = Vec::new();
+        loop {
+            let records = self
+                .queue
+                .receive(url, 10, Duration::from_secs(30), Duration::ZERO)
+                .await?;
+            if records.is_empty() {
+                return Ok(bodies);
+            }
+            let receipts: Vec<&str> = records
+                .iter()
+                .filter_map(|record| record.receipt_handle.as_deref())
+                .collect();
+            self.queue.delete_batch(url, &receipts).await?;
+            bodies.extend(
+                records
+                    .iter()
+                    .map(|record| record.body.as_deref().unwrap_or_default().to_owned()),
+            );
+        }
+    }
+
     /// Sends what arrived during the step that ends now: `per_step` messages on average (a
-    /// Poisson count, drawn as twice the mean's trials of one half), each to one of `tenants`.
+    /// binomial count near a Poisson one: at least twice the mean's trials), each to one of
+    /// `tenants`.
     pub(crate) async fn produce(&self, per_step: f64, tenants: usize) -> Result<(), PortError> {
         let now = self.now_ms();
         let batch: Vec<OutgoingMessage<'static>> = {
             let mut rng = self.rng.lock().unwrap();
             let mut produced = self.produced.lock().unwrap();
-            let count = (0..(per_step * 2.0).round() as u32)
-                .filter(|_| rng.bool())
+            let trials = (per_step * 2.0).ceil().max(1.0);
+            let count = (0..trials as u32)
+                .filter(|_| rng.f64() < per_step / trials)
                 .count();
             (0..count)
                 .map(|_| {

@@ -3,6 +3,7 @@
 pub mod conformance;
 pub mod incident;
 mod intake_sim;
+pub mod intake_soak;
 pub mod kafka_poller;
 pub mod kafka_soak;
 pub mod mapping;

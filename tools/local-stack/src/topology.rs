@@ -250,6 +250,14 @@ impl Topology {
             // The table modules/idempotency-table makes, under this topology's prefix.
             *table = format!("{}-{key}-idempotency", self.name_prefix);
         }
+        if env.contains_key("REDRIVE_PAUSE_AFTER") {
+            // The queue modules/intake-controller makes (its URL is known after apply), named
+            // under this topology's prefix.
+            env.insert(
+                "REDRIVE_PAUSE_QUEUE_URL".to_owned(),
+                format!("{}-intake-requests", self.name_prefix),
+            );
+        }
         for (name, seconds) in [
             (
                 "REDRIVE_SOURCE_VISIBILITY_TIMEOUT",
