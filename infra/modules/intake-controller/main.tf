@@ -20,7 +20,10 @@ locals {
 
 # Pause requests: a consumer's request is worth a minute or two, never a backlog.
 resource "aws_sqs_queue" "requests" {
-  name                      = "${var.name}-intake-requests"
+  name = "${var.name}-intake-requests"
+  # Every queue of the stack takes what redrive may send (SQS takes up to 1 MiB); the provider
+  # creates 256 KiB queues unless told (AWS provider, aws_sqs_queue: max_message_size).
+  max_message_size          = 1048576
   message_retention_seconds = 3600
   sqs_managed_sse_enabled   = true
   tags                      = var.tags
@@ -77,9 +80,11 @@ module "controller" {
       resources = distinct([for mapping in values(var.mappings) : mapping.queue_arn])
     },
     {
-      sid       = "ProbeTheirConsumers"
-      actions   = ["lambda:InvokeFunction"]
-      resources = distinct([for mapping in values(var.mappings) : mapping.function_arn])
+      sid     = "ProbeTheirConsumers"
+      actions = ["lambda:InvokeFunction"]
+      # IAM matches a qualified invoke only against a qualified resource: a mapping may name a
+      # version or an alias.
+      resources = flatten([for arn in distinct([for mapping in values(var.mappings) : mapping.function_arn]) : [arn, "${arn}:*"]])
     },
     {
       sid       = "ArmTheSwitches"
@@ -229,7 +234,8 @@ resource "aws_cloudwatch_metric_alarm" "destination_delivery_failures" {
 }
 
 # A mapping paused or ramping (the controller's EMF PausedMappings, every tick): a downstream is
-# down, and the intake waits for it. OK again once every mapping runs at full.
+# down, and the intake waits for it. OK again once every mapping runs at full; a period without a
+# tick keeps the state (the failures alarm says why the ticks stopped).
 resource "aws_cloudwatch_metric_alarm" "paused" {
   alarm_name          = "${var.name}-intake-paused"
   alarm_description   = "A consumer's event source mapping is paused: its downstream is down. Runbook: docs/runbook.md, 'Intake paused'."
@@ -241,7 +247,7 @@ resource "aws_cloudwatch_metric_alarm" "paused" {
   evaluation_periods  = 1
   threshold           = 0
   comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
+  treat_missing_data  = "ignore"
   alarm_actions       = [var.alarm_topic_arn]
   ok_actions          = [var.alarm_topic_arn]
   tags                = var.tags
