@@ -13,9 +13,11 @@
 //! on `tansu` with its retry lane and DLQ on moto, with outages, flaky orders, crashed and short
 //! invocations, poison orders held in the lane or redriven from the DLQ. And in memory, 100
 //! tenants on a fair queue, one whose own downstream fails for 30 minutes, with a breaker per
-//! tenant, with the shared breaker alone and without the fault.
+//! tenant, with the shared breaker alone and without the fault; and a downstream down for two
+//! hours, the defer loop against the paused intake (`--intake`).
 //!
-//! Usage: redrive-soak [--memory N] [--moto N] [--streams N] [--kafka N] [--tenants RATE] [--seeds 1,2,3]
+//! Usage: redrive-soak [--memory N] [--moto N] [--streams N] [--kafka N] [--tenants RATE]
+//! [--intake RATE] [--seeds 1,2,3]
 //! [--scenario TEXT] (`--help` says more)
 use std::process::ExitCode;
 
@@ -45,6 +47,10 @@ struct Args {
     /// minutes; in memory; 0 skips those runs).
     #[arg(long, default_value_t = 100)]
     tenants: u32,
+    /// Messages a second of the intake soak (a two-hour outage in memory, the defer loop against
+    /// the paused intake; 0 skips those runs).
+    #[arg(long, default_value_t = 10.0)]
+    intake: f64,
     /// Seeds, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 3])]
     seeds: Vec<u64>,
@@ -199,6 +205,30 @@ async fn main() -> ExitCode {
         );
         let config = redrive_local::tenant_soak::TenantSoakConfig::new(args.tenants, seed);
         match redrive_local::tenant_soak::run_three(&config).await {
+            Ok(runs) => {
+                println!("{runs}");
+                let broken_here = runs.broken();
+                for line in &broken_here {
+                    println!("broken: {line}");
+                }
+                broken |= !broken_here.is_empty();
+            }
+            Err(error) => {
+                eprintln!("redrive-soak: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    for &seed in &args.seeds {
+        if args.intake <= 0.0 || !every_run {
+            break;
+        }
+        println!(
+            "== a two-hour outage in memory, {} messages/s, the defer loop against the paused intake, seed {seed}",
+            args.intake
+        );
+        let config = redrive_local::intake_soak::IntakeSoakConfig::new(args.intake, seed);
+        match redrive_local::intake_soak::run_both(&config).await {
             Ok(runs) => {
                 println!("{runs}");
                 let broken_here = runs.broken();
