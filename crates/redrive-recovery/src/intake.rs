@@ -112,6 +112,8 @@ pub trait IntakePort: Send + Sync {
     ) -> impl Future<Output = Result<(), PortError>> + Send;
     /// Takes the switch away (the mapping is at full again); none armed is no error.
     fn disarm_switch(&self, uuid: &str) -> impl Future<Output = Result<(), PortError>> + Send;
+    /// Whether the mapping's switch is armed (`GetSchedule`): the controller paused it.
+    fn armed(&self, uuid: &str) -> impl Future<Output = Result<bool, PortError>> + Send;
     /// Takes one message of the mapping's queue (a receive of one: SQS counts a receive towards
     /// `maxReceiveCount`, so none is received only to be put back) and invokes its consumer with
     /// it as Lambda would (an SQS event of one record), then deletes it if the consumer answered
@@ -143,6 +145,9 @@ impl<P: IntakePort> IntakePort for &P {
     fn disarm_switch(&self, uuid: &str) -> impl Future<Output = Result<(), PortError>> + Send {
         (**self).disarm_switch(uuid)
     }
+    fn armed(&self, uuid: &str) -> impl Future<Output = Result<bool, PortError>> + Send {
+        (**self).armed(uuid)
+    }
     fn probe(&self, mapping: &Mapping) -> impl Future<Output = Result<Probe, PortError>> + Send {
         (**self).probe(mapping)
     }
@@ -173,6 +178,8 @@ impl Default for IntakeSettings {
 pub enum Tick {
     /// At full, nobody asked: nothing.
     Running,
+    /// Below full without the controller's switch: someone else's pause or setting, left alone.
+    NotOurs,
     /// Asked: the switch armed, the mapping disabled.
     Paused,
     /// Paused, and the probe found the downstream still down.
@@ -216,6 +223,12 @@ impl<P: IntakePort> IntakeController<P> {
         if state == full && !asked {
             return Ok(Tick::Running);
         }
+        // A mapping below full without a switch of the controller's was set so by someone else
+        // (an operator's `dlq pause`, a deliberate concurrency): the controller leaves it. Every
+        // step of its own arms the switch first, so none of its own is ever without one.
+        if !(state.enabled && asked) && !self.port.armed(&mapping.uuid).await? {
+            return Ok(Tick::NotOurs);
+        }
         let switch_at =
             now_ms + u64::try_from(self.settings.switch_after.as_millis()).unwrap_or(u64::MAX);
         if state.enabled && asked {
@@ -257,7 +270,7 @@ impl<P: IntakePort> IntakeController<P> {
                 None => self.finish(mapping).await,
             };
         }
-        // Enabled below full: ramping (or a mapping someone else changed: brought back to full).
+        // Enabled below full, and ours: ramping.
         let next = self
             .steps(mapping)
             .find(|step| state.max_concurrency.is_some_and(|now| *step > now));
@@ -364,6 +377,10 @@ mod tests {
             *self.switch.lock().unwrap() = None;
             Ok(())
         }
+        async fn armed(&self, _: &str) -> Result<bool, PortError> {
+            self.call("GetSchedule")?;
+            Ok(self.switch.lock().unwrap().is_some())
+        }
         async fn probe(&self, _: &Mapping) -> Result<Probe, PortError> {
             self.call("Invoke")?;
             *self.probes.lock().unwrap() += 1;
@@ -443,6 +460,28 @@ mod tests {
             Tick::Paused
         );
         assert!(!model.state.lock().unwrap().enabled);
+    }
+
+    #[tokio::test]
+    async fn a_mapping_someone_else_paused_or_slowed_is_left_alone() {
+        let model = Model::new(&[], None);
+        let controller = IntakeController::new(&model, IntakeSettings::default());
+        let m = mapping();
+        for state in [
+            MappingState {
+                enabled: false,
+                max_concurrency: Some(100),
+            },
+            MappingState {
+                enabled: true,
+                max_concurrency: Some(5),
+            },
+        ] {
+            *model.state.lock().unwrap() = state;
+            assert_eq!(controller.tick(&m, false, 0).await.unwrap(), Tick::NotOurs);
+            assert_eq!(*model.probes.lock().unwrap(), 0, "not probed");
+            assert_eq!(*model.state.lock().unwrap(), state, "untouched");
+        }
     }
 
     /// Issue 56: the controller stopped by an error at each of its calls in turn, and never run

@@ -321,6 +321,28 @@ impl IntakePort for AwsIntake {
         }
     }
 
+    async fn armed(&self, uuid: &str) -> Result<bool, PortError> {
+        let got = self
+            .scheduler()
+            .await
+            .get_schedule()
+            .name(Self::switch_name(uuid))
+            .group_name(&self.switch_group)
+            .send()
+            .await;
+        match got {
+            Ok(_) => Ok(true),
+            Err(error)
+                if error
+                    .as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(failed("GetSchedule", error)),
+        }
+    }
+
     async fn probe(&self, mapping: &Mapping) -> Result<Probe, PortError> {
         let records = self
             .sqs

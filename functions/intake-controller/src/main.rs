@@ -20,7 +20,7 @@ fn main() -> Result<(), lambda_runtime::Error> {
             for mapping in &config.mappings {
                 let asked = requests.iter().any(|request| mapping.asked_by(request));
                 match controller.tick(mapping, asked, SystemClock.now_ms()).await {
-                    Ok(Tick::Running | Tick::Full) => {}
+                    Ok(Tick::Running | Tick::NotOurs | Tick::Full) => {}
                     Ok(tick) => {
                         paused += 1;
                         tracing::info!(mapping = %mapping.uuid, function = %mapping.function, ?tick, "intake");

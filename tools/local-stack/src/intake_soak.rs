@@ -157,6 +157,10 @@ impl<H: RecordHandler> IntakePort for ModelIntake<'_, H> {
         Ok(())
     }
 
+    async fn armed(&self, _: &str) -> Result<bool, PortError> {
+        Ok(self.switch.lock().unwrap().is_some())
+    }
+
     async fn probe(&self, _: &Mapping) -> Result<Probe, PortError> {
         let records = self.model.receive(1).await?;
         if records.is_empty() {
