@@ -226,12 +226,13 @@ impl<P: IntakePort> IntakeController<P> {
         // A mapping below full without a switch of the controller's was set so by someone else
         // (an operator's `dlq pause`, a deliberate concurrency): the controller leaves it. Every
         // step of its own arms the switch first, so none of its own is ever without one.
-        if !(state.enabled && asked) && !self.port.armed(&mapping.uuid).await? {
+        let pause_now = state.enabled && asked;
+        if !pause_now && !self.port.armed(&mapping.uuid).await? {
             return Ok(Tick::NotOurs);
         }
         let switch_at =
             now_ms + u64::try_from(self.settings.switch_after.as_millis()).unwrap_or(u64::MAX);
-        if state.enabled && asked {
+        if pause_now {
             let reason = format!(
                 "{}'s downstream is down: paused by redrive",
                 mapping.function

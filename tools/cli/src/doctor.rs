@@ -31,6 +31,10 @@ pub struct Mapping {
     pub partial_batch_response: bool,
     pub maximum_concurrency: Option<u32>,
     pub provisioned_pollers: bool,
+    /// Lambda polls its queue (`State` Enabled or Enabling).
+    pub enabled: bool,
+    /// The intake controller's switch, when it paused the mapping: why, and when it fires.
+    pub switch: Option<(String, String)>,
 }
 
 /// A function behind a mapping.
@@ -83,6 +87,8 @@ const SQS_ERRORS: &str =
 const DLQ_RETENTION: &str = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/setting-up-dead-letter-queue-retention.html";
 const RECURSION: &str = "https://docs.aws.amazon.com/lambda/latest/dg/invocation-recursion.html";
 const POLLERS: &str = "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html";
+const INTAKE: &str =
+    "https://docs.aws.amazon.com/lambda/latest/api/API_UpdateEventSourceMapping.html";
 
 /// Every finding in `account`, mapping by mapping.
 pub fn diagnose(account: &Account) -> Vec<Finding> {
@@ -115,6 +121,28 @@ fn diagnose_mapping(
             fix,
         })
     };
+    if !mapping.enabled {
+        let (what, why) = match &mapping.switch {
+            Some((reason, fires)) => (
+                format!("disabled by the intake controller: {reason}"),
+                format!("nothing is received from its queue while its downstream is down; the controller probes once a minute and resumes it, and its switch enables it at {fires} (UTC) if the controller stops ({INTAKE})"),
+            ),
+            None => (
+                "disabled, by hand (`dlq pause`) or by a deploy".to_owned(),
+                format!("Lambda does not poll its queue: messages wait there until the mapping is enabled, and expire at the queue's retention ({INTAKE})"),
+            ),
+        };
+        find(
+            "mapping-disabled",
+            &here,
+            what,
+            why,
+            format!(
+                "once its downstream answers: dlq resume {}",
+                mapping.function
+            ),
+        );
+    }
     if !mapping.partial_batch_response {
         find(
             "no-partial-batch-response",
@@ -263,6 +291,7 @@ fn diagnose_mapping(
 pub async fn gather(
     lambda: &aws_sdk_lambda::Client,
     sqs: &aws_sdk_sqs::Client,
+    scheduler: &aws_sdk_scheduler::Client,
     functions: &[String],
 ) -> Result<Account, Box<dyn std::error::Error>> {
     let mut account = Account::default();
@@ -298,8 +327,19 @@ pub async fn gather(
                     .and_then(|scaling| scaling.maximum_concurrency())
                     .map(|n| to_u32(Some(n))),
                 provisioned_pollers: mapping.provisioned_poller_config().is_some(),
+                enabled: matches!(mapping.state(), Some("Enabled" | "Enabling")),
+                switch: None,
             });
         }
+    }
+    for mapping in account
+        .mappings
+        .iter_mut()
+        .filter(|mapping| !mapping.enabled)
+    {
+        mapping.switch = crate::intake::switch(scheduler, &mapping.uuid)
+            .await?
+            .map(|switch| (switch.description, switch.expression));
     }
     for mapping in account.mappings.clone() {
         if !account.functions.contains_key(&mapping.function) {
@@ -442,6 +482,7 @@ mod tests {
                 batch_size: 10,
                 partial_batch_response: true,
                 maximum_concurrency: Some(10),
+                enabled: true,
                 ..Mapping::default()
             }],
             ..Account::default()
@@ -512,6 +553,35 @@ mod tests {
         assert!(
             codes(&report_only).is_empty(),
             "a report-only consumer re-sends nothing"
+        );
+    }
+
+    /// Issue 56: a disabled mapping says whether the intake controller holds it (and when its
+    /// switch fires) or someone else does.
+    #[test]
+    fn a_disabled_mapping_says_who_paused_it() {
+        let mut by_hand = healthy();
+        by_hand.mappings[0].enabled = false;
+        let findings = diagnose(&by_hand);
+        assert_eq!(findings[0].code, "mapping-disabled");
+        assert!(findings[0].what.contains("by hand"), "{findings:?}");
+        assert!(
+            findings[0].fix.contains("dlq resume orders"),
+            "{findings:?}"
+        );
+        let mut by_controller = by_hand;
+        by_controller.mappings[0].switch = Some((
+            "orders's downstream is down: paused by redrive, probing".into(),
+            "at(2026-11-29T15:00:00)".into(),
+        ));
+        let findings = diagnose(&by_controller);
+        assert!(
+            findings[0].what.contains("downstream is down"),
+            "{findings:?}"
+        );
+        assert!(
+            findings[0].why.contains("at(2026-11-29T15:00:00)"),
+            "{findings:?}"
         );
     }
 }

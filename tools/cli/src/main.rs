@@ -2,6 +2,7 @@
 //! AWS (the usual AWS_PROFILE / AWS_REGION) and against the local stack (AWS_ENDPOINT_URL).
 mod console;
 mod doctor;
+mod intake;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -163,6 +164,17 @@ enum Command {
         /// The findings as one JSON array on stdout.
         #[arg(long)]
         json: bool,
+    },
+    /// Pause a function's SQS event source mappings: Lambda stops polling, nothing is received
+    /// (no receive count rises) until `dlq resume`; the intake controller leaves them alone.
+    Pause {
+        /// The function.
+        function: String,
+    },
+    /// Resume a function's SQS event source mappings (paused by `dlq pause` or the controller).
+    Resume {
+        /// The function.
+        function: String,
     },
     /// Release a held FIFO head: tried again with a fresh set of attempts (the cause is fixed),
     /// or with --dead-letter sent to the DLQ so that its group goes on. The head comes back at once.
@@ -481,7 +493,10 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             if urls.is_empty() {
                 let lambda = aws_sdk_lambda::Client::new(&config);
                 let sqs_client = aws_sdk_sqs::Client::new(&config);
-                urls = doctor::gather(&lambda, &sqs_client, &[]).await?.dlq_urls();
+                let scheduler = aws_sdk_scheduler::Client::new(&config);
+                urls = doctor::gather(&lambda, &sqs_client, &scheduler, &[])
+                    .await?
+                    .dlq_urls();
                 if urls.is_empty() {
                     return Err(
                         "no SQS mapping of this account and region leads to a DLQ: name the DLQs"
@@ -615,8 +630,13 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Doctor { function, json } => {
             let lambda = aws_sdk_lambda::Client::new(&config);
-            let account =
-                doctor::gather(&lambda, &aws_sdk_sqs::Client::new(&config), &function).await?;
+            let account = doctor::gather(
+                &lambda,
+                &aws_sdk_sqs::Client::new(&config),
+                &aws_sdk_scheduler::Client::new(&config),
+                &function,
+            )
+            .await?;
             let findings = doctor::diagnose(&account);
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&findings)?)?;
@@ -637,6 +657,14 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             if !findings.is_empty() {
                 return Err(Found(findings.len()).into());
             }
+        }
+        Command::Pause { function } => {
+            let changed = intake::set(&config, &function, false).await?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&changed)?)?;
+        }
+        Command::Resume { function } => {
+            let changed = intake::set(&config, &function, true).await?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&changed)?)?;
         }
         Command::Release {
             table,

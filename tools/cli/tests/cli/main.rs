@@ -2,13 +2,14 @@
 //! errors are clear.
 mod browser;
 mod console;
+mod intake;
 
 use std::process::{Command, Output};
 
 use aws_sdk_sqs::types::MessageAttributeValue;
 use redrive_local::provision::{depth, queue_arn};
 
-fn dlq(args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(crate) fn dlq(args: &[&str], env: &[(&str, &str)]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_dlq"))
         .args(args)
         .envs(env.iter().copied())
@@ -18,7 +19,7 @@ fn dlq(args: &[&str], env: &[(&str, &str)]) -> Output {
     output
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     assert!(
         output.status.success(),
         "{}",
@@ -549,7 +550,7 @@ async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
 
 /// One SQS consumer on moto as `dlq doctor` reads it: a function, its queue, the queue's DLQ and
 /// the mapping between them, each setting as a case sets it.
-struct Consumer {
+pub(crate) struct Consumer {
     fifo: bool,
     visibility_timeout: u32,
     max_receive_count: Option<u32>,
@@ -579,7 +580,7 @@ impl Default for Consumer {
 
 /// An IAM role on moto (Lambda refuses a function whose role does not exist). The SDK has no IAM
 /// client here: moto takes IAM's query call from any request that names the service.
-fn moto_role(name: &str) -> String {
+pub(crate) fn moto_role(name: &str) -> String {
     use std::io::{Read, Write as _};
     let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap();
     let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
@@ -601,7 +602,7 @@ fn moto_role(name: &str) -> String {
     format!("arn:aws:iam::123456789012:role/{name}")
 }
 
-async fn deploy(name: &str, role: &str, consumer: &Consumer) {
+pub(crate) async fn deploy(name: &str, role: &str, consumer: &Consumer) {
     let config = redrive::sqs::sdk_config_from_env();
     let sqs = aws_sdk_sqs::Client::new(&config);
     let lambda = aws_sdk_lambda::Client::new(&config);
