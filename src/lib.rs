@@ -56,11 +56,12 @@ pub use redrive_aws::sqs;
 pub use redrive_core::oracles;
 // The engine's modules a user reaches: the handler contract, the processor and its settings,
 // errors, the ports and their test doubles, idempotency, FIFO and the attempt ledger, the failure
-// envelope, the breakers (tenants, pause requests). The fates, the batch's figures and the stream
-// records are named at the root; the courier (`carry`) and the EMF lines are the sibling crates' own.
+// envelope, the breakers (per tenant) and the pause requests. The fates, the batch's figures and
+// the stream records are named at the root; the courier (`carry`) and the EMF lines are the
+// sibling crates' own.
 pub use redrive_core::{
-    backoff, breaker, clock, envelope, error, fifo, handler, idempotency, kafka, ledger, payload,
-    port, processor, reprocess_policy, stream,
+    backoff, breaker, clock, envelope, error, fifo, handler, idempotency, kafka, ledger, pause,
+    payload, port, processor, reprocess_policy, stream,
 };
 
 /// Configuration from `REDRIVE_*` variables: the consumer's [`Settings`] and

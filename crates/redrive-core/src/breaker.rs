@@ -2,7 +2,6 @@
 //!
 //! While it is open, calls are not made: the record is deferred (re-sent with a delay, no attempt
 //! spent) instead of flooding the DLQ with records that only failed because the downstream is down.
-use std::borrow::Cow;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -299,55 +298,6 @@ impl CircuitBreaker {
     }
 }
 
-/// A consumer's request to pause its event source mappings while its downstream is down
-/// (`REDRIVE_PAUSE_AFTER`): one JSON message on `REDRIVE_PAUSE_QUEUE_URL`, which redrive's intake
-/// controller reads (`redrive::intake`). It names the function: its breaker guards the downstream
-/// every one of its mappings feeds.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[non_exhaustive]
-pub struct PauseRequest {
-    /// The consumer function.
-    pub function: String,
-    /// Since when (ms since the epoch) its breaker has been open.
-    pub outage_since_ms: u64,
-}
-
-impl PauseRequest {
-    /// A request from `function`, down since `outage_since_ms`.
-    pub fn new(function: impl Into<String>, outage_since_ms: u64) -> Self {
-        Self {
-            function: function.into(),
-            outage_since_ms,
-        }
-    }
-}
-
-/// The `ClientContext` custom key that marks an invocation as the intake controller's probe
-/// (Lambda passes an `Invoke` call's `ClientContext` to the function's context object).
-pub const PROBE_KEY: &str = "redrive-probe";
-
-/// A probe's verdict on the consumer's downstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProbeVerdict {
-    /// Every record was handled or failed for good: the downstream answers.
-    Up,
-    /// A record was deferred or failed transiently: still down.
-    Down,
-}
-
-impl ProbeVerdict {
-    /// What `report` says of the downstream.
-    pub fn of(report: &crate::BatchReport) -> Self {
-        if report.deferred > 0 || report.transient_errors > 0 {
-            Self::Down
-        } else {
-            Self::Up
-        }
-    }
-}
-
 /// How a tenant's own breaker opens, and how many failing tenants are remembered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -383,7 +333,7 @@ pub const NAMED_TENANTS: usize = 10;
 /// each message group (or Kafka key) is a tenant, one tenant whose own dependency fails (its
 /// webhook, its rate limit) defers only its own records, and spends neither their attempts nor
 /// the shared breaker, whose run counts a tenant's failures once
-/// ([`Message::tenant`](crate::Message::tenant) names the tenant).
+/// ([`Message::tenant`](crate::handler::Message::tenant) names the tenant).
 pub struct TenantBreakers {
     shared: CircuitBreaker,
     settings: TenantBreakerSettings,
@@ -640,40 +590,6 @@ fn named<'a>(tenants: &Tenants, tenant: &'a str, openings: u32) -> &'a str {
     } else {
         "other"
     }
-}
-
-/// The tenant of an SQS record, as [`Message::tenant`](crate::Message::tenant) names it: the key of
-/// the Kafka record it is a copy of (in the retry lane or a DLQ), else its message group. `meta` is
-/// its failure context, which may carry its original attributes.
-pub fn tenant_of<'r>(
-    record: &'r crate::SqsRecord<'r>,
-    meta: Option<&'r crate::Meta<'r>>,
-) -> Option<Cow<'r, str>> {
-    let attributes = meta
-        .and_then(|meta| meta.attributes.as_ref())
-        .unwrap_or(&record.message_attributes);
-    match attributes.get(crate::kafka::KAFKA_ATTRIBUTE) {
-        Some(origin) => {
-            let origin: crate::kafka::KafkaOrigin =
-                serde_json::from_str(origin.string_value.as_deref()?).ok()?;
-            Some(Cow::Owned(key_tenant(origin.key.as_deref()?).into_owned()))
-        }
-        None => record
-            .attributes
-            .message_group_id
-            .as_deref()
-            .map(Cow::Borrowed),
-    }
-}
-
-/// A Kafka key (base64) as a tenant: its text when it is UTF-8, else the base64.
-pub(crate) fn key_tenant(key: &str) -> Cow<'_, str> {
-    use base64::Engine as _;
-    let text = base64::engine::general_purpose::STANDARD
-        .decode(key)
-        .ok()
-        .and_then(|bytes| String::from_utf8(bytes).ok());
-    text.map_or(Cow::Borrowed(key), Cow::Owned)
 }
 
 fn hash(tenant: &str) -> u64 {

@@ -227,13 +227,13 @@ impl<'r> Message<'r> {
         self.record.attributes.message_group_id.as_deref()
     }
 
-    /// The tenant the record belongs to, for [`crate::breaker::TenantBreakers`]: a Kafka record's
+    /// The tenant the record belongs to, for `TenantBreakers`: a Kafka record's
     /// key (as text when it is UTF-8, else base64), on the record and on its copies; else the
     /// message group (a fair queue's tenant, or a FIFO group); `None` without either.
     pub fn tenant(&self) -> Option<std::borrow::Cow<'r, str>> {
         match self.kafka {
-            Some(record) => Some(crate::breaker::key_tenant(record.key.as_deref()?)),
-            None => crate::breaker::tenant_of(self.record, self.meta),
+            Some(record) => Some(key_tenant(record.key.as_deref()?)),
+            None => tenant_of(self.record, self.meta),
         }
     }
 
@@ -248,6 +248,41 @@ impl<'r> Message<'r> {
             .and_then(|meta| meta.attributes.as_ref())
             .unwrap_or(&self.record.message_attributes)
     }
+}
+
+/// The tenant of an SQS record, as [`Message::tenant`] names it: the key of
+/// the Kafka record it is a copy of (in the retry lane or a DLQ), else its message group. `meta` is
+/// its failure context, which may carry its original attributes.
+pub fn tenant_of<'r>(
+    record: &'r SqsRecord<'r>,
+    meta: Option<&'r Meta<'r>>,
+) -> Option<std::borrow::Cow<'r, str>> {
+    let attributes = meta
+        .and_then(|meta| meta.attributes.as_ref())
+        .unwrap_or(&record.message_attributes);
+    match attributes.get(crate::kafka::KAFKA_ATTRIBUTE) {
+        Some(origin) => {
+            let origin: crate::kafka::KafkaOrigin =
+                serde_json::from_str(origin.string_value.as_deref()?).ok()?;
+            Some(std::borrow::Cow::Owned(
+                key_tenant(origin.key.as_deref()?).into_owned(),
+            ))
+        }
+        None => record
+            .attributes
+            .message_group_id
+            .as_deref()
+            .map(std::borrow::Cow::Borrowed),
+    }
+}
+
+/// A Kafka key (base64) as a tenant: its text when it is UTF-8, else the base64.
+fn key_tenant(key: &str) -> std::borrow::Cow<'_, str> {
+    let text = BASE64
+        .decode(key)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    text.map_or(std::borrow::Cow::Borrowed(key), std::borrow::Cow::Owned)
 }
 
 /// The writes an invocation's records left running, each on a task of its own so that a record

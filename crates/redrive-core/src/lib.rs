@@ -42,6 +42,7 @@ pub mod metrics;
 #[doc(hidden)]
 #[cfg(feature = "test-util")]
 pub mod oracles;
+pub mod pause;
 pub mod payload;
 pub mod port;
 pub mod processor;

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 pub mod pause;
 use pause::{Answer, PauseSignal};
-use redrive_core::breaker::{ProbeVerdict, PROBE_KEY};
+use redrive_core::pause::{ProbeVerdict, PROBE_KEY};
 
 pub use aws_lambda_events::sqs::SqsBatchResponse;
 pub use bytes::Bytes;

@@ -3,9 +3,9 @@
 //! probes with what became of the probe's record.
 use std::sync::Mutex;
 
-use redrive_core::breaker::{PauseRequest, ProbeVerdict};
 use redrive_core::config::PauseSettings;
 use redrive_core::envelope::OutgoingMessage;
+use redrive_core::pause::{PauseRequest, ProbeVerdict};
 use redrive_core::port::QueuePort;
 use redrive_core::{PortError, ProcessorConfig};
 use serde::Serialize;

@@ -19,7 +19,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-pub use redrive_core::breaker::PauseRequest;
+pub use redrive_core::pause::PauseRequest;
 use redrive_core::PortError;
 
 /// A mapping the controller may pause: its queue and consumer, and its maximum concurrency when

@@ -9,10 +9,10 @@ use aws_sdk_scheduler::types::{
     ActionAfterCompletion, FlexibleTimeWindow, FlexibleTimeWindowMode, Target,
 };
 use base64::Engine as _;
-use redrive::breaker::{ProbeVerdict, PROBE_KEY};
 use redrive::envelope::Timestamp;
 use redrive::event::SqsRecord;
 use redrive::intake::{IntakePort, IntakeSettings, Mapping, MappingState, PauseRequest, Probe};
+use redrive::pause::{ProbeVerdict, PROBE_KEY};
 use redrive::port::QueuePort;
 use redrive::sqs::sdk_config_from_env;
 use redrive::{PortError, SqsQueue};

@@ -11,11 +11,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redrive::breaker::ProbeVerdict;
 use redrive::intake::{
     IntakeController, IntakePort, IntakeSettings, Mapping, MappingState, PauseRequest, Probe,
 };
 use redrive::lambda::pause::PauseSignal;
+use redrive::pause::ProbeVerdict;
 use redrive::{CircuitBreaker, Message, PortError, Processor, RecordError, RecordHandler};
 
 use crate::intake_sim::{Body, Counted, Effects, Model, STEP_MS};

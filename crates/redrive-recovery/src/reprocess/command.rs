@@ -59,7 +59,7 @@ pub struct ReprocessCommand {
     /// messages whose envelope names no version never match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_version: Option<u64>,
-    /// Only these tenants' messages (`redrive::breaker::tenant_of`: a Kafka record's key, else the
+    /// Only these tenants' messages (`redrive::handler::tenant_of`: a Kafka record's key, else the
     /// message group of a fair or FIFO queue).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tenants: Vec<String>,
@@ -240,7 +240,7 @@ impl Filter {
                     .is_some_and(|version| version < before)
             })
             && (self.tenants.is_empty()
-                || redrive_core::breaker::tenant_of(record, meta)
+                || redrive_core::handler::tenant_of(record, meta)
                     .is_some_and(|tenant| self.tenants.iter().any(|t| *t == tenant)))
             && self.selects(record)
     }

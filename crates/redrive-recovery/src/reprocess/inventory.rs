@@ -135,13 +135,13 @@ impl Inventory {
     }
 }
 
-/// Messages per tenant (`redrive::breaker::tenant_of`; `(none)` for a message without one), the
+/// Messages per tenant (`redrive::handler::tenant_of`; `(none)` for a message without one), the
 /// most first.
 pub fn tenant_counts(records: &[SqsRecord<'_>]) -> Vec<(String, u32)> {
     let mut counts: BTreeMap<String, u32> = BTreeMap::new();
     for record in records {
         let meta = Meta::of(record).and_then(Result::ok);
-        let tenant = redrive_core::breaker::tenant_of(record, meta.as_ref());
+        let tenant = redrive_core::handler::tenant_of(record, meta.as_ref());
         *counts
             .entry(tenant.map_or_else(|| "(none)".to_owned(), std::borrow::Cow::into_owned))
             .or_default() += 1;
