@@ -13,7 +13,7 @@ data "aws_region" "current" {}
 
 locals {
   # IAM names are global: the same stack in two regions needs two roles (modules/function).
-  region_code = replace(replace(replace(replace(replace(replace(replace(data.aws_region.current.region, "-", ""), "north", "n"), "south", "s"), "east", "e"), "west", "w"), "central", "c"), "gov", "g")
+  region_code  = replace(replace(replace(replace(replace(replace(replace(data.aws_region.current.region, "-", ""), "north", "n"), "south", "s"), "east", "e"), "west", "w"), "central", "c"), "gov", "g")
   mapping_arns = [for mapping in values(var.mappings) : mapping.arn]
   schedule_arn = "arn:${data.aws_partition.current.partition}:scheduler:${data.aws_region.current.region}:${data.aws_caller_identity.current.account_id}:schedule/${aws_scheduler_schedule_group.switches.name}"
 }
