@@ -338,6 +338,8 @@ pub struct TenantBreakers {
     shared: CircuitBreaker,
     settings: TenantBreakerSettings,
     tenants: Mutex<Tenants>,
+    /// The EMF namespace each opening is counted in ([`TenantBreakers::with_metrics`]).
+    metrics_namespace: Option<String>,
 }
 
 #[derive(Default)]
@@ -349,6 +351,8 @@ struct Tenants {
     epochs: u64,
     /// Deferrals so far: with the tenant, what spreads each one's wait.
     deferrals: u64,
+    /// The tenants named in logs and metrics, and how often each had opened when last named.
+    named: Vec<(String, u32)>,
 }
 
 struct Tenant {
@@ -390,7 +394,18 @@ impl TenantBreakers {
             shared: CircuitBreaker::with_clock(downstream, shared, clock),
             settings,
             tenants: Mutex::default(),
+            metrics_namespace: None,
         }
+    }
+
+    /// Counts each tenant's breaker opening as the EMF metric `TenantCircuitOpened` in
+    /// `namespace` (a line on stdout, which CloudWatch turns into the metric), with the dimensions
+    /// `Downstream` and `Tenant`: the tenant's name for the 10 that opened most
+    /// ([`NAMED_TENANTS`]), `other` for the rest, so the metric has at most 11 tenants per downstream.
+    #[must_use]
+    pub fn with_metrics(mut self, namespace: impl Into<String>) -> Self {
+        self.metrics_namespace = Some(namespace.into());
+        self
     }
 
     /// The shared breaker.
@@ -501,12 +516,19 @@ impl TenantBreakers {
         if recorded.opened {
             remembered.openings += 1;
             let openings = remembered.openings;
+            let label = named(&mut tenants, tenant, openings);
             tracing::warn!(
                 downstream = self.shared.downstream,
-                tenant = named(&tenants, tenant, openings),
+                tenant = %label,
                 open_for_s = self.settings.open_for.as_secs(),
                 "tenant's circuit opened"
             );
+            if let Some(namespace) = &self.metrics_namespace {
+                println!(
+                    "{}",
+                    opening_line(namespace, self.shared.downstream, &label, now)
+                );
+            }
         }
         match result {
             Err(_) if recorded.probe_failed => {
@@ -578,18 +600,47 @@ impl TenantBreakers {
     }
 }
 
-/// `tenant` if fewer than [`NAMED_TENANTS`] remembered tenants opened more often, else `other`.
-fn named<'a>(tenants: &Tenants, tenant: &'a str, openings: u32) -> &'a str {
-    let more = tenants
-        .by_name
-        .values()
-        .filter(|remembered| remembered.openings > openings)
-        .count();
-    if more < NAMED_TENANTS {
-        tenant
-    } else {
-        "other"
+/// The EMF line of one tenant's breaker opening.
+fn opening_line(namespace: &str, downstream: &str, tenant: &str, timestamp_ms: u64) -> String {
+    serde_json::json!({
+        "_aws": {
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": namespace,
+                "Dimensions": [["Downstream", "Tenant"]],
+                "Metrics": [{ "Name": "TenantCircuitOpened", "Unit": "Count" }],
+            }],
+        },
+        "Downstream": downstream,
+        "Tenant": tenant,
+        "TenantCircuitOpened": 1,
+    })
+    .to_string()
+}
+
+/// The name a tenant's opening is logged and counted under: its own while it holds one of the
+/// [`NAMED_TENANTS`] slots (free, or taken from the tenant that opened least, when it opened
+/// more), else `other`. At most that many names are in use at once, ties or not.
+fn named(tenants: &mut Tenants, tenant: &str, openings: u32) -> String {
+    let slots = &mut tenants.named;
+    if let Some(slot) = slots.iter_mut().find(|(name, _)| name == tenant) {
+        slot.1 = openings;
+        return tenant.to_owned();
     }
+    if slots.len() < NAMED_TENANTS {
+        slots.push((tenant.to_owned(), openings));
+        return tenant.to_owned();
+    }
+    // The slot of the tenant that opened least goes to one that opened more.
+    let weakest = slots
+        .iter_mut()
+        .min_by_key(|(_, openings)| *openings)
+        .expect("NAMED_TENANTS slots");
+    if openings > weakest.1 {
+        *weakest = (tenant.to_owned(), openings);
+        return tenant.to_owned();
+    }
+    "other".to_owned()
 }
 
 fn hash(tenant: &str) -> u64 {
@@ -918,9 +969,27 @@ mod tests {
         assert_eq!(breakers.tenants().by_name.len(), 50);
         assert!(matches!(breakers.state("t199"), BreakerState::Open { .. }));
         assert_eq!(breakers.state("t0"), BreakerState::Closed { failures: 0 });
-        let (named, other) = breakers.open_tenants();
-        assert_eq!(named.len(), NAMED_TENANTS);
+        let (open, other) = breakers.open_tenants();
+        assert_eq!(open.len(), NAMED_TENANTS);
         assert_eq!(other, 50 - NAMED_TENANTS);
+        let labels: std::collections::BTreeSet<String> = (0..200)
+            .map(|tenant| named(&mut breakers.tenants(), &format!("t{tenant}"), 1))
+            .collect();
+        assert_eq!(
+            labels.len(),
+            NAMED_TENANTS + 1,
+            "ten names and other, ties or not"
+        );
+        let line: serde_json::Value =
+            serde_json::from_str(&opening_line("redrive", "payments", "other", 7)).unwrap();
+        assert_eq!(
+            line["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            serde_json::json!([["Downstream", "Tenant"]])
+        );
+        assert_eq!(
+            (&line["Tenant"], &line["TenantCircuitOpened"]),
+            (&"other".into(), &1.into())
+        );
         // A tenant that succeeds is never remembered.
         for tenant in 0..1000 {
             call_for(&breakers, &format!("ok{tenant}"), false, &mut calls)

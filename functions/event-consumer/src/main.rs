@@ -14,7 +14,8 @@ fn main() -> Result<(), lambda_runtime::Error> {
         let settings = Settings::from_env()?;
         let orders = OrdersHandler::new(
             SimulatedPayments::from_env()?,
-            TenantBreakers::new("payments", settings.breaker, settings.tenant_breaker),
+            TenantBreakers::new("payments", settings.breaker, settings.tenant_breaker)
+                .with_metrics(&settings.metrics_namespace),
         );
         // Shared by the invocations Lambda Managed Instances run at once (one at a time elsewhere).
         let orders = Arc::new(orders);

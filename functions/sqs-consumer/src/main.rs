@@ -7,7 +7,8 @@ fn main() -> Result<(), lambda_runtime::Error> {
     redrive::lambda::runtime()?.block_on(async {
         redrive::lambda::consume(|settings| {
             let breakers =
-                TenantBreakers::new("payments", settings.breaker, settings.tenant_breaker);
+                TenantBreakers::new("payments", settings.breaker, settings.tenant_breaker)
+                    .with_metrics(&settings.metrics_namespace);
             Ok(OrdersHandler::new(SimulatedPayments::from_env()?, breakers))
         })
         .await
