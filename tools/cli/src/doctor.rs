@@ -101,6 +101,20 @@ pub fn diagnose(account: &Account) -> Vec<Finding> {
     findings
 }
 
+/// What a disabled mapping's finding says: who holds it, and what that does to its messages.
+pub fn disabled(mapping: &Mapping) -> (String, String) {
+    match &mapping.switch {
+        Some((reason, fires)) => (
+            format!("disabled by the intake controller: {reason}"),
+            format!("nothing is received from its queue while its downstream is down; the controller probes once a minute and resumes it, and its switch enables it at {fires} (UTC) if the controller stops ({INTAKE})"),
+        ),
+        None => (
+            "disabled, by hand (`dlq pause`) or by a deploy".to_owned(),
+            format!("Lambda does not poll its queue: messages wait there until the mapping is enabled, and expire at the queue's retention ({INTAKE})"),
+        ),
+    }
+}
+
 fn diagnose_mapping(
     mapping: &Mapping,
     function: Option<&Function>,
@@ -122,16 +136,7 @@ fn diagnose_mapping(
         })
     };
     if !mapping.enabled {
-        let (what, why) = match &mapping.switch {
-            Some((reason, fires)) => (
-                format!("disabled by the intake controller: {reason}"),
-                format!("nothing is received from its queue while its downstream is down; the controller probes once a minute and resumes it, and its switch enables it at {fires} (UTC) if the controller stops ({INTAKE})"),
-            ),
-            None => (
-                "disabled, by hand (`dlq pause`) or by a deploy".to_owned(),
-                format!("Lambda does not poll its queue: messages wait there until the mapping is enabled, and expire at the queue's retention ({INTAKE})"),
-            ),
-        };
+        let (what, why) = disabled(mapping);
         find(
             "mapping-disabled",
             &here,
@@ -294,7 +299,32 @@ pub async fn gather(
     scheduler: &aws_sdk_scheduler::Client,
     functions: &[String],
 ) -> Result<Account, Box<dyn std::error::Error>> {
-    let mut account = Account::default();
+    let mut account = Account {
+        mappings: mappings(lambda, scheduler, functions).await?,
+        ..Account::default()
+    };
+    for mapping in account.mappings.clone() {
+        if !account.functions.contains_key(&mapping.function) {
+            let function = read_function(lambda, &mapping.function).await?;
+            account.functions.insert(mapping.function.clone(), function);
+        }
+        read_queue(sqs, &mapping.queue_arn, &mut account).await?;
+        let dlq = account.queues[&mapping.queue_arn].redrive.clone();
+        if let Some((dlq_arn, _)) = dlq {
+            read_queue(sqs, &dlq_arn, &mut account).await?;
+        }
+    }
+    Ok(account)
+}
+
+/// The SQS event source mappings (of `functions` only, when any are named), each disabled one
+/// with the intake controller's switch if it holds one.
+pub async fn mappings(
+    lambda: &aws_sdk_lambda::Client,
+    scheduler: &aws_sdk_scheduler::Client,
+    functions: &[String],
+) -> Result<Vec<Mapping>, Box<dyn std::error::Error>> {
+    let mut mappings = Vec::new();
     let mut pages = lambda.list_event_source_mappings().into_paginator().send();
     while let Some(page) = pages.next().await {
         let page = page.map_err(|e| format!("ListEventSourceMappings: {}", describe(&e)))?;
@@ -313,7 +343,7 @@ pub async fn gather(
             if !functions.is_empty() && !functions.contains(&function) {
                 continue;
             }
-            account.mappings.push(Mapping {
+            mappings.push(Mapping {
                 uuid: mapping.uuid().unwrap_or_default().to_owned(),
                 function,
                 queue_arn: queue_arn.to_owned(),
@@ -332,27 +362,12 @@ pub async fn gather(
             });
         }
     }
-    for mapping in account
-        .mappings
-        .iter_mut()
-        .filter(|mapping| !mapping.enabled)
-    {
+    for mapping in mappings.iter_mut().filter(|mapping| !mapping.enabled) {
         mapping.switch = crate::intake::switch(scheduler, &mapping.uuid)
             .await?
             .map(|switch| (switch.description, switch.expression));
     }
-    for mapping in account.mappings.clone() {
-        if !account.functions.contains_key(&mapping.function) {
-            let function = read_function(lambda, &mapping.function).await?;
-            account.functions.insert(mapping.function.clone(), function);
-        }
-        read_queue(sqs, &mapping.queue_arn, &mut account).await?;
-        let dlq = account.queues[&mapping.queue_arn].redrive.clone();
-        if let Some((dlq_arn, _)) = dlq {
-            read_queue(sqs, &dlq_arn, &mut account).await?;
-        }
-    }
-    Ok(account)
+    Ok(mappings)
 }
 
 async fn read_function(

@@ -45,6 +45,9 @@ pub struct Options {
 /// What `dlq console` serves from.
 pub struct Console {
     client: aws_sdk_sqs::Client,
+    /// The event source mappings and the intake controller's switches: paused intakes.
+    lambda: aws_sdk_lambda::Client,
+    scheduler: aws_sdk_scheduler::Client,
     ledger: Option<(String, DynamoDbStore)>,
     audit: Audit,
     queues: Vec<String>,
@@ -76,6 +79,8 @@ pub async fn serve(
     );
     let console = Arc::new(Console {
         client: aws_sdk_sqs::Client::new(config),
+        lambda: aws_sdk_lambda::Client::new(config),
+        scheduler: aws_sdk_scheduler::Client::new(config),
         ledger,
         audit,
         queues: options.queues,

@@ -41,11 +41,48 @@ pub(super) async fn queues(State(console): State<Arc<Console>>) -> Answer {
             Err(error) => return Err(failed(error)),
         },
     };
+    let paused = paused_intakes(&console).await;
     let body = format!(
         "<p>Approximate depths, as SQS counts them. A queue's page reads its messages (hidden while read, then visible again: nothing is consumed).</p>\
-         <table><tr><th>DLQ</th><th>visible</th><th>in flight</th><th>delayed</th></tr>{rows}</table>{held}"
+         <table><tr><th>DLQ</th><th>visible</th><th>in flight</th><th>delayed</th></tr>{rows}</table>{held}{paused}"
     );
     Ok(console.page("Queues", false, &body).into_response())
+}
+
+/// The account's disabled SQS mappings and who holds each (the intake controller, with its reason
+/// and when its switch fires, or someone else), as `dlq doctor` says; a line saying why when the
+/// mappings cannot be read (the page still shows the DLQs).
+async fn paused_intakes(console: &Console) -> String {
+    let mappings = match crate::doctor::mappings(&console.lambda, &console.scheduler, &[]).await {
+        Ok(mappings) => mappings,
+        Err(error) => {
+            return format!(
+                r#"<p id="paused-intakes">The event source mappings could not be read: {}</p>"#,
+                escape(&error.to_string())
+            )
+        }
+    };
+    let rows: String = mappings
+        .iter()
+        .filter(|mapping| !mapping.enabled)
+        .map(|mapping| {
+            let (what, why) = crate::doctor::disabled(mapping);
+            format!(
+                r#"<tr data-function="{function}"><td>{function}</td><td>{queue}</td><td>{what}</td><td>{why}</td></tr>"#,
+                function = escape(&mapping.function),
+                queue = escape(queue_name(&mapping.queue_arn)),
+                // The doctor's words are for a terminal: no backticks on a page.
+                what = escape(&what.replace('`', "")),
+                why = escape(&why),
+            )
+        })
+        .collect();
+    if rows.is_empty() {
+        return r#"<p id="paused-intakes">Every SQS mapping of the account polls.</p>"#.to_owned();
+    }
+    format!(
+        r#"<h2>Paused intakes</h2><table id="paused-intakes"><tr><th>function</th><th>queue</th><th>paused</th><th>what it does</th></tr>{rows}</table><p>dlq resume &lt;function&gt; enables a function's mappings again.</p>"#
+    )
 }
 
 #[derive(Deserialize)]

@@ -11,7 +11,10 @@ use serde_json::Value;
 use super::browser::{http, Browser, Console};
 use redrive_local::incident::{self, failure_of};
 
-use super::{dead_letters, dlq, held_head, new_queue, origin_and_dlq, receive_now, stdout};
+use super::{
+    dead_letters, deploy, dlq, held_head, moto_role, new_queue, origin_and_dlq, receive_now,
+    stdout, Consumer,
+};
 
 /// The bodies `queue` holds, sorted (`dlq export`, with `env`).
 fn bodies(queue: &str, env: &[(&str, &str)]) -> Vec<String> {
@@ -109,6 +112,11 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
     dead_letters(&client, &dlq_url, invalid, &origin_arn, 4..6).await;
     let timeout = ("transient", "payment_timeout", "8");
     dead_letters(&client, &dlq_url, timeout, &origin_arn, 6..9).await;
+    // A consumer whose intake an operator paused: the queues page says who holds it.
+    let paused = format!("{prefix}-paused");
+    let role = moto_role(&format!("{paused}-role"));
+    deploy(&paused, &role, &Consumer::default()).await;
+    stdout(&dlq(&["pause", &paused], &[]));
     let (_console, port, token) = Console::start(&[&dlq_url, "--table", &table], &[]);
 
     // What a page of another site, or a request without the token, cannot do.
@@ -173,6 +181,8 @@ async fn in_a_browser_an_operator_redrives_the_fixed_group_and_nothing_else() {
 
     let browser = Browser::start();
     browser.open(&format!("http://127.0.0.1:{port}/?token={token}"));
+    let intake = browser.text(&format!(r#"#paused-intakes tr[data-function="{paused}"]"#));
+    assert!(intake.contains("by hand"), "{intake}");
     browser.screenshot("1-queues");
     browser.click("a.queue"); // 1
     assert_eq!(browser.count("tr.group"), 3, "three groups");
