@@ -321,7 +321,7 @@ impl IntakePort for AwsIntake {
         }
     }
 
-    async fn armed(&self, uuid: &str) -> Result<bool, PortError> {
+    async fn armed_since(&self, uuid: &str) -> Result<Option<u64>, PortError> {
         let got = self
             .scheduler()
             .await
@@ -331,13 +331,16 @@ impl IntakePort for AwsIntake {
             .send()
             .await;
         match got {
-            Ok(_) => Ok(true),
+            // Armed since the schedule was made: each tick updates it, which keeps that date.
+            Ok(schedule) => Ok(Some(schedule.creation_date().map_or(0, |created| {
+                u64::try_from(created.to_millis().unwrap_or(0)).unwrap_or(0)
+            }))),
             Err(error)
                 if error
                     .as_service_error()
                     .is_some_and(|e| e.is_resource_not_found_exception()) =>
             {
-                Ok(false)
+                Ok(None)
             }
             Err(error) => Err(failed("GetSchedule", error)),
         }

@@ -118,7 +118,8 @@ struct ModelIntake<'a, H> {
     handler: &'a H,
     mapping: Mapping,
     state: Mutex<MappingState>,
-    switch: Mutex<Option<u64>>,
+    /// When the switch fires, and since when it has been armed.
+    switch: Mutex<Option<(u64, u64)>>,
     probes: Mutex<u32>,
 }
 
@@ -130,7 +131,7 @@ impl<H: RecordHandler> ModelIntake<'_, H> {
     /// What Scheduler does: a switch due sets the mapping to full.
     fn fire(&self, now_ms: u64) {
         let mut switch = self.switch.lock().unwrap();
-        if switch.is_some_and(|at| at <= now_ms) {
+        if switch.is_some_and(|(at, _)| at <= now_ms) {
             *self.state.lock().unwrap() = self.mapping.full();
             *switch = None;
         }
@@ -148,7 +149,9 @@ impl<H: RecordHandler> IntakePort for ModelIntake<'_, H> {
     }
 
     async fn arm_switch(&self, _: &Mapping, at_ms: u64, _: &str) -> Result<(), PortError> {
-        *self.switch.lock().unwrap() = Some(at_ms);
+        let mut switch = self.switch.lock().unwrap();
+        let since = switch.map_or(self.model.now_ms(), |(_, since)| since);
+        *switch = Some((at_ms, since));
         Ok(())
     }
 
@@ -157,8 +160,8 @@ impl<H: RecordHandler> IntakePort for ModelIntake<'_, H> {
         Ok(())
     }
 
-    async fn armed(&self, _: &str) -> Result<bool, PortError> {
-        Ok(self.switch.lock().unwrap().is_some())
+    async fn armed_since(&self, _: &str) -> Result<Option<u64>, PortError> {
+        Ok(self.switch.lock().unwrap().map(|(_, since)| since))
     }
 
     async fn probe(&self, _: &Mapping) -> Result<Probe, PortError> {
