@@ -439,3 +439,56 @@ pub fn lambda_event(record: &SqsRecord<'_>, queue_arn: &str) -> String {
     })
     .to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use redrive::SqsEvent;
+
+    use super::*;
+
+    #[test]
+    fn a_probes_event_is_the_record_as_lambdas_mapping_shapes_it() {
+        let event = r#"{"Records":[{"messageId":"m-1","receiptHandle":"rh-1","body":"{\"orderId\":\"o-1\"}",
+            "attributes":{"ApproximateReceiveCount":"3","SentTimestamp":"1763790000000","MessageGroupId":"t-13"},
+            "messageAttributes":{"redrive":{"stringValue":"{}","dataType":"String"}},
+            "eventSource":"aws:sqs","eventSourceARN":"arn:aws:sqs:eu-west-1:123456789012:orders"}]}"#;
+        let received = SqsEvent::parse(event).unwrap();
+        let sent = lambda_event(
+            &received.records[0],
+            "arn:aws:sqs:eu-west-1:123456789012:orders",
+        );
+        let again = SqsEvent::parse(&sent).unwrap();
+        assert_eq!(again.records, received.records, "{sent}");
+        let json: serde_json::Value = serde_json::from_str(&sent).unwrap();
+        assert_eq!(json["Records"][0]["awsRegion"], "eu-west-1");
+    }
+
+    #[test]
+    fn a_consumers_answer_without_a_verdict_is_refused_and_a_config_names_what_is_missing() {
+        let up: ProbeAnswer =
+            serde_json::from_str(r#"{"batchItemFailures":[],"probe":"up"}"#).unwrap();
+        assert_eq!(up.probe, ProbeVerdict::Up);
+        assert!(serde_json::from_str::<ProbeAnswer>(r#"{"batchItemFailures":[]}"#).is_err());
+
+        let env = |missing: &str, ramp: &str| {
+            let ramp = ramp.to_owned();
+            let missing = missing.to_owned();
+            Config::from_lookup(move |name| match name {
+                _ if name == missing => None,
+                "INTAKE_MAPPINGS" => {
+                    Some(r#"[{"uuid":"u","queueUrl":"q","queueArn":"a","function":"f"}]"#.into())
+                }
+                "INTAKE_RAMP" => Some(ramp.clone()),
+                "INTAKE_SWITCH_AFTER" => Some("15m".into()),
+                other => Some(format!("{other}-value")),
+            })
+        };
+        let config = env("", "2,20").unwrap();
+        assert_eq!(config.settings.ramp, [2, 20]);
+        assert_eq!(config.mappings[0].max_concurrency, None);
+        assert!(env("INTAKE_SWITCH_ROLE_ARN", "2")
+            .unwrap_err()
+            .contains("INTAKE_SWITCH_ROLE_ARN"));
+        assert!(env("", "1").unwrap_err().contains("INTAKE_RAMP"));
+    }
+}
