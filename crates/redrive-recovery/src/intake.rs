@@ -20,6 +20,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use redrive_core::pause::PauseRequest;
+use redrive_core::port::QueuePort;
 use redrive_core::PortError;
 
 /// A mapping the controller may pause: its queue and consumer, and its maximum concurrency when
@@ -83,6 +84,32 @@ pub struct MappingState {
     pub enabled: bool,
     /// `ScalingConfig.MaximumConcurrency`, if set.
     pub max_concurrency: Option<u32>,
+}
+
+/// The pause requests waiting on the queue `url`, taken off it (a request is for one tick): at
+/// most 100 receives of 10, more than a minute's requests (each container asks once a minute).
+pub async fn take_requests<Q: QueuePort>(
+    queue: &Q,
+    url: &str,
+) -> Result<Vec<PauseRequest>, PortError> {
+    let mut requests = Vec::new();
+    for _ in 0..100 {
+        let records = queue
+            .receive(url, 10, Duration::from_secs(30), Duration::ZERO)
+            .await?;
+        if records.is_empty() {
+            break;
+        }
+        let receipts: Vec<&str> = records
+            .iter()
+            .filter_map(|record| record.receipt_handle.as_deref())
+            .collect();
+        queue.delete_batch(url, &receipts).await?;
+        requests.extend(records.iter().filter_map(|record| {
+            serde_json::from_str::<PauseRequest>(record.body.as_deref()?).ok()
+        }));
+    }
+    Ok(requests)
 }
 
 /// What a probe found.

@@ -11,7 +11,7 @@ use aws_sdk_scheduler::types::{
 use base64::Engine as _;
 use redrive::envelope::Timestamp;
 use redrive::event::SqsRecord;
-use redrive::intake::{IntakePort, IntakeSettings, Mapping, MappingState, PauseRequest, Probe};
+use redrive::intake::{IntakePort, IntakeSettings, Mapping, MappingState, Probe};
 use redrive::pause::{ProbeVerdict, PROBE_KEY};
 use redrive::port::QueuePort;
 use redrive::sqs::sdk_config_from_env;
@@ -139,28 +139,9 @@ impl AwsIntake {
             .await
     }
 
-    /// The pause requests waiting on `url`, taken off it (a request is for this tick only).
-    pub async fn requests(&self, url: &str) -> Result<Vec<PauseRequest>, PortError> {
-        let mut requests = Vec::new();
-        // Each container asks at most once a minute: a few receives take a minute's requests.
-        for _ in 0..100 {
-            let records = self
-                .sqs
-                .receive(url, 10, Duration::from_secs(30), Duration::ZERO)
-                .await?;
-            if records.is_empty() {
-                break;
-            }
-            let receipts: Vec<&str> = records
-                .iter()
-                .filter_map(|record| record.receipt_handle.as_deref())
-                .collect();
-            self.sqs.delete_batch(url, &receipts).await?;
-            requests.extend(records.iter().filter_map(|record| {
-                serde_json::from_str::<PauseRequest>(record.body.as_deref()?).ok()
-            }));
-        }
-        Ok(requests)
+    /// The SQS port the consumers' pause requests are read through ([`take_requests`]).
+    pub fn sqs(&self) -> &SqsQueue {
+        &self.sqs
     }
 
     fn switch_name(uuid: &str) -> String {

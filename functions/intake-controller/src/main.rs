@@ -1,7 +1,7 @@
 use intake_controller::{AwsIntake, Config};
 use lambda_runtime::{service_fn, LambdaEvent};
 use redrive::clock::{Clock, SystemClock};
-use redrive::intake::{IntakeController, Tick};
+use redrive::intake::{take_requests, IntakeController, Tick};
 
 // One tick a minute (an EventBridge Scheduler schedule): the consumers' requests, then each mapping.
 fn main() -> Result<(), lambda_runtime::Error> {
@@ -14,7 +14,8 @@ fn main() -> Result<(), lambda_runtime::Error> {
         let controller = &controller;
         let (config, namespace) = (&config, &namespace);
         lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
-            let requests = controller.port().requests(&config.requests_queue_url).await?;
+            let requests =
+                take_requests(controller.port().sqs(), &config.requests_queue_url).await?;
             let mut paused = 0;
             let mut failures = Vec::new();
             for mapping in &config.mappings {

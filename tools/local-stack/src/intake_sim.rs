@@ -161,30 +161,6 @@ impl Model {
             .0
     }
 
-    /// Every message of `url`, received and deleted (counted calls): their bodies.
-    pub(crate) async fn take_all(&self, url: &str) -> Result<Vec<String>, PortError> {
-        let mut bodies = Vec::new();
-        loop {
-            let records = self
-                .queue
-                .receive(url, 10, Duration::from_secs(30), Duration::ZERO)
-                .await?;
-            if records.is_empty() {
-                return Ok(bodies);
-            }
-            let receipts: Vec<&str> = records
-                .iter()
-                .filter_map(|record| record.receipt_handle.as_deref())
-                .collect();
-            self.queue.delete_batch(url, &receipts).await?;
-            bodies.extend(
-                records
-                    .iter()
-                    .map(|record| record.body.as_deref().unwrap_or_default().to_owned()),
-            );
-        }
-    }
-
     /// Sends what arrived during the step that ends now: `per_step` messages on average (a
     /// binomial count near a Poisson one: at least twice the mean's trials), each to one of
     /// `tenants`.

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use redrive::intake::{
-    IntakeController, IntakePort, IntakeSettings, Mapping, MappingState, PauseRequest, Probe,
+    take_requests, IntakeController, IntakePort, IntakeSettings, Mapping, MappingState, Probe,
 };
 use redrive::lambda::pause::PauseSignal;
 use redrive::pause::ProbeVerdict;
@@ -264,12 +264,10 @@ pub async fn run(config: &IntakeSoakConfig) -> Result<IntakeSoakReport, PortErro
             allowance = 0.0;
         }
         if config.paused && (now - started_ms + tick_phase).is_multiple_of(MINUTE_MS) {
-            let asked = model
-                .take_all(&control)
+            let asked = take_requests(&model.queue, &control)
                 .await?
                 .iter()
-                .filter_map(|body| serde_json::from_str::<PauseRequest>(body).ok())
-                .any(|request| intake.mapping.asked_by(&request));
+                .any(|request| intake.mapping.asked_by(request));
             let tick = controller.tick(&intake.mapping, asked, now).await?;
             if tick == redrive::intake::Tick::Paused {
                 report.pauses += 1;
@@ -322,12 +320,12 @@ pub async fn run_both(config: &IntakeSoakConfig) -> Result<IntakeSoakRuns, PortE
     })
 }
 
-impl IntakeSoakRuns {
+impl crate::Comparison for IntakeSoakRuns {
     /// What pausing promises and these runs broke, each in a line: nothing lost or done twice in
     /// either run; paused, at least 90% fewer invocations and SQS calls during the outage than the
     /// defer loop, no dead letter, and the backlog drained within 1.1 times the backlog over the
     /// downstream's rate.
-    pub fn broken(&self) -> Vec<String> {
+    fn broken(&self) -> Vec<String> {
         let mut broken = Vec::new();
         for (form, report) in self.forms() {
             if !report.holds() {
@@ -360,7 +358,9 @@ impl IntakeSoakRuns {
         }
         broken
     }
+}
 
+impl IntakeSoakRuns {
     fn forms(&self) -> [(&'static str, &IntakeSoakReport); 2] {
         [
             ("the defer loop", &self.defer_loop),

@@ -33,6 +33,13 @@ impl Error {
     }
 }
 
+/// A soak that runs one scenario several ways on one seed (`tenant_soak`, `intake_soak`): its
+/// table, and each promise of the design the runs broke.
+pub trait Comparison: std::fmt::Display {
+    /// Each promise the runs broke, in a line; none when they hold.
+    fn broken(&self) -> Vec<String>;
+}
+
 /// An SQS client for the endpoint in `AWS_ENDPOINT_URL` (the emulator) or AWS.
 pub fn sqs_client() -> Client {
     Client::new(&redrive::sqs::sdk_config_from_env())

@@ -300,14 +300,14 @@ pub async fn run_three(config: &TenantSoakConfig) -> Result<TenantSoakRuns, Port
     })
 }
 
-impl TenantSoakRuns {
+impl crate::Comparison for TenantSoakRuns {
     /// What the breaker per tenant promises and these runs broke, each said in a line: nothing
     /// lost or done twice anywhere; the others' p99 time in queue within 1.1x the run without the
     /// fault and none of theirs dead-lettered; the failing tenant none dead-lettered (its outage is
     /// shorter than the shipped deferral age limit), at least 90% fewer calls of its downstream
     /// while it is down than the shared breaker alone lets through, and drained within SQS's
     /// longest delay and an open period of healing.
-    pub fn broken(&self) -> Vec<String> {
+    fn broken(&self) -> Vec<String> {
         let mut broken = Vec::new();
         for (form, report) in self.forms() {
             if !report.holds() || report.others_dead_lettered > 0 {
@@ -342,7 +342,9 @@ impl TenantSoakRuns {
         }
         broken
     }
+}
 
+impl TenantSoakRuns {
     fn forms(&self) -> [(&'static str, &TenantSoakReport); 3] {
         [
             ("without the fault", &self.healthy),

@@ -22,6 +22,7 @@
 use std::process::ExitCode;
 
 use redrive_local::soak::{run_in_memory, run_on_localstack, run_on_moto, SoakConfig, SoakReport};
+use redrive_local::Comparison;
 
 /// The full fault-injection soak (`make soak`).
 #[derive(clap::Parser)]
@@ -204,19 +205,9 @@ async fn main() -> ExitCode {
             args.tenants
         );
         let config = redrive_local::tenant_soak::TenantSoakConfig::new(args.tenants, seed);
-        match redrive_local::tenant_soak::run_three(&config).await {
-            Ok(runs) => {
-                println!("{runs}");
-                let broken_here = runs.broken();
-                for line in &broken_here {
-                    println!("broken: {line}");
-                }
-                broken |= !broken_here.is_empty();
-            }
-            Err(error) => {
-                eprintln!("redrive-soak: {error}");
-                return ExitCode::FAILURE;
-            }
+        match compared(redrive_local::tenant_soak::run_three(&config).await) {
+            Some(held) => broken |= !held,
+            None => return ExitCode::FAILURE,
         }
     }
     for &seed in &args.seeds {
@@ -228,19 +219,9 @@ async fn main() -> ExitCode {
             args.intake
         );
         let config = redrive_local::intake_soak::IntakeSoakConfig::new(args.intake, seed);
-        match redrive_local::intake_soak::run_both(&config).await {
-            Ok(runs) => {
-                println!("{runs}");
-                let broken_here = runs.broken();
-                for line in &broken_here {
-                    println!("broken: {line}");
-                }
-                broken |= !broken_here.is_empty();
-            }
-            Err(error) => {
-                eprintln!("redrive-soak: {error}");
-                return ExitCode::FAILURE;
-            }
+        match compared(redrive_local::intake_soak::run_both(&config).await) {
+            Some(held) => broken |= !held,
+            None => return ExitCode::FAILURE,
         }
     }
     // Per seed, a tenth of the messages: the three-hour outage (standard and FIFO), a FIFO queue
@@ -331,6 +312,25 @@ async fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Prints a comparison's table and each promise it broke, and says whether it held; `None` when
+/// it could not run (said on stderr).
+fn compared(run: Result<impl Comparison, redrive::PortError>) -> Option<bool> {
+    match run {
+        Ok(runs) => {
+            println!("{runs}");
+            let broken = runs.broken();
+            for line in &broken {
+                println!("broken: {line}");
+            }
+            Some(broken.is_empty())
+        }
+        Err(error) => {
+            eprintln!("redrive-soak: {error}");
+            None
+        }
     }
 }
 

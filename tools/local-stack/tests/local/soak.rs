@@ -566,6 +566,7 @@ async fn concurrent_polls_never_hold_two_messages_of_one_fifo_group() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_tenant_holds_nobody_else_back() {
     use redrive_local::tenant_soak::{run_three, TenantSoakConfig};
+    use redrive_local::Comparison;
     let runs = run_three(&TenantSoakConfig::new(40, 1)).await.unwrap();
     println!("{runs}");
     let broken = runs.broken();
@@ -584,6 +585,7 @@ async fn a_failing_tenant_holds_nobody_else_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_intake_waits_out_an_outage_of_hours_for_a_fraction_of_the_calls() {
     use redrive_local::intake_soak::{run_both, IntakeSoakConfig};
+    use redrive_local::Comparison;
     let runs = run_both(&IntakeSoakConfig::new(1.0, 1)).await.unwrap();
     println!("{runs}");
     let broken = runs.broken();
