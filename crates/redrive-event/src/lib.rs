@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 
 pub mod quoted_json;
 mod scan;
+mod source;
+
+pub use source::event_source;
 
 /// A string that borrows from the event when it can.
 #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

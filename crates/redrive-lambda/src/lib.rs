@@ -351,59 +351,48 @@ impl<S: Service<LambdaInvocation>> Service<LambdaInvocation> for PassBodyService
     }
 }
 
-/// Whether an event is Lambda's Kafka event: from Amazon MSK or self-managed Kafka.
-fn is_kafka(event: &KafkaEvent<'_>) -> bool {
-    matches!(
-        event.event_source.as_deref(),
-        Some("aws:kafka" | "SelfManagedKafka")
-    )
-}
-
 /// Handles an SQS, Kinesis, DynamoDB Streams or Kafka batch, for a function behind any of them.
+///
+/// The source the event names ([`redrive_event::event_source`], read from its first record)
+/// decides which parse it gets, once. An event that names another source, or none, is read as
+/// SQS's: that parse says what is wrong with it.
 pub async fn handle_event<Q: QueuePort, H: RecordHandler>(
     event: LambdaEvent<Bytes>,
     processor: &Processor<Q>,
     handler: &H,
 ) -> Result<Processed<BatchResponse>, BatchError> {
     let (payload, context) = event.into_parts();
-    // Every record of a batch comes from one source, and every kind of record names it. A stream
-    // batch is so read twice: as SQS records first (the scanner skips their `kinesis` and
-    // `dynamodb` payloads).
-    let mut decoded = String::new();
-    let sqs = match SqsEvent::from_slice_in(&payload, &mut decoded) {
-        Ok(sqs) => sqs,
-        // A Kafka event has no `Records`: its records are grouped by partition under `records`.
-        Err(not_sqs) => {
-            return match KafkaEvent::from_slice(&payload) {
-                Ok(kafka) if is_kafka(&kafka) => {
-                    let processed = processor
-                        .process_kafka(handler, &kafka, invocation(&context))
-                        .await?;
-                    Ok(processed.map_response(BatchResponse::Kafka))
-                }
-                _ => Err(not_sqs.into()),
-            };
+    let processed = match redrive_event::event_source(&payload) {
+        // Amazon MSK, and self-managed Apache Kafka.
+        Some("aws:kafka" | "SelfManagedKafka") => {
+            let kafka = KafkaEvent::from_slice(&payload)?;
+            let processed = processor
+                .process_kafka(handler, &kafka, invocation(&context))
+                .await?;
+            processed.map_response(BatchResponse::Kafka)
         }
-    };
-    let stream = match sqs.records.first().and_then(|r| r.event_source.as_deref()) {
         Some("aws:kinesis") => {
             let kinesis = KinesisEvent::from_slice(&payload)?;
-            processor
+            let processed = processor
                 .process_stream(handler, &kinesis.records, invocation(&context))
-                .await?
+                .await?;
+            processed.map_response(BatchResponse::Stream)
         }
         Some("aws:dynamodb") => {
             let dynamodb = DynamoDbEvent::from_slice(&payload)?;
-            processor
+            let processed = processor
                 .process_stream(handler, &dynamodb.records, invocation(&context))
-                .await?
+                .await?;
+            processed.map_response(BatchResponse::Stream)
         }
         _ => {
+            let mut decoded = String::new();
+            let sqs = SqsEvent::from_slice_in(&payload, &mut decoded)?;
             let processed = process_sqs(&sqs, &context, processor, handler).await?;
-            return Ok(processed.map_response(BatchResponse::Sqs));
+            processed.map_response(BatchResponse::Sqs)
         }
     };
-    Ok(stream.map_response(BatchResponse::Stream))
+    Ok(processed)
 }
 
 /// Handles one SQS batch: parses the event without copying and carries out every record's fate.

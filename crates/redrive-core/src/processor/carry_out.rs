@@ -9,10 +9,10 @@ use super::decide::Ruling;
 use super::payloads::Fetched;
 use super::prepare::{group_key_of, position_of};
 use super::record::Failure;
+use super::run::follows_group;
 use super::{FifoOnDeadLetter, Item, Processor};
 use crate::carry::Destination;
 use crate::clock::by_deadline;
-use crate::error::RecordError;
 use crate::fate::{Fate, GiveBackReason};
 use crate::handler::Invocation;
 use crate::ledger::{HeadStatus, Hold, HoldWritten, KeyPlace, LaneMark, LedgerWrite, Position};
@@ -391,12 +391,4 @@ impl<Q: QueuePort> Processor<Q> {
             .collect();
         books.write_down(writes, deadline).await;
     }
-}
-
-/// Why a record follows its group to the lane untried: what its copy there says.
-fn follows_group() -> RecordError {
-    RecordError::transient(
-        "follows_group",
-        "its group is held on an earlier record in the retry lane: it keeps the group's order there",
-    )
 }

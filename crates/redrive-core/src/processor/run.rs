@@ -344,6 +344,14 @@ fn held_again() -> RecordError {
     )
 }
 
+/// Why a record follows its group to the lane untried: what its copy there says.
+pub(super) fn follows_group() -> RecordError {
+    RecordError::transient(
+        "follows_group",
+        "its group is held on an earlier record in the retry lane: it keeps the group's order there",
+    )
+}
+
 /// A head held in the retry lane, on its arrival there: the failure it was sent there with, as a
 /// permanent one, so that the judge holds its group on it there.
 fn held_in_lane(item: &Item<'_>) -> RecordError {
