@@ -6,6 +6,7 @@ use std::sync::Mutex;
 
 use futures_util::future::BoxFuture;
 
+use super::forwarding::{ForwardingLedger, LedgerCall};
 use super::lane::{KeyPlace, KeyPositions, Position};
 use super::store::{AttemptLedger, Hold, LedgerEntry, Release};
 use crate::error::PortError;
@@ -195,11 +196,6 @@ impl<L> Counted<L> {
         }
     }
 
-    /// The ledger counted.
-    pub fn inner(&self) -> &L {
-        &self.inner
-    }
-
     /// Reads made so far.
     pub fn reads(&self) -> u32 {
         self.reads.load(Ordering::Relaxed)
@@ -211,74 +207,24 @@ impl<L> Counted<L> {
     }
 }
 
-impl<L: AttemptLedger> AttemptLedger for Counted<L> {
-    fn entries<'a>(
+impl<L: AttemptLedger> ForwardingLedger for Counted<L> {
+    type Inner = L;
+
+    fn inner(&self) -> &L {
+        &self.inner
+    }
+
+    fn around<'a, T: Send + 'a>(
         &'a self,
-        message_ids: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.entries(message_ids)
-    }
-    fn record_untried<'a>(
-        &'a self,
-        message_id: &'a str,
-        receive_count: u32,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_untried(message_id, receive_count)
-    }
-    fn record_head_wait<'a>(
-        &'a self,
-        message_id: &'a str,
-        since_ms: u64,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_head_wait(message_id, since_ms)
-    }
-    fn hold<'a>(
-        &'a self,
-        message_id: &'a str,
-        hold: &'a Hold,
-        untried: bool,
-    ) -> BoxFuture<'a, Result<bool, PortError>> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.hold(message_id, hold, untried)
-    }
-    fn release_hold<'a>(
-        &'a self,
-        message_id: &'a str,
-        release: Release,
-    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.release_hold(message_id, release)
-    }
-    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.inner.held()
-    }
-    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.clear_hold(message_id)
-    }
-    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_in_lane(message_id)
-    }
-    fn record_key_left<'a>(
-        &'a self,
-        key_id: &'a str,
-        position: Position,
-        place: KeyPlace,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_key_left(key_id, position, place)
-    }
-    fn record_key_done<'a>(
-        &'a self,
-        key_id: &'a str,
-        position: Position,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.record_key_done(key_id, position)
+        call: LedgerCall<'a>,
+        ask: impl FnOnce() -> BoxFuture<'a, Result<T, PortError>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, PortError>> {
+        let count = if call.is_read() {
+            &self.reads
+        } else {
+            &self.writes
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        ask()
     }
 }

@@ -34,6 +34,7 @@
 //! deadline. Which fate a record gets stays with the judge (`fate.rs`), and which record of a
 //! group runs when with the processor's schedule.
 mod books;
+mod forwarding;
 mod lane;
 #[cfg(any(test, feature = "test-util"))]
 mod memory;
@@ -42,6 +43,7 @@ mod store;
 use std::time::Duration;
 
 pub(crate) use books::{Books, SourceRecord};
+pub use forwarding::{ForwardingLedger, LedgerCall};
 pub(crate) use lane::{group_key, LaneMark, LANE_ATTRIBUTE};
 pub use lane::{KeyPlace, KeyPositions, Position};
 #[cfg(any(test, feature = "test-util"))]

@@ -10,8 +10,7 @@ use base64::Engine as _;
 use redrive_core::envelope::{Meta, OutgoingMessage, DATA_ENCODING_ATTRIBUTE};
 use redrive_core::error::PortError;
 use redrive_core::kafka::{KafkaEvent, KafkaEventResponse, KafkaOrigin, KAFKA_ATTRIBUTE};
-use redrive_core::ledger::{AttemptLedger, Counted, Hold, LedgerEntry, MemoryLedger, Release};
-use redrive_core::ledger::{KeyPlace, Position};
+use redrive_core::ledger::{Counted, ForwardingLedger, LedgerCall, MemoryLedger};
 use redrive_core::port::RecordingQueue;
 use redrive_core::{
     Message, Processed, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent,
@@ -400,67 +399,25 @@ async fn partitions_run_side_by_side_and_each_keeps_its_order() {
 }
 
 /// A ledger DynamoDB does not answer (a brownout): every call fails.
-struct Down;
-fn down<'a, T: Send + 'a>() -> BoxFuture<'a, Result<T, PortError>> {
-    Box::pin(async { Err(PortError::new("BatchGetItem", "ServiceUnavailable")) })
-}
-impl AttemptLedger for Down {
-    fn entries<'a>(
+#[derive(Default)]
+struct Down(MemoryLedger);
+impl ForwardingLedger for Down {
+    type Inner = MemoryLedger;
+    fn inner(&self) -> &MemoryLedger {
+        &self.0
+    }
+    fn around<'a, T: Send + 'a>(
         &'a self,
-        _: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
-        down()
-    }
-    fn record_untried<'a>(&'a self, _: &'a str, _: u32) -> BoxFuture<'a, Result<(), PortError>> {
-        down()
-    }
-    fn record_head_wait<'a>(&'a self, _: &'a str, _: u64) -> BoxFuture<'a, Result<(), PortError>> {
-        down()
-    }
-    fn hold<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a Hold,
-        _: bool,
-    ) -> BoxFuture<'a, Result<bool, PortError>> {
-        down()
-    }
-    fn release_hold<'a>(
-        &'a self,
-        _: &'a str,
-        _: Release,
-    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
-        down()
-    }
-    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
-        down()
-    }
-    fn clear_hold<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        down()
-    }
-    fn record_in_lane<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        down()
-    }
-    fn record_key_left<'a>(
-        &'a self,
-        _: &'a str,
-        _: Position,
-        _: KeyPlace,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        down()
-    }
-    fn record_key_done<'a>(
-        &'a self,
-        _: &'a str,
-        _: Position,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        down()
+        _: LedgerCall<'a>,
+        _: impl FnOnce() -> BoxFuture<'a, Result<T, PortError>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, PortError>> {
+        Box::pin(async { Err(PortError::new("BatchGetItem", "ServiceUnavailable")) })
     }
 }
 
 #[tokio::test]
 async fn a_ledger_that_cannot_say_which_keys_wait_gives_the_batch_back_untried() {
-    let processor = processor(Some(LANE)).with_ledger(Arc::new(Down));
+    let processor = processor(Some(LANE)).with_ledger(Arc::new(Down::default()));
     let handler = Orders::default();
     let json = event(&[
         (0, 10, Some("c-1"), "ok 10"),

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use redrive::dynamodb::DynamoDbStore;
 use redrive::idempotency::{Claim, IdempotencyStore, MemoryStore};
-use redrive::ledger::{AttemptLedger, Hold, LedgerEntry, MemoryLedger, Release};
-use redrive::ledger::{KeyPlace, Position};
+use redrive::ledger::{AttemptLedger, ForwardingLedger, LedgerCall, LedgerEntry, MemoryLedger};
 use redrive::PortError;
 
 use super::duration_ms;
@@ -66,7 +65,7 @@ impl IdempotencyStore for SharedStore {
 }
 
 impl SharedStore {
-    pub(super) fn ledger(&self) -> &dyn AttemptLedger {
+    pub(super) fn ledger(&self) -> &(dyn AttemptLedger + 'static) {
         match self {
             Self::Memory(_, ledger) => ledger,
             Self::DynamoDb(store, _) => store,
@@ -185,9 +184,16 @@ impl FaultyStore {
 }
 
 /// The ledger's calls meet the store's faults: failed (half of them after the write took effect;
-/// half of the failed reads answered in part instead) and late.
-impl AttemptLedger for FaultyStore {
-    fn entries<'a>(
+/// half of the failed reads answered in part instead) and late. An operator's calls (a release,
+/// the held heads) go through as they are.
+impl ForwardingLedger for FaultyStore {
+    type Inner = dyn AttemptLedger;
+
+    fn inner(&self) -> &(dyn AttemptLedger + 'static) {
+        self.inner.ledger()
+    }
+
+    fn read_entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
@@ -195,7 +201,7 @@ impl AttemptLedger for FaultyStore {
             let _in_flight = InFlight::new(&self.in_flight);
             self.latency.wait().await;
             let Some(partial) = self.fault() else {
-                return self.inner.ledger().entries(message_ids).await;
+                return self.inner().entries(message_ids).await;
             };
             self.injected.fetch_add(1, Ordering::Relaxed);
             if !partial {
@@ -205,7 +211,7 @@ impl AttemptLedger for FaultyStore {
                 ));
             }
             // A throttled BatchGetItem answers in part: every other key left in UnprocessedKeys.
-            let mut answer = self.inner.ledger().entries(message_ids).await?;
+            let mut answer = self.inner().entries(message_ids).await?;
             answer
                 .iter_mut()
                 .skip(1)
@@ -214,77 +220,16 @@ impl AttemptLedger for FaultyStore {
             Ok(answer)
         })
     }
-    fn record_untried<'a>(
+
+    fn around<'a, T: Send + 'a>(
         &'a self,
-        message_id: &'a str,
-        receive_count: u32,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        Box::pin(
-            self.call(
-                "UpdateItem",
-                self.inner
-                    .ledger()
-                    .record_untried(message_id, receive_count),
-            ),
-        )
-    }
-    fn record_head_wait<'a>(
-        &'a self,
-        message_id: &'a str,
-        since_ms: u64,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        Box::pin(self.call(
-            "UpdateItem",
-            self.inner.ledger().record_head_wait(message_id, since_ms),
-        ))
-    }
-    fn hold<'a>(
-        &'a self,
-        message_id: &'a str,
-        hold: &'a Hold,
-        untried: bool,
-    ) -> BoxFuture<'a, Result<bool, PortError>> {
-        Box::pin(self.call(
-            "UpdateItem",
-            self.inner.ledger().hold(message_id, hold, untried),
-        ))
-    }
-    fn release_hold<'a>(
-        &'a self,
-        message_id: &'a str,
-        release: Release,
-    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
-        self.inner.ledger().release_hold(message_id, release)
-    }
-    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
-        self.inner.ledger().held()
-    }
-    fn clear_hold<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        Box::pin(self.call("UpdateItem", self.inner.ledger().clear_hold(message_id)))
-    }
-    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        Box::pin(self.call("UpdateItem", self.inner.ledger().record_in_lane(message_id)))
-    }
-    fn record_key_left<'a>(
-        &'a self,
-        key_id: &'a str,
-        position: Position,
-        place: KeyPlace,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        Box::pin(self.call(
-            "UpdateItem",
-            self.inner.ledger().record_key_left(key_id, position, place),
-        ))
-    }
-    fn record_key_done<'a>(
-        &'a self,
-        key_id: &'a str,
-        position: Position,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        Box::pin(self.call(
-            "UpdateItem",
-            self.inner.ledger().record_key_done(key_id, position),
-        ))
+        call: LedgerCall<'a>,
+        ask: impl FnOnce() -> BoxFuture<'a, Result<T, PortError>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, PortError>> {
+        if matches!(call, LedgerCall::ReleaseHold(_) | LedgerCall::Held) {
+            return ask();
+        }
+        Box::pin(self.call("UpdateItem", async move { ask().await }))
     }
 }
 

@@ -164,18 +164,31 @@ pub(super) struct Scripted {
     pub(super) script: Script,
 }
 
-impl AttemptLedger for Scripted {
-    fn entries<'a>(
+/// A refusal as DynamoDB throttles one.
+fn throttled<'a, T: Send + 'a>(operation: &'static str) -> BoxFuture<'a, Result<T, PortError>> {
+    Box::pin(async move {
+        Err(PortError::new(
+            operation,
+            "ProvisionedThroughputExceededException",
+        ))
+    })
+}
+
+impl ForwardingLedger for Scripted {
+    type Inner = MemoryLedger;
+
+    fn inner(&self) -> &MemoryLedger {
+        &self.inner
+    }
+
+    fn read_entries<'a>(
         &'a self,
         message_ids: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
+        if let Script::Fail = self.script {
+            return throttled("BatchGetItem");
+        }
         Box::pin(async move {
-            if let Script::Fail = self.script {
-                return Err(PortError::new(
-                    "BatchGetItem",
-                    "ProvisionedThroughputExceededException",
-                ));
-            }
             let read = self.inner.entries(message_ids).await?;
             match &self.script {
                 Script::Only(answers) => Ok(message_ids
@@ -187,86 +200,28 @@ impl AttemptLedger for Scripted {
                     self.inner.release_hold(head, *release).await?;
                     Ok(read)
                 }
-                Script::Fail => unreachable!(),
-                Script::RefusesHolds
-                | Script::RefusesLaneCopies
-                | Script::RefusesFirstLaneCopy(_) => Ok(read),
+                _ => Ok(read),
             }
         })
     }
-    fn record_untried<'a>(
+
+    fn around<'a, T: Send + 'a>(
         &'a self,
-        id: &'a str,
-        receive: u32,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_untried(id, receive)
-    }
-    fn record_head_wait<'a>(
-        &'a self,
-        id: &'a str,
-        since_ms: u64,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_head_wait(id, since_ms)
-    }
-    fn hold<'a>(
-        &'a self,
-        id: &'a str,
-        hold: &'a Hold,
-        untried: bool,
-    ) -> BoxFuture<'a, Result<bool, PortError>> {
-        if let Script::RefusesHolds = self.script {
-            return Box::pin(async {
-                Err(PortError::new(
-                    "UpdateItem",
-                    "ProvisionedThroughputExceededException",
-                ))
-            });
-        }
-        self.inner.hold(id, hold, untried)
-    }
-    fn release_hold<'a>(
-        &'a self,
-        id: &'a str,
-        release: Release,
-    ) -> BoxFuture<'a, Result<Option<Hold>, PortError>> {
-        self.inner.release_hold(id, release)
-    }
-    fn held(&self) -> BoxFuture<'_, Result<Vec<(String, Hold)>, PortError>> {
-        self.inner.held()
-    }
-    fn clear_hold<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.clear_hold(id)
-    }
-    fn record_in_lane<'a>(&'a self, message_id: &'a str) -> BoxFuture<'a, Result<(), PortError>> {
-        let refused = match &self.script {
-            Script::RefusesLaneCopies => true,
-            Script::RefusesFirstLaneCopy(refused) => !refused.swap(true, Ordering::SeqCst),
+        call: LedgerCall<'a>,
+        ask: impl FnOnce() -> BoxFuture<'a, Result<T, PortError>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, PortError>> {
+        let refused = match (call, &self.script) {
+            (LedgerCall::Hold(_), Script::RefusesHolds) => true,
+            (LedgerCall::RecordInLane(_), Script::RefusesLaneCopies) => true,
+            (LedgerCall::RecordInLane(_), Script::RefusesFirstLaneCopy(refused)) => {
+                !refused.swap(true, Ordering::SeqCst)
+            }
             _ => false,
         };
         if refused {
-            return Box::pin(async {
-                Err(PortError::new(
-                    "UpdateItem",
-                    "ProvisionedThroughputExceededException",
-                ))
-            });
+            return throttled("UpdateItem");
         }
-        self.inner.record_in_lane(message_id)
-    }
-    fn record_key_left<'a>(
-        &'a self,
-        key_id: &'a str,
-        position: Position,
-        place: KeyPlace,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_key_left(key_id, position, place)
-    }
-    fn record_key_done<'a>(
-        &'a self,
-        key_id: &'a str,
-        position: Position,
-    ) -> BoxFuture<'a, Result<(), PortError>> {
-        self.inner.record_key_done(key_id, position)
+        ask()
     }
 }
 

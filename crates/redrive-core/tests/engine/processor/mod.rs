@@ -16,7 +16,9 @@ use std::time::Duration;
 use redrive_core::clock::{Clock, ManualClock};
 use redrive_core::envelope::OutgoingMessage;
 use redrive_core::error::PortError;
-use redrive_core::ledger::{AttemptLedger, Counted, Hold, LedgerEntry, MemoryLedger, Release};
+use redrive_core::ledger::{
+    AttemptLedger, Counted, ForwardingLedger, LedgerCall, LedgerEntry, MemoryLedger, Release,
+};
 use redrive_core::ledger::{KeyPlace, Position};
 use redrive_core::port::{Call, RecordingQueue};
 use redrive_core::{
