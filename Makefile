@@ -15,7 +15,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # checkov at install was most of the installs' CPU time.
 PIP_INSTALL := pip install --quiet --disable-pip-version-check --no-compile
 
-.PHONY: help venv localstack installs check test lint api package-check infra-check build bench demo console soak fuzz deploy destroy clean
+.PHONY: help venv localstack installs check test test-build test-soaks test-others lint api package-check infra-check build bench demo console soak fuzz deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -90,8 +90,25 @@ $(CHROMEDRIVER):
 installs: ## The virtualenvs (moto, LocalStack, checkov), the Kafka broker and Chromium, side by side
 	$(MAKE) --no-print-directory -j4 $(STAMP) $(LOCALSTACK_STAMP) $(CHECKOV_STAMP) $(TANSU) $(CHROMEDRIVER)
 
-test: installs lint package-check infra-check ## Lint, packaging and infra checks, then unit, fixture, contract, end-to-end (moto), soak and cargo-lambda watch/invoke tests
-	tools/with-local-aws $(CARGO) test --workspace --locked
+# `make test` runs side by side what can, in three steps: the installs beside the lint (the Kafka
+# broker's build leaves a core idle while it links); the test build beside the Terraform plans;
+# the soaks (redrive-local: each run waits on moto, LocalStack and its own clock, about 0.7 of a
+# core), every other test and the packaging check, this one at the lowest CPU priority. The soaks
+# and the other tests each get a moto and a LocalStack of their own. Each part's output is
+# printed whole when it ends.
+test: ## Lint, packaging and infra checks, then unit, fixture, contract, end-to-end (moto), soak and cargo-lambda watch/invoke tests
+	$(MAKE) --no-print-directory -j2 --output-sync=target installs lint
+	$(MAKE) --no-print-directory -j2 --output-sync=target infra-check test-build
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-soaks test-others package-check NICE="nice -n 19"
+
+test-build:
+	$(CARGO) test --workspace --locked --no-run --quiet
+
+test-soaks:
+	REDRIVE_LOCAL_DIR=$(CURDIR)/.local/soaks tools/with-local-aws $(CARGO) test --locked -p redrive-local
+
+test-others:
+	tools/with-local-aws $(CARGO) test --workspace --locked --exclude redrive-local
 
 # The crates for crates.io and what their tests need: no AWS endpoint, no broker, no Python.
 CRATES := redrive-event redrive-core redrive-aws redrive-recovery redrive-lambda redrive
@@ -135,7 +152,7 @@ package-check: ## cargo package the published crates, each verified against the 
 	rm -rf $(foreach crate,$(CRATES),"$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/-*/$(crate)-[0-9]*)
 	CARGO_TARGET_DIR=$(PACKAGE_TARGET_DIR) $(CARGO) clean --quiet --profile dev $(foreach crate,$(CRATES),-p $(crate))
 	CARGO_TARGET_DIR=$(PACKAGE_TARGET_DIR) CARGO_PROFILE_DEV_DEBUG=0 \
-	  $(CARGO) package --locked --allow-dirty --quiet $(foreach crate,$(CRATES),-p $(crate))
+	  $(NICE) $(CARGO) package --locked --allow-dirty --quiet $(foreach crate,$(CRATES),-p $(crate))
 
 build: $(STAMP) ## Release arm64 zips for Lambda (target/lambda/<function>/bootstrap.zip)
 	rustup target add aarch64-unknown-linux-gnu
