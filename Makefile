@@ -105,7 +105,7 @@ test-build:
 	$(CARGO) test --workspace --locked --no-run --quiet
 
 test-soaks:
-	REDRIVE_LOCAL_DIR=$(CURDIR)/.local/soaks tools/with-local-aws $(CARGO) test --locked -p redrive-local
+	LOCAL_AWS_DIR=$(CURDIR)/.local/soaks tools/with-local-aws $(CARGO) test --locked -p redrive-local
 
 test-others:
 	tools/with-local-aws $(CARGO) test --workspace --locked --exclude redrive-local
