@@ -19,6 +19,7 @@
 //! [`Processor::process_kafka`]: crate::processor::Processor::process_kafka
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -262,17 +263,32 @@ impl KafkaRecord<'_> {
     /// The record's id: `<topic>-<partition>:<offset>`, unique in the cluster, and the
     /// deduplication id of its lane copies (a digest past SQS's 128 characters).
     pub fn id(&self) -> String {
-        within_128(format!("{}-{}:{}", self.topic, self.partition, self.offset))
+        let mut id = String::new();
+        self.write_id(&mut id);
+        id
+    }
+
+    fn write_id(&self, id: &mut String) {
+        write!(id, "{}-{}:{}", self.topic, self.partition, self.offset).expect("a String takes it");
+        cap_at_128(id);
     }
 
     /// The message group of its copies in the lane: its topic and key, so that a key's records
     /// keep their order there; a record without a key keeps its partition's
     /// (`<topic>-<partition>`). A digest past SQS's 128 characters.
     pub fn lane_group(&self) -> String {
-        within_128(match self.key.as_deref() {
-            Some(key) => format!("{}:{key}", self.topic),
-            None => format!("{}-{}", self.topic, self.partition),
-        })
+        let mut group = String::new();
+        self.write_lane_group(&mut group);
+        group
+    }
+
+    fn write_lane_group(&self, group: &mut String) {
+        match self.key.as_deref() {
+            Some(key) => write!(group, "{}:{key}", self.topic),
+            None => write!(group, "{}-{}", self.topic, self.partition),
+        }
+        .expect("a String takes it");
+        cap_at_128(group);
     }
 
     /// The record as the handlers see messages: the value decoded as the body (a value that is
@@ -284,22 +300,19 @@ impl KafkaRecord<'_> {
     /// them to the lane (a DLQ's fallback destination), the only queue that is their home. Its
     /// origin is written on it ([`KafkaRecord::mark_origin`]) only when a copy is made: a handler
     /// reads it through `Message::kafka` either way.
-    pub(crate) fn as_message<'s>(&self, id: &'s str) -> SqsRecord<'s> {
+    pub(crate) fn as_message<'s>(&'s self, text: &'s MessageText) -> SqsRecord<'s> {
         let (body, binary) = match self.value.as_deref() {
-            None => ("null".to_owned(), false),
-            Some(value) => match BASE64.decode(value).map(String::from_utf8) {
-                Ok(Ok(text)) if sqs_accepts(&text) => (text, false),
-                _ => (value.to_owned(), true),
-            },
+            None => ("null", false),
+            Some(_) if text.body_is_text => (text.body.as_str(), false),
+            Some(value) => (value, true),
         };
         let mut record = SqsRecord {
-            message_id: Some(Text::from(id)),
+            message_id: Some(Text::from(text.id.as_str())),
             body: Some(Body::from(body)),
             ..SqsRecord::default()
         };
-        record.attributes.sent_timestamp =
-            self.timestamp.map(|ms| Text::from(ms.max(0).to_string()));
-        record.attributes.message_group_id = Some(Text::from(self.lane_group()));
+        record.attributes.sent_timestamp = self.timestamp.map(|_| Text::from(text.sent.as_str()));
+        record.attributes.message_group_id = Some(Text::from(text.group.as_str()));
         if binary {
             record.message_attributes.insert(
                 Text::from(DATA_ENCODING_ATTRIBUTE),
@@ -322,9 +335,15 @@ impl KafkaRecord<'_> {
 /// `text`, or past SQS's 128-character limit on group and deduplication ids, its first 100
 /// characters and a 64-bit FNV-1a digest of the whole (two texts that share a digest only share
 /// a group: their order is kept together).
-fn within_128(text: String) -> String {
+fn within_128(mut text: String) -> String {
+    cap_at_128(&mut text);
+    text
+}
+
+/// [`within_128`] in place.
+fn cap_at_128(text: &mut String) {
     if text.len() <= 128 {
-        return text;
+        return;
     }
     let digest = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
@@ -333,7 +352,54 @@ fn within_128(text: String) -> String {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}#{digest:016x}", &text[..end])
+    text.truncate(end);
+    write!(text, "#{digest:016x}").expect("a String takes it");
+}
+
+/// The text a Kafka record's message borrows (its id, decoded value, send time and lane group),
+/// written anew for each record of a partition: one set of buffers for the partition, where each
+/// record took four allocations of its own.
+#[derive(Debug, Default)]
+pub(crate) struct MessageText {
+    id: String,
+    body: String,
+    /// Whether `body` is the record's value as text SQS takes (else the message keeps the base64).
+    body_is_text: bool,
+    sent: String,
+    group: String,
+}
+
+impl MessageText {
+    /// Writes `record`'s text over the last record's.
+    pub(crate) fn write(&mut self, record: &KafkaRecord<'_>) {
+        self.id.clear();
+        record.write_id(&mut self.id);
+        self.group.clear();
+        record.write_lane_group(&mut self.group);
+        self.sent.clear();
+        if let Some(ms) = record.timestamp {
+            write!(self.sent, "{}", ms.max(0)).expect("a String takes it");
+        }
+        self.body_is_text = false;
+        if let Some(value) = record.value.as_deref() {
+            let mut bytes = std::mem::take(&mut self.body).into_bytes();
+            bytes.clear();
+            let decoded = BASE64.decode_vec(value, &mut bytes).is_ok();
+            if !decoded {
+                bytes.clear();
+            }
+            // Not UTF-8: the message keeps the base64, and the buffer goes with the error.
+            if let Ok(text) = String::from_utf8(bytes) {
+                self.body_is_text = decoded && sqs_accepts(&text);
+                self.body = text;
+            }
+        }
+    }
+
+    /// The record's id, as [`KafkaRecord::id`] has it.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
 }
 
 fn string_attribute(value: String) -> MessageAttribute<'static> {

@@ -14,6 +14,7 @@ use crate::fate::{Judge, KafkaFate, Outcome};
 use crate::handler::{Invocation, RecordHandler};
 use crate::kafka::{
     KafkaBatchItemFailure, KafkaEvent, KafkaEventResponse, KafkaItemIdentifier, KafkaRecord,
+    MessageText,
 };
 use crate::ledger::{KeyPlace, Position};
 use crate::metrics::BatchReport;
@@ -91,9 +92,11 @@ impl<Q: QueuePort> Processor<Q> {
         // The keys whose records left this partition in this batch (earlier batches':
         // `run.waiting`).
         let mut left_here: HashMap<String, KeyPlace> = HashMap::new();
+        let mut text = MessageText::default();
         for (index, kafka) in records.iter().enumerate() {
-            let id = kafka.id();
-            let mut record = kafka.as_message(&id);
+            text.write(kafka);
+            let id = text.id();
+            let mut record = kafka.as_message(&text);
             // A key is looked up only while some key has records out.
             let key_id = if left_here.is_empty() && run.waiting.is_empty() {
                 None
@@ -106,7 +109,7 @@ impl<Q: QueuePort> Processor<Q> {
             let (fate, error) = match followed {
                 Some(&place) => (fate_of(place), Some(follows(place))),
                 None => {
-                    let item = Item::new(&record, &id, 0);
+                    let item = Item::new(&record, id, 0);
                     let mut message = item.message(run.invocation);
                     message.kafka = Some(kafka);
                     let outcome = self.try_record(run.handler, &message, &run.cutoff).await;
@@ -137,7 +140,7 @@ impl<Q: QueuePort> Processor<Q> {
             let key_id = key_id.or_else(|| kafka.key_id());
             // Its copy carries where it came from.
             kafka.mark_origin(&mut record);
-            let item = Item::new(&record, &id, 0);
+            let item = Item::new(&record, id, 0);
             let sent = match (destination, error.as_deref()) {
                 (Some(_), Some(_))
                     if !self.key_left(key_id.as_deref(), kafka.offset, place).await =>
