@@ -572,6 +572,7 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
         report.invocations += 1;
         let Some(processed) = processed else {
             report.timed_out += 1;
+            report.dead_letters_delivered_again += records.len() as u64;
             return Ok(());
         };
         let clock = self.queue.inner().clock();
@@ -603,6 +604,7 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
         }
         if self.rng.f64() < self.config.lost_deletes {
             report.lost_deletes += 1;
+            report.dead_letters_delivered_again += u64::from(processed.report.dead_lettered);
             return Ok(());
         }
         for chunk in super::done(records, &processed).chunks(10) {

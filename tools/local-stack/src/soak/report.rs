@@ -34,6 +34,9 @@ pub struct SoakReport {
     /// dead-lettered record delivered again after a lost delete is a later attempt, and may
     /// succeed (its dead letter, a panic's, stays for review; redriven, the guard absorbs it).
     pub dead_and_processed: usize,
+    /// Records whose dead letter may have gone out in a batch that came back whole: the dead
+    /// letters of a batch whose delete was lost, and every record of one Lambda stopped.
+    pub dead_letters_delivered_again: u64,
     pub redriven: u32,
     pub beyond_cap: usize,
     pub invocations: u64,
@@ -241,8 +244,8 @@ impl fmt::Display for SoakReport {
         writeln!(f, "  duplicate dead letters      {:>8}  (one message dead-lettered twice after a lost delete)", self.duplicate_dead_letters)?;
         writeln!(
             f,
-            "  dead letters also processed {:>8}  (delivered again after a lost delete, and done)",
-            self.dead_and_processed
+            "  dead letters also processed {:>8}  (delivered again after a lost delete, and done; at most {})",
+            self.dead_and_processed, self.dead_letters_delivered_again
         )?;
         writeln!(
             f,
