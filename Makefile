@@ -98,14 +98,15 @@ installs: ## The virtualenvs (moto, LocalStack, checkov), the Kafka broker and C
 	$(MAKE) --no-print-directory -j4 $(STAMP) $(LOCALSTACK_STAMP) $(CHECKOV_STAMP) $(TANSU) $(CHROMEDRIVER)
 
 # `make test` runs side by side what can, in three steps: the installs beside the lint; the test
-# build beside the Terraform plans; the soaks (redrive-local: each run waits on moto, LocalStack
-# and its own clock, about 0.7 of a core), every other test and the packaging check, this one at
-# the lowest CPU priority. The soaks and the other tests each get a moto and a LocalStack of their
-# own. Each part's output is printed whole when it ends (docs/performance.md, "The test loop").
+# build beside the Terraform plans; every test but the soaks beside the packaging check, at the
+# lowest CPU priority. Then the soaks alone (redrive-local): a LocalStack soak beside the other
+# tests stalled once (docs/performance.md, "The test loop"). Each part's output is printed whole
+# when it ends.
 test: ## Lint, packaging and infra checks, then unit, fixture, contract, end-to-end (moto), soak and cargo-lambda watch/invoke tests
 	$(MAKE) --no-print-directory -j2 --output-sync=target installs lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target infra-check test-build
-	$(MAKE) --no-print-directory -j3 --output-sync=target test-soaks test-others package-check NICE="nice -n 19"
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-others package-check NICE="nice -n 19"
+	$(MAKE) --no-print-directory test-soaks
 
 test-build:
 	$(CARGO) test --workspace --locked --no-run --quiet
