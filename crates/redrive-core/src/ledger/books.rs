@@ -197,20 +197,13 @@ impl Books {
 
     /// Writes the holds of a batch's heads, side by side and before their waits are set: a new
     /// hold (`Hold` with an error) or a renewal of one (a head that came back held, `Hold`
-    /// without). A renewal the ledger did not answer in time counts as held: the hold written
-    /// before stands.
+    /// without). One the ledger did not confirm in time is not written: a renewal's hold still
+    /// names an earlier receipt handle, through which a release cannot make the head visible.
     pub(crate) async fn write_holds(
         &self,
         holds: &[(Delivery<'_>, Hold)],
         deadline: Option<Instant>,
     ) -> Vec<HoldWritten> {
-        let unanswered = |hold: &Hold| {
-            if hold.error_kind.is_empty() {
-                HoldWritten::Held
-            } else {
-                HoldWritten::NotWritten
-            }
-        };
         let all = futures_util::future::join_all(holds.iter().map(|(delivery, hold)| async move {
             let renewal = hold.error_kind.is_empty();
             match self.store.hold(delivery.message_id, hold, renewal).await {
@@ -223,13 +216,13 @@ impl Books {
                         %error,
                         "hold not written to the attempt ledger",
                     );
-                    unanswered(hold)
+                    HoldWritten::NotWritten
                 }
             }
         }));
         by_deadline(deadline, all)
             .await
-            .unwrap_or_else(|| holds.iter().map(|(_, hold)| unanswered(hold)).collect())
+            .unwrap_or_else(|| vec![HoldWritten::NotWritten; holds.len()])
     }
 
     /// Writes down that the record at `position` of key `key` leaves for `place`, before its copy

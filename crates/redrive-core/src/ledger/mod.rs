@@ -132,8 +132,10 @@ pub(crate) enum HoldWritten {
     /// A renewal an operator's release got ahead of: nothing written, the head comes back at once
     /// instead of waiting behind a hold that no longer stands.
     Released,
-    /// A new hold the ledger did not confirm (failed or slow): no operator sees it (`dlq held`,
-    /// `HeldHeads`), so the head comes back after its visibility timeout to be held again.
+    /// A hold the ledger did not confirm (failed or slow): a new one no operator sees (`dlq held`,
+    /// `HeldHeads`), a renewal's hold names an earlier receipt handle no release can make visible
+    /// (SQS acts on the latest: API reference, `DeleteMessage`), so the head comes back after its
+    /// visibility timeout to be held again.
     NotWritten,
 }
 

@@ -307,9 +307,9 @@ impl<Q: QueuePort> Processor<Q> {
 
     /// Writes the hold of each head held at this receive, or come back held, before its wait is
     /// set: a head whose hold an operator released meanwhile comes back at once
-    /// ([`GiveBackReason::Released`]), and one whose new hold the ledger did not confirm after its
+    /// ([`GiveBackReason::Released`]), and one whose hold the ledger did not confirm after its
     /// visibility timeout, to be held again, instead of waiting 11 h 40 min where no operator sees
-    /// it.
+    /// it or no release can reach it.
     async fn write_holds(
         &self,
         items: &[Item<'_>],

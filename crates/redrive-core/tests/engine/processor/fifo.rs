@@ -152,6 +152,8 @@ pub(super) enum Script {
     ThenRelease(&'static str, Release),
     /// It answers reads, and refuses every hold (a throttled `UpdateItem`).
     RefusesHolds,
+    /// It answers, and refuses every renewal of a hold (a hold written without an error).
+    RefusesRenewals,
     /// It answers, and refuses to write down a copy in the lane (a throttled `UpdateItem`).
     RefusesLaneCopies,
     /// It answers, and refuses the first write of a copy in the lane.
@@ -210,6 +212,16 @@ impl ForwardingLedger for Scripted {
         call: LedgerCall<'a>,
         ask: impl FnOnce() -> BoxFuture<'a, Result<T, PortError>> + Send + 'a,
     ) -> BoxFuture<'a, Result<T, PortError>> {
+        if let (LedgerCall::Hold(message_id), Script::RefusesRenewals) = (call, &self.script) {
+            // A renewal is a hold of a head the ledger holds already.
+            return Box::pin(async move {
+                let held = self.inner.held().await?;
+                if held.iter().any(|(id, _)| id == message_id) {
+                    return throttled("UpdateItem").await;
+                }
+                ask().await
+            });
+        }
         let refused = match (call, &self.script) {
             (LedgerCall::Hold(_), Script::RefusesHolds) => true,
             (LedgerCall::RecordInLane(_), Script::RefusesLaneCopies) => true,

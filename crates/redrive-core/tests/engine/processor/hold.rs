@@ -14,15 +14,37 @@ fn holding(ledger: Arc<dyn AttemptLedger>, clock: Arc<ManualClock>) -> Processor
         .with_ledger(ledger)
 }
 
-/// A head held on its first receive (no ledger read then: nothing to release yet), then back
-/// after its wait while the operator releases it with `release`: that batch in flight read the
-/// hold before the release. Returns the processor and its ledger.
-async fn released_while_in_flight(release: Release) -> (Processor<RecordingQueue>, Arc<Scripted>) {
+/// A holding processor over a memory ledger that goes as `script`.
+fn scripted(script: Script) -> (Processor<RecordingQueue>, Arc<Scripted>) {
     let ledger = Arc::new(Scripted {
         inner: MemoryLedger::new(),
-        script: Script::ThenRelease("a1", release),
+        script,
     });
     let processor = holding(ledger.clone(), Arc::new(ManualClock::at(NOW)));
+    (processor, ledger)
+}
+
+/// The waits set through `receipt_handle`.
+fn waits_set(
+    processor: &Processor<RecordingQueue>,
+    receipt_handle: &str,
+) -> Vec<(String, Duration)> {
+    processor
+        .queue()
+        .visibility_changes()
+        .into_iter()
+        .filter(|(handle, _)| handle == receipt_handle)
+        .collect()
+}
+
+/// A head held on its first receive (no ledger read then: nothing to release yet), then back
+/// after its wait with `receipt_handle`, given back untried, over a ledger that goes as `script`.
+/// Returns the processor and its ledger.
+async fn held_then_back(
+    script: Script,
+    receipt_handle: &str,
+) -> (Processor<RecordingQueue>, Arc<Scripted>) {
+    let (processor, ledger) = scripted(script);
     let handler = handler();
     let held = run(
         &processor,
@@ -31,14 +53,17 @@ async fn released_while_in_flight(release: Release) -> (Processor<RecordingQueue
     )
     .await;
     assert_eq!(held.report.held, 1);
-    let processed = run(
-        &processor,
-        &handler,
-        &event(vec![fifo_record("a1", "ok", "A", 2)]),
-    )
-    .await;
+    let mut back = fifo_record("a1", "ok", "A", 2);
+    back["receiptHandle"] = receipt_handle.into();
+    let processed = run(&processor, &handler, &event(vec![back])).await;
     assert_eq!(failures(&processed), ["a1"], "given back, untried");
     (processor, ledger)
+}
+
+/// The operator releases the head with `release` while it is back: that batch in flight read the
+/// hold before the release.
+async fn released_while_in_flight(release: Release) -> (Processor<RecordingQueue>, Arc<Scripted>) {
+    held_then_back(Script::ThenRelease("a1", release), "rh-a1").await
 }
 
 /// `dlq release` while the head is in flight: the consumer's renewal must not bring the hold back
@@ -85,11 +110,7 @@ async fn a_release_to_the_dlq_that_lands_while_the_head_is_in_flight_takes_effec
 /// visibility timeout to be held again.
 #[tokio::test]
 async fn a_hold_the_ledger_did_not_write_comes_back_to_be_held_again() {
-    let ledger = Arc::new(Scripted {
-        inner: MemoryLedger::new(),
-        script: Script::RefusesHolds,
-    });
-    let processor = holding(ledger.clone(), Arc::new(ManualClock::at(NOW)));
+    let (processor, ledger) = scripted(Script::RefusesHolds);
     let handler = handler();
     let processed = run(
         &processor,
@@ -106,15 +127,32 @@ async fn a_hold_the_ledger_did_not_write_comes_back_to_be_held_again() {
         "not dead-lettered"
     );
     assert!(ledger.held().await.unwrap().is_empty());
-    let waits: Vec<_> = processor
-        .queue()
-        .visibility_changes()
-        .into_iter()
-        .filter(|(handle, _)| handle == "rh-a1")
-        .collect();
+    let waits = waits_set(&processor, "rh-a1");
     assert!(
         waits.is_empty(),
         "back after its visibility timeout, not after a wait set for a hold: {waits:?}"
+    );
+}
+
+/// A renewal the ledger did not confirm (throttled, or answered after the carry deadline) leaves
+/// the receipt handle of an earlier receive in the hold, which `dlq release` cannot make visible
+/// (SQS wants the latest): the head must not wait 11 h 40 min there either, but come back after
+/// its visibility timeout to renew its hold.
+#[tokio::test]
+async fn a_renewal_the_ledger_did_not_confirm_comes_back_to_be_renewed() {
+    let (processor, ledger) = held_then_back(Script::RefusesRenewals, "rh-a1-second").await;
+    let held = ledger.held().await.unwrap();
+    assert_eq!(
+        held.iter()
+            .map(|(id, hold)| (id.as_str(), hold.receipt_handle.as_str()))
+            .collect::<Vec<_>>(),
+        [("a1", "rh-a1")],
+        "the hold as the first receive wrote it"
+    );
+    let waits = waits_set(&processor, "rh-a1-second");
+    assert!(
+        waits.is_empty(),
+        "back after its visibility timeout, not after a wait no release can end: {waits:?}"
     );
 }
 
