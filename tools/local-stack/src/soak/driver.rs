@@ -405,14 +405,42 @@ impl<'a, Q: SoakQueues, H: RecordHandler> Driver<'a, Q, H> {
                     "soak",
                     format!(
                         "stuck: nothing to receive for {} s with {depth} messages in flight or \
-                         delayed in the source and lane (one waits longer than the run sets)",
-                        limit.as_secs()
+                         delayed in the source and lane (one waits longer than the run sets); \
+                         the ledger's holds: {}",
+                        limit.as_secs(),
+                        self.holds_listed().await?
                     ),
                 ));
             }
         }
         self.queue.inner().idle(urls).await;
         Ok(())
+    }
+
+    /// The ledger's holds as a stuck run reports them: which head, its latest receive, in which
+    /// queue, and what the operator decided.
+    async fn holds_listed(&self) -> Result<String, PortError> {
+        let held = self.ledger.held().await?;
+        let listed: Vec<String> = held
+            .iter()
+            .map(|(id, hold)| {
+                let queue = if hold.queue_arn == self.arn {
+                    "source"
+                } else {
+                    "lane"
+                };
+                let release = hold.release.map_or("none", Release::as_str);
+                format!(
+                    "{id} (receive {} in the {queue}, {}, release: {release})",
+                    hold.receive_count, hold.error_kind
+                )
+            })
+            .collect();
+        Ok(if listed.is_empty() {
+            "none".to_owned()
+        } else {
+            listed.join(", ")
+        })
     }
 
     /// The source and, if any, the lane.
