@@ -15,6 +15,12 @@ use base64::Engine as _;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
+/// The JSON reader under the SQS scanner, shared with `redrive-core`'s Kafka scanner: not part
+/// of the API.
+#[doc(hidden)]
+pub mod json {
+    pub use crate::scan::Scan as Reader;
+}
 pub mod quoted_json;
 mod scan;
 mod source;

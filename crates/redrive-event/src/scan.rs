@@ -165,7 +165,11 @@ impl Fields {
     }
 }
 
-struct Scan<'a> {
+/// A reader of JSON text, a byte at a time where it must be and eight where it can: the SQS
+/// scanner, and the generic steps (objects, arrays, strings without escapes, integers, values
+/// read over) that `redrive-core`'s Kafka scanner takes from it as [`crate::json::Reader`]. Each
+/// step returns `None` on anything it does not take, for serde_json to judge.
+pub struct Scan<'a> {
     text: &'a str,
     bytes: &'a [u8],
     at: usize,
@@ -277,6 +281,55 @@ struct Shape<'a> {
 }
 
 impl<'a> Scan<'a> {
+    /// A reader at the start of `text`.
+    pub fn of(text: &'a str) -> Self {
+        Self::new(text, text.as_bytes())
+    }
+
+    /// Whether nothing but whitespace is left.
+    pub fn finished(&mut self) -> bool {
+        self.whitespace();
+        self.at == self.bytes.len()
+    }
+
+    /// A string without escapes, borrowed (one with escapes is serde's to decode).
+    pub fn string(&mut self) -> Option<&'a str> {
+        match self.raw_string()? {
+            (text, false) => Some(text),
+            (_, true) => None,
+        }
+    }
+
+    /// An integer as serde reads an `i64`: no fraction, no exponent, no overflow.
+    pub fn integer(&mut self) -> Option<i64> {
+        self.whitespace();
+        let bytes = self.bytes;
+        let negative = bytes.get(self.at) == Some(&b'-');
+        let start = self.at + usize::from(negative);
+        let mut end = start;
+        let mut magnitude: u64 = 0;
+        while let Some(digit @ b'0'..=b'9') = bytes.get(end) {
+            magnitude = magnitude
+                .checked_mul(10)?
+                .checked_add(u64::from(digit - b'0'))?;
+            end += 1;
+        }
+        // JSON writes no leading zero; a fraction or an exponent is no i64 to serde.
+        if end == start
+            || (end - start > 1 && bytes[start] == b'0')
+            || matches!(bytes.get(end), Some(b'.' | b'e' | b'E'))
+        {
+            return None;
+        }
+        let value = if negative {
+            0_i64.checked_sub_unsigned(magnitude)?
+        } else {
+            i64::try_from(magnitude).ok()?
+        };
+        self.at = end;
+        Some(value)
+    }
+
     /// A scanner at the start of `bytes`, which are `text`'s (tests may leave `text` empty).
     fn new(text: &'a str, bytes: &'a [u8]) -> Self {
         Scan {
@@ -509,26 +562,32 @@ impl<'a> Scan<'a> {
         Some(attribute)
     }
 
+    /// Reads over whitespace.
     #[inline(always)]
-    fn whitespace(&mut self) {
+    pub fn whitespace(&mut self) {
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(self.at) {
             self.at += 1;
         }
     }
 
+    /// The next byte after whitespace.
     #[inline(always)]
-    fn peek(&mut self) -> Option<u8> {
+    pub fn peek(&mut self) -> Option<u8> {
         self.whitespace();
         self.bytes.get(self.at).copied()
     }
 
+    /// Reads `byte` after whitespace.
     #[inline(always)]
-    fn eat(&mut self, byte: u8) -> Option<()> {
+    pub fn eat(&mut self, byte: u8) -> Option<()> {
         (self.peek()? == byte).then(|| self.at += 1)
     }
 
     /// `{ "key": value, ... }`, calling `field` with the scanner positioned at each value.
-    fn object(&mut self, mut field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+    pub fn object(
+        &mut self,
+        mut field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
         self.eat(b'{')?;
         if self.eat(b'}').is_some() {
             return Some(());
@@ -551,7 +610,8 @@ impl<'a> Scan<'a> {
         }
     }
 
-    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+    /// `[ element, ... ]`, calling `element` at each.
+    pub fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.eat(b'[')?;
         if self.eat(b']').is_some() {
             return Some(());
@@ -772,12 +832,14 @@ impl<'a> Scan<'a> {
         )
     }
 
-    fn literal(&mut self, word: &[u8]) -> Option<()> {
+    /// Reads `word` as it stands (`null`, `true`, `false`).
+    pub fn literal(&mut self, word: &[u8]) -> Option<()> {
         let end = self.at + word.len();
         (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
     }
 
-    fn skip(&mut self, depth: usize) -> Option<()> {
+    /// Reads over any value, `depth` deep in values read over.
+    pub fn skip(&mut self, depth: usize) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
