@@ -331,14 +331,15 @@ impl AttemptLedger for DynamoDbStore {
                 request =
                     request.expression_attribute_values(":untried", receives(hold.receive_count));
             }
-            // A renewal (the head came back held) must not bring back a hold an operator has
-            // released meanwhile, nor set a long wait on a head released to the DLQ.
+            // No hold, new or renewed, stands on an operator's release to the DLQ (it would set
+            // a long wait on a head bound there); a renewal (the head came back held) must not
+            // bring back a hold released to a retry meanwhile either.
             let renewal = hold.error_kind.is_empty();
-            if renewal {
-                request = request.condition_expression(
-                    "attribute_exists(held_since) AND attribute_not_exists(held_release)",
-                );
-            }
+            request = request.condition_expression(if renewal {
+                "attribute_exists(held_since) AND attribute_not_exists(held_release)"
+            } else {
+                "attribute_not_exists(held_release)"
+            });
             // Listed after the hold is written, never before: `held` drops a listed message whose
             // entry has no hold, and it would drop one listed first while its hold is on the way,
             // leaving a held group no operator sees. A listing lost after the write (a failed
@@ -349,10 +350,9 @@ impl AttemptLedger for DynamoDbStore {
                     Ok(true)
                 }
                 Err(error)
-                    if renewal
-                        && error
-                            .as_service_error()
-                            .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                    if error
+                        .as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
                 {
                     Ok(false)
                 }

@@ -75,11 +75,12 @@ impl AttemptLedger for MemoryLedger {
     ) -> BoxFuture<'a, Result<bool, PortError>> {
         let mut entries = lock(&self.entries);
         let entry = entries.entry(message_id.to_owned()).or_default();
-        let released = entry
-            .hold
-            .as_ref()
-            .is_none_or(|held| held.release.is_some());
-        if hold.error_kind.is_empty() && released {
+        // No hold stands on a release to the DLQ, and a renewal needs the hold it renews.
+        let released = match &entry.hold {
+            Some(held) => held.release.is_some(),
+            None => hold.error_kind.is_empty(),
+        };
+        if released {
             return ready(false);
         }
         if untried && !entry.untried.contains(&hold.receive_count) {
@@ -88,7 +89,6 @@ impl AttemptLedger for MemoryLedger {
         let mut renewed = hold.clone();
         if let Some(kept) = entry.hold.take() {
             renewed.since_ms = kept.since_ms;
-            renewed.release = kept.release;
             if renewed.error_kind.is_empty() {
                 renewed.error_kind = kept.error_kind;
                 renewed.error_message = kept.error_message;

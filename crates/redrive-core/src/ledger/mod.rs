@@ -129,8 +129,9 @@ pub(crate) enum LedgerWrite {
 pub(crate) enum HoldWritten {
     /// The group is held on the head: it may wait in place up to 11 h 40 min.
     Held,
-    /// A renewal an operator's release got ahead of: nothing written, the head comes back at once
-    /// instead of waiting behind a hold that no longer stands.
+    /// A hold an operator's release got ahead of (a renewal after any release; a new hold after
+    /// a release to the DLQ the consumer did not read): nothing written, the head comes back at
+    /// once instead of waiting behind a hold that no longer stands.
     Released,
     /// A hold the ledger did not confirm (failed or slow): a new one no operator sees (`dlq held`,
     /// `HeldHeads`), a renewal's hold names an earlier receipt handle no release can make visible

@@ -128,12 +128,12 @@ pub trait AttemptLedger: Send + Sync {
         since_ms: u64,
     ) -> BoxFuture<'a, Result<(), PortError>>;
 
-    /// Holds the group on `message_id`, or renews the hold with this receive (`since_ms`, an
-    /// operator's release already written and, when `hold` has none, the error are kept from the
-    /// hold before). `untried`: this receive was not a try (the head came back while held), and
-    /// is written down as such. A renewal (no error in `hold`) is conditional on the hold standing
-    /// unreleased: `Ok(false)` when an operator released it meanwhile (to be retried or to the
-    /// DLQ), and nothing is written.
+    /// Holds the group on `message_id`, or renews the hold with this receive (`since_ms` and,
+    /// when `hold` has none, the error are kept from the hold before). `untried`: this receive was
+    /// not a try (the head came back while held), and is written down as such. `Ok(false)`, and
+    /// nothing written, over an operator's release to the DLQ (a head whose release it did not
+    /// read, tried and failed again, must not wait for a hold that no longer stands), and for a
+    /// renewal (no error in `hold`) whose hold an operator released to a retry meanwhile.
     fn hold<'a>(
         &'a self,
         message_id: &'a str,
@@ -260,12 +260,15 @@ mod tests {
             ..hold(7, 2000)
         };
         assert!(!ledger.hold("m-1", &renewal, true).await.unwrap());
-        ledger.hold("m-1", &hold(7, 2000), true).await.unwrap();
+        // So is a new hold by a consumer that did not read the release, tried the head and
+        // failed again: the release stands.
+        assert!(!ledger.hold("m-1", &hold(7, 2000), true).await.unwrap());
         let entry = ledger.entries(&["m-1"]).await.unwrap()[0].clone().unwrap();
+        let held = entry.hold.as_ref().unwrap();
         assert_eq!(
-            entry.hold.as_ref().unwrap().release,
-            Some(Release::DeadLetter),
-            "kept"
+            (held.release, held.receive_count),
+            (Some(Release::DeadLetter), 6),
+            "the release and the hold it released stand"
         );
 
         ledger.hold("m-2", &hold(5, 100), false).await.unwrap();

@@ -353,6 +353,11 @@ async fn a_held_head_is_listed_renewed_and_released_on_dynamodb() {
         Some("rh-6".into())
     );
     assert!(!store.hold("m-1", &hold(7, 2000, ""), true).await.unwrap());
+    // So is a new hold by a consumer that did not read the release and failed the head again.
+    assert!(!store
+        .hold("m-1", &hold(7, 2000, "invalid_order"), true)
+        .await
+        .unwrap());
     let entry = store.entries(&["m-1"]).await.unwrap()[0]
         .clone()
         .expect("read");

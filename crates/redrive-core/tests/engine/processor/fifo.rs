@@ -145,6 +145,8 @@ async fn with_the_ledger_a_delivery_past_its_attempts_is_dead_lettered_untried()
 pub(super) enum Script {
     /// It cannot be read (a DynamoDB brownout).
     Fail,
+    /// Its first read fails; it answers after.
+    FailsFirstRead(std::sync::atomic::AtomicBool),
     /// It answers for these ids only (`BatchGetItem`'s `UnprocessedKeys`).
     Only(Vec<&'static str>),
     /// It answers, then an operator releases this head: the release lands between the
@@ -187,8 +189,12 @@ impl ForwardingLedger for Scripted {
         &'a self,
         message_ids: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Vec<Option<LedgerEntry>>, PortError>> {
-        if let Script::Fail = self.script {
-            return throttled("BatchGetItem");
+        match &self.script {
+            Script::Fail => return throttled("BatchGetItem"),
+            Script::FailsFirstRead(failed) if !failed.swap(true, Ordering::SeqCst) => {
+                return throttled("BatchGetItem")
+            }
+            _ => {}
         }
         Box::pin(async move {
             let read = self.inner.entries(message_ids).await?;

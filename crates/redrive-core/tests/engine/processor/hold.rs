@@ -1,4 +1,6 @@
 //! A FIFO head that holds its group until an operator releases it.
+use std::sync::atomic::AtomicBool;
+
 use super::fifo::{Script, Scripted};
 use super::*;
 
@@ -37,6 +39,20 @@ fn waits_set(
         .collect()
 }
 
+/// Head `a1` held on its first receive (no ledger read then: nothing to release yet).
+async fn held_on_first_receive(
+    processor: &Processor<RecordingQueue>,
+    handler: &impl RecordHandler,
+) {
+    let held = run(
+        processor,
+        handler,
+        &event(vec![fifo_record("a1", "permanent", "A", 1)]),
+    )
+    .await;
+    assert_eq!(held.report.held, 1);
+}
+
 /// A head held on its first receive (no ledger read then: nothing to release yet), then back
 /// after its wait with `receipt_handle`, given back untried, over a ledger that goes as `script`.
 /// Returns the processor and its ledger.
@@ -46,13 +62,7 @@ async fn held_then_back(
 ) -> (Processor<RecordingQueue>, Arc<Scripted>) {
     let (processor, ledger) = scripted(script);
     let handler = handler();
-    let held = run(
-        &processor,
-        &handler,
-        &event(vec![fifo_record("a1", "permanent", "A", 1)]),
-    )
-    .await;
-    assert_eq!(held.report.held, 1);
+    held_on_first_receive(&processor, &handler).await;
     let mut back = fifo_record("a1", "ok", "A", 2);
     back["receiptHandle"] = receipt_handle.into();
     let processed = run(&processor, &handler, &event(vec![back])).await;
@@ -103,6 +113,49 @@ async fn a_release_to_the_dlq_that_lands_while_the_head_is_in_flight_takes_effec
     .await;
     assert!(failures(&dead).is_empty());
     assert_eq!(processor.queue().sent_to(DLQ).len(), 1);
+}
+
+/// `dlq release --dead-letter`, and the head comes back while the ledger cannot be read: its try
+/// fails again and would hold its group anew. That hold must not stand on the release (kept, and
+/// not listed for release again), leaving the head to wait 11 h 40 min for the DLQ: it is refused,
+/// the head comes back at once, and with the ledger read it goes to the DLQ. (The LocalStack soak
+/// of held groups stalled on such a head in the lane.)
+#[tokio::test]
+async fn a_head_released_to_the_dlq_is_not_held_anew_when_its_release_was_not_read() {
+    let (processor, ledger) = scripted(Script::FailsFirstRead(AtomicBool::new(false)));
+    let handler = handler();
+    held_on_first_receive(&processor, &handler).await;
+    ledger
+        .inner
+        .release_hold("a1", Release::DeadLetter)
+        .await
+        .unwrap();
+    let mut back = fifo_record("a1", "permanent", "A", 2);
+    back["receiptHandle"] = "rh-a1-second".into();
+    let unread = run(&processor, &handler, &event(vec![back])).await;
+    assert_eq!(failures(&unread), ["a1"], "given back");
+    assert_eq!(
+        waits_set(&processor, "rh-a1-second"),
+        [("rh-a1-second".to_owned(), Duration::ZERO)],
+        "back at once, not after a wait for a hold its release does not end"
+    );
+    let held = ledger.inner.held().await.unwrap();
+    assert_eq!(
+        held.iter()
+            .map(|(id, hold)| (id.as_str(), hold.release))
+            .collect::<Vec<_>>(),
+        [("a1", Some(Release::DeadLetter))],
+        "the release stands"
+    );
+    let dead = run(
+        &processor,
+        &handler,
+        &event(vec![fifo_record("a1", "permanent", "A", 3)]),
+    )
+    .await;
+    assert!(failures(&dead).is_empty());
+    assert_eq!(processor.queue().sent_to(DLQ).len(), 1);
+    assert!(ledger.held().await.unwrap().is_empty());
 }
 
 /// A hold the ledger did not write leaves its head where no operator sees it (`dlq held`, the
