@@ -15,7 +15,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # checkov at install was most of the installs' CPU time.
 PIP_INSTALL := pip install --quiet --disable-pip-version-check --no-compile
 
-.PHONY: help venv localstack installs check test test-build test-soaks test-local test-others lint api package-check infra-check build bench demo console soak fuzz deploy destroy clean
+.PHONY: help venv localstack installs check test test-build test-soaks test-others lint api package-check infra-check build bench demo console soak fuzz deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -98,27 +98,19 @@ installs: ## The virtualenvs (moto, LocalStack, checkov), the Kafka broker and C
 	$(MAKE) --no-print-directory -j4 $(STAMP) $(LOCALSTACK_STAMP) $(CHECKOV_STAMP) $(TANSU) $(CHROMEDRIVER)
 
 # `make test` runs side by side what can, in three steps: the installs beside the lint; the test
-# build beside the Terraform plans; every test but the soaks (the conformance suite, the broker's
-# and cargo-lambda's tests among them) beside the packaging check, at the lowest CPU priority.
-# Then the soaks alone: a LocalStack soak beside the other tests stalled once (docs/performance.md,
-# "The test loop"). Each part's output is printed whole when it ends.
+# build beside the Terraform plans; the soaks (redrive-local, with the conformance suite) beside
+# every other test, each with a local AWS of its own, and beside the packaging check, at the
+# lowest CPU priority. Each part's output is printed whole when it ends.
 test: ## Lint, packaging and infra checks, then unit, fixture, contract, end-to-end (moto), soak and cargo-lambda watch/invoke tests
 	$(MAKE) --no-print-directory -j2 --output-sync=target installs lint
 	$(MAKE) --no-print-directory -j2 --output-sync=target infra-check test-build
-	$(MAKE) --no-print-directory -j3 --output-sync=target test-others test-local package-check NICE="nice -n 19"
-	$(MAKE) --no-print-directory test-soaks
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-soaks test-others package-check NICE="nice -n 19"
 
 test-build:
 	$(CARGO) test --workspace --locked --no-run --quiet
 
-# redrive-local's tests but the soaks, on a local AWS of their own.
-test-local:
-	LOCAL_AWS_DIR=$(CURDIR)/.local/local tools/with-local-aws sh -c \
-	  '$(CARGO) test --locked -p redrive-local --lib --bins --test conformance && \
-	   $(CARGO) test --locked -p redrive-local --test local -- --skip soak::'
-
 test-soaks:
-	LOCAL_AWS_DIR=$(CURDIR)/.local/soaks tools/with-local-aws $(CARGO) test --locked -p redrive-local --test local soak::
+	LOCAL_AWS_DIR=$(CURDIR)/.local/soaks tools/with-local-aws $(CARGO) test --locked -p redrive-local
 
 test-others:
 	tools/with-local-aws $(CARGO) test --workspace --locked --exclude redrive-local
