@@ -17,7 +17,7 @@ use super::{
     bad_request, encode, escape, failed, not_found, queue_name, refused, when, Answer, Console,
     Refusal,
 };
-use crate::reprocess_job;
+use crate::job::reprocess_job;
 
 pub(super) struct JobEntry {
     job: Job,
@@ -91,7 +91,7 @@ fn job_of(form: &NewJob, records: &[SqsRecord<'_>], action: JobAction) -> Result
         .map(|version| version.parse::<u64>())
         .transpose()
         .map_err(|_| bad_request("a version bound is a published version number"))?;
-    let (filter, selected_by) = crate::filter_of(
+    let (filter, selected_by) = crate::job::filter_of(
         &form.queue,
         some(&form.kind).into_iter().collect(),
         classes.into_iter().collect(),

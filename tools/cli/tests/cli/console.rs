@@ -11,10 +11,8 @@ use serde_json::Value;
 use super::browser::{http, Browser, Console};
 use redrive_local::incident::{self, failure_of};
 
-use super::{
-    dead_letters, deploy, dlq, held_head, moto_role, new_queue, origin_and_dlq, receive_now,
-    stdout, Consumer,
-};
+use super::held::{held_head, receive_now};
+use super::{dead_letters, deploy, dlq, moto_role, new_queue, origin_and_dlq, stdout, Consumer};
 
 /// The bodies `queue` holds, sorted (`dlq export`, with `env`).
 fn bodies(queue: &str, env: &[(&str, &str)]) -> Vec<String> {
