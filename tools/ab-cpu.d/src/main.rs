@@ -4,28 +4,19 @@
 //! in nanoseconds, after three to warm up. Usage: ab-cpu-harness [RUNS] (21 by default).
 use std::time::{Duration, Instant};
 
-use redrive_core::port::RecordingQueue;
-use redrive_core::{Message, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent};
+// The bench's file names the engine as the bench does.
+extern crate redrive_core as redrive;
 
-// `make bench`'s own event (tools/ab-cpu writes the repository's path here).
+use redrive::port::RecordingQueue;
+use redrive::{Processor, ProcessorConfig, SqsEvent};
+
+// `make bench`'s own event and handler (tools/ab-cpu writes the repository's path here).
 #[path = "@ROOT@/tools/bench/src/event.rs"]
 mod event;
 
-use event::{generate_event, Order, FAIL_EVERY};
+use event::{generate_event, CheckStatus, FAIL_EVERY};
 
 const RECORDS: usize = 10_000;
-
-struct CheckStatus;
-
-impl RecordHandler for CheckStatus {
-    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
-        let order: Order<'_> = message.json()?;
-        match order.status {
-            "fail" => Err(RecordError::transient("order_failed", "status is fail")),
-            _ => Ok(()),
-        }
-    }
-}
 
 /// The median of `runs` batches of `event`.
 fn row(runtime: &tokio::runtime::Runtime, event: &[u8], runs: usize) -> Duration {

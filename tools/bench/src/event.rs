@@ -1,6 +1,8 @@
-//! The generated SQS event every CPU-bound row parses: `make bench`'s, and `tools/ab-cpu`'s
-//! harness (which includes this file), so both measure the same bytes.
+//! The generated SQS event every CPU-bound row parses and the handler it runs: `make bench`'s,
+//! and `tools/ab-cpu`'s harness (which includes this file, its redrive-core named `redrive`), so
+//! both measure the same bytes and the same work.
 
+use redrive::{Message, RecordError, RecordHandler};
 use serde::Deserialize;
 
 /// Every 100th order fails: 1%.
@@ -65,4 +67,17 @@ pub struct Order<'a> {
     pub status: &'a str,
     pub amount: f64,
     pub currency: &'a str,
+}
+
+/// The same work every peer does: parse the body as JSON, check a field, fail 1%.
+pub struct CheckStatus;
+
+impl RecordHandler for CheckStatus {
+    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
+        let order: Order<'_> = message.json()?;
+        match order.status {
+            "fail" => Err(RecordError::transient("order_failed", "status is fail")),
+            _ => Ok(()),
+        }
+    }
 }

@@ -19,13 +19,11 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redrive::port::RecordingQueue;
-use redrive::{
-    Message, Processor, ProcessorConfig, RecordError, RecordHandler, RetryPolicy, SqsEvent,
-};
+use redrive::{Processor, ProcessorConfig, RecordHandler, RetryPolicy, SqsEvent};
 use redrive_runtime_api::{peak_rss_kib, Invocation, RuntimeApi};
 use serde::Deserialize;
 
-use event::{generate_event, Order, FAIL_EVERY};
+use event::{generate_event, CheckStatus, Order, FAIL_EVERY};
 pub(crate) use peers::{Peer, PeerSamples};
 pub(crate) use runs::*;
 use table::Table;
@@ -80,19 +78,6 @@ struct Args {
     /// LocalStack's Python (`make localstack`), for the console's grouping row.
     #[arg(long, default_value = ".venv-localstack/bin/python")]
     localstack_python: PathBuf,
-}
-
-/// The same work every peer does: parse the body as JSON, check a field, fail 1%.
-struct CheckStatus;
-
-impl RecordHandler for CheckStatus {
-    async fn handle(&self, message: &Message<'_>) -> Result<(), RecordError> {
-        let order: Order<'_> = message.json()?;
-        match order.status {
-            "fail" => Err(RecordError::transient("order_failed", "status is fail")),
-            _ => Ok(()),
-        }
-    }
 }
 
 fn processor(dlq: Option<&str>) -> Processor<RecordingQueue> {

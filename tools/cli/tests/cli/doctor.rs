@@ -1,13 +1,10 @@
 //! `dlq doctor` against consumers deployed on moto.
-use super::{browser, deploy, dlq, moto_role, Consumer};
+use super::{browser, deploy, dlq, moto_role, on_moto, Consumer};
 /// Issue 43, item 10: `dlq doctor` on moto names each broken setting of a consumer, one finding
 /// per broken consumer, exits 1 on a finding, and finds nothing on a sound one.
 #[tokio::test]
 async fn the_doctor_names_each_setting_that_loses_or_stalls_messages() {
-    assert!(
-        std::env::var("AWS_ENDPOINT_URL").is_ok(),
-        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
-    );
+    on_moto();
     let prefix = format!("t{}-doctor", std::process::id());
     let role = moto_role(&format!("{prefix}-role"));
     let cases: Vec<(&str, Consumer, Option<&str>)> = vec![

@@ -1,7 +1,7 @@
 //! `dlq held` and `dlq release` against a FIFO queue and a ledger table on moto.
 use redrive_local::provision::{depth, queue_arn};
 
-use super::{dlq, stdout};
+use super::{dlq, on_moto, stdout};
 /// A FIFO queue whose group the consumer held on its head (in flight for hours, its hold in a new
 /// ledger table): (queue URL, table, the head's message id).
 pub(crate) async fn held_head(
@@ -9,10 +9,7 @@ pub(crate) async fn held_head(
     prefix: &str,
 ) -> (String, String, String) {
     use redrive::ledger::{AttemptLedger, Hold};
-    assert!(
-        std::env::var("AWS_ENDPOINT_URL").is_ok(),
-        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
-    );
+    on_moto();
     let url = client
         .create_queue()
         .queue_name(format!("{prefix}-payments.fifo"))

@@ -59,15 +59,20 @@ pub(crate) async fn dead_letters(
     }
 }
 
+/// Stops a test run outside `make test` with what it needs: the moto server it talks to.
+pub(crate) fn on_moto() {
+    assert!(
+        std::env::var("AWS_ENDPOINT_URL").is_ok(),
+        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
+    );
+}
+
 /// An origin queue and its DLQ where `client` points: (origin URL, DLQ URL, origin ARN).
 pub(crate) async fn origin_and_dlq(
     client: &aws_sdk_sqs::Client,
     prefix: &str,
 ) -> (String, String, String) {
-    assert!(
-        std::env::var("AWS_ENDPOINT_URL").is_ok(),
-        "run with `make test` (moto server and AWS_ENDPOINT_URL)"
-    );
+    on_moto();
     let origin_url = new_queue(client, &format!("{prefix}-orders")).await;
     let dlq_url = new_queue(client, &format!("{prefix}-orders-dlq")).await;
     let origin_arn = queue_arn(client, &origin_url).await.unwrap();
