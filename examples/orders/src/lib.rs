@@ -5,8 +5,9 @@
 use std::borrow::Cow;
 use std::future::Future;
 
+use redrive::breaker::TenantBreakers;
 use redrive::stream::ItemChange;
-use redrive::{Message, RecordError, RecordHandler, TenantBreakers};
+use redrive::{Message, RecordError, RecordHandler};
 use serde::Deserialize;
 
 pub mod payments;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redrive::backoff::parse_duration;
+use redrive::retry::parse_duration;
 use redrive::ConfigError;
 
 use crate::{Order, PaymentError, PaymentGateway};

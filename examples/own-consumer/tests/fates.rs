@@ -1,7 +1,7 @@
 //! The consumer's handler through redrive's processor, on the in-memory queue: where each order
 //! goes.
 use own_consumer::{Reserve, Warehouse};
-use redrive::port::RecordingQueue;
+use redrive::testing::RecordingQueue;
 use redrive::{ErrorClass, Meta, Processor, ProcessorConfig, SqsEvent};
 
 const DLQ: &str = "https://sqs.local/123456789012/orders-dlq";

@@ -3,8 +3,8 @@
 //! by hand with a command. It answers with the run's [`ReprocessSummary`].
 use std::time::{Duration, Instant};
 
-use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
+use redrive::port::{Clock, SystemClock};
 use redrive::reprocess::{ReprocessCommand, ReprocessSummary, Reprocessor};
 use redrive::{ConfigError, PortError, QueuePort};
 

@@ -4,7 +4,8 @@ use event_consumer::{handle_event, redrive_count, EventError};
 use lambda_runtime::{service_fn, LambdaEvent};
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
-use redrive::{Settings, TenantBreakers};
+use redrive::breaker::TenantBreakers;
+use redrive::Settings;
 use serde_json::value::RawValue;
 
 // One thread, or every vCPU on Lambda Managed Instances (redrive::lambda::runtime).

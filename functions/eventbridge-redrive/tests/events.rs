@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_runtime::{Context, LambdaEvent};
-use redrive::clock::{Clock, ManualClock, SystemClock};
 use redrive::config::EventRedriveSettings;
 use redrive::envelope::OutgoingMessage;
-use redrive::eventbridge::{client_context, EventRedrive, RecordingInvoker};
+use redrive::eventbridge::{client_context, EventRedrive};
 use redrive::lambda::Bytes;
-use redrive::port::{Call, RecordingQueue};
+use redrive::port::{Clock, SystemClock};
+use redrive::testing::{Call, ManualClock, RecordingInvoker, RecordingQueue};
 use redrive::{Meta, Processor, ProcessorConfig, RetryPolicy};
 
 const PARKED: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/eventbridge-redrive-parked";

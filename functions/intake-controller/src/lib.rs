@@ -9,12 +9,12 @@ use aws_sdk_scheduler::types::{
     ActionAfterCompletion, FlexibleTimeWindow, FlexibleTimeWindowMode, Target,
 };
 use base64::Engine as _;
+use redrive::aws::sdk_config_from_env;
+use redrive::breaker::{ProbeVerdict, PROBE_KEY};
 use redrive::envelope::Timestamp;
 use redrive::event::SqsRecord;
 use redrive::intake::{IntakePort, IntakeSettings, Mapping, MappingState, Probe};
-use redrive::pause::{ProbeVerdict, PROBE_KEY};
 use redrive::port::QueuePort;
-use redrive::sqs::sdk_config_from_env;
 use redrive::{PortError, SqsQueue};
 use serde::Deserialize;
 use tokio::sync::OnceCell;
@@ -65,7 +65,7 @@ impl Config {
         };
         let switch_after = match get("INTAKE_SWITCH_AFTER") {
             None => IntakeSettings::default().switch_after,
-            Some(text) => redrive::backoff::parse_duration(&text).ok_or_else(|| {
+            Some(text) => redrive::retry::parse_duration(&text).ok_or_else(|| {
                 format!("INTAKE_SWITCH_AFTER: {text:?} is not a duration such as 15m")
             })?,
         };

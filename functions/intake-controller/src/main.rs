@@ -1,7 +1,7 @@
 use intake_controller::{AwsIntake, Config};
 use lambda_runtime::{service_fn, LambdaEvent};
-use redrive::clock::{Clock, SystemClock};
 use redrive::intake::{take_requests, IntakeController, Tick};
+use redrive::port::{Clock, SystemClock};
 
 // One tick a minute (an EventBridge Scheduler schedule): the consumers' requests, then each mapping.
 fn main() -> Result<(), lambda_runtime::Error> {

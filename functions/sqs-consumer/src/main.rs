@@ -1,6 +1,6 @@
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
-use redrive::TenantBreakers;
+use redrive::breaker::TenantBreakers;
 
 // One thread, or every vCPU on Lambda Managed Instances (redrive::lambda::runtime).
 fn main() -> Result<(), lambda_runtime::Error> {

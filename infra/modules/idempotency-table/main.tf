@@ -1,4 +1,4 @@
-# The shared idempotency store of a consumer (redrive::dynamodb::DynamoDbStore): one item per key,
+# The shared idempotency store of a consumer (redrive::aws::DynamoDbStore): one item per key,
 # on-demand, expired keys deleted by TTL, encrypted, recoverable to any point of the last 35 days.
 
 resource "aws_dynamodb_table" "keys" {

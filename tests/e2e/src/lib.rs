@@ -9,11 +9,12 @@ use aws_sdk_sqs::Client;
 use lambda_runtime::{Context, LambdaEvent};
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
-use redrive::clock::{Clock, SystemClock};
+use redrive::breaker::TenantBreakers;
 use redrive::lambda::Bytes;
+use redrive::port::{Clock, SystemClock};
 use redrive::{
     Message as Record, Meta, Payloads, Processor, ProcessorConfig, RecordError, RecordHandler,
-    SqsQueue, TenantBreakers,
+    SqsQueue,
 };
 use redrive_local::poller::{Poll, Poller};
 use redrive_local::provision::{depth, provision, QueuePair};
@@ -38,7 +39,7 @@ pub struct Stack {
     pub batch_size: u32,
     pub payloads: Option<Payloads>,
     /// The attempt ledger's table, when the options asked for one (kept by `reconfigure`).
-    pub ledger: Option<std::sync::Arc<redrive::dynamodb::DynamoDbStore>>,
+    pub ledger: Option<std::sync::Arc<redrive::aws::DynamoDbStore>>,
 }
 
 /// What a test sets differently from what Terraform ships; everything it leaves unset is the
@@ -124,7 +125,10 @@ impl Stack {
             ),
         );
         let payloads = options.payload_bucket.map(|bucket| {
-            Payloads::new(std::sync::Arc::new(redrive::s3::S3Payloads::lazy()), bucket)
+            Payloads::new(
+                std::sync::Arc::new(redrive::aws::S3Payloads::lazy()),
+                bucket,
+            )
         });
         let processor = with_payloads(
             Processor::new(
@@ -134,13 +138,13 @@ impl Stack {
             &payloads,
         );
         let ledger = if options.ledger {
-            let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+            let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::aws::sdk_config_from_env());
             let table = format!("{}-{key}-idempotency", topology.name_prefix);
             redrive_local::provision::idempotency_table(&dynamodb, &table)
                 .await
                 .unwrap();
             Some(std::sync::Arc::new(
-                redrive::dynamodb::DynamoDbStore::with_client(dynamodb, table),
+                redrive::aws::DynamoDbStore::with_client(dynamodb, table),
             ))
         } else {
             None
@@ -391,7 +395,7 @@ fn with_payloads(
 
 fn with_ledger(
     processor: Processor<SqsQueue>,
-    ledger: &Option<std::sync::Arc<redrive::dynamodb::DynamoDbStore>>,
+    ledger: &Option<std::sync::Arc<redrive::aws::DynamoDbStore>>,
 ) -> Processor<SqsQueue> {
     match ledger {
         Some(ledger) => processor.with_ledger(ledger.clone()),

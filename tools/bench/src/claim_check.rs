@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
+use redrive::aws::S3Payloads;
 use redrive::payload::{PayloadError, PayloadStore, Pointer, SIZE_ATTRIBUTE};
-use redrive::s3::S3Payloads;
 use redrive::Payloads;
 
 use crate::event::generate_event;
@@ -136,7 +136,7 @@ pub fn measure(python: &Path) -> Result<Measured, String> {
     ] {
         std::env::set_var(name, value);
     }
-    let client = redrive::s3::client(&redrive::sqs::sdk_config_from_env());
+    let client = redrive::aws::s3_client(&redrive::aws::sdk_config_from_env());
     runtime
         .block_on(client.create_bucket().bucket(BUCKET).send())
         .map_err(|e| format!("CreateBucket on moto: {e}"))?;
@@ -145,7 +145,7 @@ pub fn measure(python: &Path) -> Result<Measured, String> {
         calls: AtomicUsize::new(0),
     });
     let (ordinary, large) = events(&store, runtime)?;
-    let processor = processor_with(None, redrive::processor::DEFAULT_CONCURRENCY)
+    let processor = processor_with(None, redrive::config::DEFAULT_CONCURRENCY)
         .with_payloads(Payloads::new(store.clone(), BUCKET));
     let turns = |event: &str| -> Result<(Vec<f64>, f64), String> {
         let before = store.calls.load(Ordering::Relaxed);

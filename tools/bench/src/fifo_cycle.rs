@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redrive::clock::ManualClock;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::Text;
-use redrive::ledger::{Counted, MemoryLedger};
+use redrive::testing::ManualClock;
+use redrive::testing::{Counted, MemoryLedger};
 use redrive::{Message, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler};
 use redrive_local::memory::{MemorySqs, QueueSpec};
 

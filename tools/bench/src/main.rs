@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redrive::port::RecordingQueue;
+use redrive::testing::RecordingQueue;
 use redrive::{Processor, ProcessorConfig, RecordHandler, RetryPolicy, SqsEvent};
 use redrive_runtime_api::{peak_rss_kib, Invocation, RuntimeApi};
 use serde::Deserialize;

@@ -5,8 +5,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Subcommand;
-use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
+use redrive::port::{Clock, SystemClock};
 use redrive::reprocess::{
     browse, failure_groups, Filter, Job, JobAction, ReprocessCommand, ReprocessSummary, Reprocessor,
 };

@@ -11,17 +11,17 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use redrive::clock::{Clock, SystemClock};
+use redrive::aws::DynamoDbStore;
+use redrive::aws::S3Payloads;
 use redrive::config::ReprocessSettings;
-use redrive::dynamodb::DynamoDbStore;
 use redrive::event::SqsRecord;
 use redrive::ledger::{release_head, AttemptLedger, Release};
 use redrive::payload::{PayloadStore, Pointer, LEGACY_SIZE_ATTRIBUTE, SIZE_ATTRIBUTE};
+use redrive::port::{Clock, SystemClock};
 use redrive::reprocess::{
     browse, export_line, failure_groups, tenant_counts, AttributeFilter, Inventory,
     ReprocessCommand, ReprocessSummary, Reprocessor,
 };
-use redrive::s3::S3Payloads;
 use redrive::{ErrorClass, SqsQueue};
 
 /// Inspect, export and redrive SQS dead-letter queues without losing a message.
@@ -335,7 +335,7 @@ async fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(redrive::sqs::https_client())
+        .http_client(redrive::aws::https_client())
         .load()
         .await;
     let sqs = SqsQueue::with_client(aws_sdk_sqs::Client::new(&config));
@@ -374,7 +374,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             pointers,
         } => {
             let url = sqs.resolve(&queue).await?;
-            let s3 = (!pointers).then(|| S3Payloads::with_client(redrive::s3::client(&config)));
+            let s3 = (!pointers).then(|| S3Payloads::with_client(redrive::aws::s3_client(&config)));
             for record in browse(&sqs, &url, count).await? {
                 let line = with_large_body(&record, s3.as_ref()).await;
                 writeln!(out, "{}", serde_json::to_string_pretty(&line)?)?;
@@ -386,7 +386,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             pointers,
         } => {
             let url = sqs.resolve(&queue).await?;
-            let s3 = (!pointers).then(|| S3Payloads::with_client(redrive::s3::client(&config)));
+            let s3 = (!pointers).then(|| S3Payloads::with_client(redrive::aws::s3_client(&config)));
             let records = browse(&sqs, &url, max).await?;
             for record in &records {
                 writeln!(out, "{}", with_large_body(record, s3.as_ref()).await)?;

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName;
+use redrive::aws::SqsQueue;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
 use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
-use redrive::sqs::SqsQueue;
 use redrive::PortError;
 
 use crate::memory::{MemorySqs, QueueSpec};

@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redrive::clock::{Clock, ManualClock};
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
+use redrive::port::Clock;
 use redrive::port::{ForwardingPort, QueuePort};
+use redrive::testing::ManualClock;
 use redrive::{PortError, Processed, Processor, ProcessorConfig, RecordHandler};
 
 use crate::memory::{MemorySqs, QueueSpec};

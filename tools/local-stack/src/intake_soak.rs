@@ -11,12 +11,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use redrive::breaker::CircuitBreaker;
+use redrive::breaker::ProbeVerdict;
 use redrive::intake::{
     take_requests, IntakeController, IntakePort, IntakeSettings, Mapping, MappingState, Probe,
 };
 use redrive::lambda::pause::PauseSignal;
-use redrive::pause::ProbeVerdict;
-use redrive::{CircuitBreaker, Message, PortError, Processor, RecordError, RecordHandler};
+use redrive::{Message, PortError, Processor, RecordError, RecordHandler};
 
 use crate::intake_sim::{Body, Counted, Effects, Model, STEP_MS};
 use crate::soak::shipped;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redrive::dynamodb::DynamoDbStore;
+use redrive::aws::DynamoDbStore;
 use redrive::envelope::OutgoingMessage;
 use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
 use redrive::ledger::{release_head, AttemptLedger, Release};
@@ -296,7 +296,7 @@ pub async fn run(prefix: &str, config: &KafkaSoakConfig) -> Result<KafkaSoakRepo
 
     // The Kafka mapping, the lane, its DLQ and the lane's function as Terraform ships them
     // (infra/examples/kafka-orders on modules/kafka-consumer's defaults), the waits scaled.
-    let sdk = redrive::sqs::sdk_config_from_env();
+    let sdk = redrive::aws::sdk_config_from_env();
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let shipped = crate::mapping::ShippedMapping::kafka()?;
     let mut topology =

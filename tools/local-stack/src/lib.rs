@@ -42,7 +42,7 @@ pub trait Comparison: std::fmt::Display {
 
 /// An SQS client for the endpoint in `AWS_ENDPOINT_URL` (the emulator) or AWS.
 pub fn sqs_client() -> Client {
-    Client::new(&redrive::sqs::sdk_config_from_env())
+    Client::new(&redrive::aws::sdk_config_from_env())
 }
 
 /// An SQS client for the local server at `endpoint` (LocalStack beside moto), with the dummy
@@ -50,7 +50,7 @@ pub fn sqs_client() -> Client {
 pub fn sqs_client_at(endpoint: &str) -> Client {
     let config = aws_sdk_sqs::Config::builder()
         .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-        .http_client(redrive::sqs::https_client())
+        .http_client(redrive::aws::https_client())
         .region(aws_sdk_sqs::config::Region::new("us-east-1"))
         .endpoint_url(endpoint)
         .credentials_provider(aws_sdk_sqs::config::Credentials::new(

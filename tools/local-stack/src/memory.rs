@@ -8,10 +8,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redrive::clock::{Clock, ManualClock};
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{Body, MessageAttributes, SqsRecord, Text};
+use redrive::port::Clock;
 use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
+use redrive::testing::ManualClock;
 use redrive::PortError;
 
 /// SQS's default `MessageRetentionPeriod`: 4 days (CreateQueue, API reference).

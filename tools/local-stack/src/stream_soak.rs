@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_runtime::{Context, LambdaEvent};
-use redrive::clock::{Clock, SystemClock};
 use redrive::config::ReprocessSettings;
 use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
 use redrive::lambda::Bytes;
+use redrive::port::{Clock, SystemClock};
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
 use redrive::{
     Message, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler, SqsQueue,
@@ -241,7 +241,7 @@ pub async fn run_on_moto(
     prefix: &str,
     config: &StreamSoakConfig,
 ) -> Result<StreamSoakReport, Error> {
-    let sdk = redrive::sqs::sdk_config_from_env();
+    let sdk = redrive::aws::sdk_config_from_env();
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let emulator = |e: String| Error::Emulator(e);

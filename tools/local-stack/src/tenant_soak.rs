@@ -2,16 +2,15 @@
 //! `MessageGroupId`), one of them with its own downstream failing every call for a while, through
 //! the real processor with the orders consumer's settings as Terraform ships them (`infra`), on the
 //! SQS model's virtual clock. The same seeded arrivals run three ways: without the fault, with the
-//! fault behind a breaker per tenant ([`redrive::TenantBreakers`], the orders handler's), and with
+//! fault behind a breaker per tenant ([`redrive::breaker::TenantBreakers`], the orders handler's), and with
 //! the fault behind the shared breaker alone. What it measures: the other tenants' time in queue,
 //! the failing tenant's downstream calls, handler calls and dead letters, and its drain once healed.
 use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redrive::{
-    Message, PortError, RecordError, RecordHandler, TenantBreakerSettings, TenantBreakers,
-};
+use redrive::breaker::{TenantBreakerSettings, TenantBreakers};
+use redrive::{Message, PortError, RecordError, RecordHandler};
 
 use crate::intake_sim::{Body, Effects, Model, STEP_MS};
 use crate::soak::shipped;

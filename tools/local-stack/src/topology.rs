@@ -317,7 +317,7 @@ impl Topology {
                 let scaled: Option<Vec<String>> = value
                     .split(',')
                     .map(|wait| {
-                        let seconds = redrive::backoff::parse_duration(wait)?.as_secs_f64();
+                        let seconds = redrive::retry::parse_duration(wait)?.as_secs_f64();
                         Some(format!("{}s", (seconds / factor).max(floor)))
                     })
                     .collect();
@@ -340,5 +340,5 @@ fn engine_default(name: &str) -> Option<String> {
         .iter()
         .find(|(n, _)| *n == name)?;
     let default = documented.split([':', ' ']).next()?;
-    redrive::backoff::parse_duration(default).map(|_| default.to_owned())
+    redrive::retry::parse_duration(default).map(|_| default.to_owned())
 }

@@ -4,7 +4,7 @@
 //! fails here until the table says so.
 use std::sync::Arc;
 
-use redrive::clock::ManualClock;
+use redrive::testing::ManualClock;
 use redrive_local::conformance::{run_all, Server, Verdict, SCENARIOS};
 use redrive_local::memory::MemorySqs;
 

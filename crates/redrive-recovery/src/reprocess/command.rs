@@ -59,7 +59,7 @@ pub struct ReprocessCommand {
     /// messages whose envelope names no version never match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_version: Option<u64>,
-    /// Only these tenants' messages (`redrive::handler::tenant_of`: a Kafka record's key, else the
+    /// Only these tenants' messages (`redrive::tenant_of`: a Kafka record's key, else the
     /// message group of a fair or FIFO queue).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tenants: Vec<String>,

@@ -135,7 +135,7 @@ impl Inventory {
     }
 }
 
-/// Messages per tenant (`redrive::handler::tenant_of`; `(none)` for a message without one), the
+/// Messages per tenant (`redrive::tenant_of`; `(none)` for a message without one), the
 /// most first.
 pub fn tenant_counts(records: &[SqsRecord<'_>]) -> Vec<(String, u32)> {
     let mut counts: BTreeMap<String, u32> = BTreeMap::new();

@@ -5,7 +5,7 @@ use event_consumer::{handle_event, redrive_count};
 use lambda_runtime::{Context, Diagnostic};
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
-use redrive::{BreakerSettings, TenantBreakerSettings, TenantBreakers};
+use redrive::breaker::{BreakerSettings, TenantBreakerSettings, TenantBreakers};
 
 fn events() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../events"))

@@ -5,14 +5,12 @@ use std::time::Duration;
 use lambda_runtime::{Context, LambdaEvent};
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
-use redrive::clock::{Clock, SystemClock};
+use redrive::breaker::{BreakerSettings, TenantBreakerSettings, TenantBreakers};
 use redrive::envelope::OutgoingMessage;
 use redrive::lambda::Bytes;
-use redrive::port::{Call, RecordingQueue};
-use redrive::{
-    BreakerSettings, ErrorClass, Meta, Processor, ProcessorConfig, RetryPolicy,
-    TenantBreakerSettings, TenantBreakers,
-};
+use redrive::port::{Clock, SystemClock};
+use redrive::testing::{Call, RecordingQueue};
+use redrive::{ErrorClass, Meta, Processor, ProcessorConfig, RetryPolicy};
 
 const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/orders-dlq";
 const SOURCE: &str = "https://sqs.local/123456789012/orders";

@@ -6,16 +6,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redrive::clock::ManualClock;
-use redrive::dynamodb::DynamoDbStore;
+use redrive::aws::DynamoDbStore;
 use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom};
-use redrive::port::RecordingQueue;
+use redrive::testing::ManualClock;
+use redrive::testing::RecordingQueue;
 use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent};
 
 /// A table named after the test, as `infra/` would make it: string partition key `pk`.
 async fn table(name: &str) -> (aws_sdk_dynamodb::Client, String) {
     redrive_e2e::require_emulator();
-    let client = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+    let client = aws_sdk_dynamodb::Client::new(&redrive::aws::sdk_config_from_env());
     let table = format!("{name}-{}", std::process::id());
     redrive_local::provision::idempotency_table(&client, &table)
         .await
@@ -167,7 +167,7 @@ impl Requests {
 async fn a_record_costs_two_requests_and_a_duplicate_one() {
     let (_, table) = table("idem-requests").await;
     let requests = Requests::default();
-    let config = aws_sdk_dynamodb::config::Builder::from(&redrive::sqs::sdk_config_from_env())
+    let config = aws_sdk_dynamodb::config::Builder::from(&redrive::aws::sdk_config_from_env())
         .interceptor(requests.clone())
         .build();
     let handler = Idempotent::new(
@@ -435,7 +435,7 @@ impl aws_sdk_dynamodb::config::Intercept for SlowHoldWrites {
 async fn a_head_held_while_another_container_reads_the_held_heads_stays_listed() {
     use redrive::ledger::{AttemptLedger, Hold};
     let (client, table) = table("ledger-hold-race").await;
-    let config = aws_sdk_dynamodb::config::Builder::from(&redrive::sqs::sdk_config_from_env())
+    let config = aws_sdk_dynamodb::config::Builder::from(&redrive::aws::sdk_config_from_env())
         .interceptor(SlowHoldWrites(Duration::from_millis(800)))
         .build();
     let holding = Arc::new(DynamoDbStore::with_client(

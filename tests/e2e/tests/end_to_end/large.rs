@@ -18,7 +18,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// A bucket named after the test, made on moto.
 async fn bucket(test: &str) -> (S3, String) {
     redrive_e2e::require_emulator();
-    let s3 = redrive::s3::client(&redrive::sqs::sdk_config_from_env());
+    let s3 = redrive::aws::s3_client(&redrive::aws::sdk_config_from_env());
     let name = format!("t{}-{test}", std::process::id());
     s3.create_bucket().bucket(&name).send().await.unwrap();
     (s3, name)

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
 use redrive::config::{EventRedriveSettings, ReprocessSettings};
-use redrive::eventbridge::{EventRedrive, RecordingInvoker};
+use redrive::eventbridge::EventRedrive;
 use redrive::reprocess::{ReprocessCommand, ReprocessSummary, Reprocessor};
+use redrive::testing::RecordingInvoker;
 use redrive::{Processor, ProcessorConfig, Settings, SqsQueue};
 use redrive_e2e::{meta, order, order_id, require_emulator, Options, Stack};
 use redrive_local::poller::Poller;

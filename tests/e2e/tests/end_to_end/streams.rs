@@ -14,7 +14,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// An orders table with a `NEW_AND_OLD_IMAGES` stream, as `infra/` makes one: its client, name
 /// and stream ARN.
 async fn orders_table(name: &str) -> (aws_sdk_dynamodb::Client, String, String) {
-    let client = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+    let client = aws_sdk_dynamodb::Client::new(&redrive::aws::sdk_config_from_env());
     let table = format!("{name}-{}", std::process::id());
     let stream_arn = redrive_local::provision::streamed_table(&client, &table, "orderId")
         .await
@@ -93,7 +93,7 @@ async fn a_poison_change_is_dead_lettered_the_shard_goes_on_and_its_redrive_char
         )
         .unwrap()
     };
-    let config = redrive::sqs::sdk_config_from_env();
+    let config = redrive::aws::sdk_config_from_env();
     let mut poller = StreamPoller::new(&config, &stream_arn, mapping)
         .await
         .unwrap();
@@ -185,7 +185,7 @@ async fn a_batch_older_than_the_record_age_is_discarded_with_its_on_failure_reco
         .unwrap()
     };
     assert_eq!(mapping.maximum_retry_attempts, None, "shipped: -1");
-    let config = redrive::sqs::sdk_config_from_env();
+    let config = redrive::aws::sdk_config_from_env();
     let mut poller = StreamPoller::new(&config, &stream_arn, mapping)
         .await
         .unwrap();

@@ -4,11 +4,13 @@
 use std::sync::{Arc, Mutex};
 
 use redrive::config::{EventRedriveSettings, ReprocessSettings};
-use redrive::error::PortError;
 use redrive::event::SqsRecord;
-use redrive::eventbridge::{EventRedrive, InvokePort, RecordingInvoker, Reply};
-use redrive::port::{ForwardingPort, QueuePort, RecordingQueue};
+use redrive::eventbridge::{EventRedrive, InvokePort, Reply};
+use redrive::port::{ForwardingPort, QueuePort};
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
+use redrive::testing::RecordingInvoker;
+use redrive::testing::RecordingQueue;
+use redrive::PortError;
 use redrive::{ErrorClass, Processor, ProcessorConfig, SqsEvent};
 
 use redrive_infra::rules::iam::statements;
@@ -168,10 +170,10 @@ fn orders_handler() -> orders::OrdersHandler<orders::payments::SimulatedPayments
             &redrive_infra::repo_root().join("events/sqs-consumer.env"),
         )
         .unwrap(),
-        redrive::TenantBreakers::new(
+        redrive::breaker::TenantBreakers::new(
             "payments",
-            redrive::BreakerSettings::default(),
-            redrive::TenantBreakerSettings::default(),
+            redrive::breaker::BreakerSettings::default(),
+            redrive::breaker::TenantBreakerSettings::default(),
         ),
     )
 }

@@ -9,8 +9,8 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use redrive::clock::{Clock, SystemClock};
 use redrive::ledger::{release_head, AttemptLedger, Release};
+use redrive::port::{Clock, SystemClock};
 
 use super::{escape, failed, not_found, queue_name, refused, when, Answer, Console};
 

@@ -9,8 +9,8 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::json;
 
-use redrive::clock::{Clock, SystemClock};
 use redrive::event::SqsRecord;
+use redrive::port::{Clock, SystemClock};
 use redrive::reprocess::{browse, failure_groups, Job, JobAction, ReprocessSummary};
 
 use super::{

@@ -20,7 +20,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use redrive::dynamodb::DynamoDbStore;
+use redrive::aws::DynamoDbStore;
 use redrive::SqsQueue;
 
 use audit::Audit;

@@ -39,7 +39,7 @@ async fn audit_queue(client: &aws_sdk_sqs::Client, prefix: &str) -> String {
     let arn = redrive_local::provision::queue_arn(client, &url)
         .await
         .unwrap();
-    let events = aws_sdk_eventbridge::Client::new(&redrive::sqs::sdk_config_from_env());
+    let events = aws_sdk_eventbridge::Client::new(&redrive::aws::sdk_config_from_env());
     let rule = format!("{prefix}-audit");
     events
         .put_rule()

@@ -53,13 +53,13 @@ pub(crate) async fn held_head(
         release: None,
     };
     let id = head.message_id().unwrap().to_owned();
-    let ledger = redrive::dynamodb::DynamoDbStore::with_client(ledger_client(), &table);
+    let ledger = redrive::aws::DynamoDbStore::with_client(ledger_client(), &table);
     ledger.hold(&id, &hold, false).await.unwrap();
     (url, table, id)
 }
 
 fn ledger_client() -> aws_sdk_dynamodb::Client {
-    aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env())
+    aws_sdk_dynamodb::Client::new(&redrive::aws::sdk_config_from_env())
 }
 
 /// Received from `url` now: the message ids.
@@ -84,7 +84,7 @@ async fn a_held_fifo_head_is_listed_and_released_to_come_back_at_once() {
     let prefix = format!("t{}-cli-held", std::process::id());
     let (url, table, id) = held_head(&client, &prefix).await;
     let id = id.as_str();
-    let ledger = redrive::dynamodb::DynamoDbStore::with_client(ledger_client(), &table);
+    let ledger = redrive::aws::DynamoDbStore::with_client(ledger_client(), &table);
 
     let listed = stdout(&dlq(&["held", &table], &[]));
     assert!(

@@ -1,8 +1,8 @@
 //! Issue 56 on moto: the intake controller's own calls (Lambda's mappings, Scheduler's switches),
 //! `dlq pause` and `dlq resume`, and what `dlq doctor` says of a paused mapping.
 use intake_controller::{AwsIntake, Config};
-use redrive::clock::{Clock, SystemClock};
 use redrive::intake::{IntakeController, Tick};
+use redrive::port::{Clock, SystemClock};
 
 use super::{deploy, dlq, moto_role, stdout, Consumer};
 
@@ -17,7 +17,7 @@ async fn the_controller_pauses_and_resumes_and_leaves_an_operators_pause_alone()
     let name = format!("t{}-intake", std::process::id());
     let role = moto_role(&format!("{name}-role"));
     deploy(&name, &role, &Consumer::default()).await;
-    let config = redrive::sqs::sdk_config_from_env();
+    let config = redrive::aws::sdk_config_from_env();
     let lambda = aws_sdk_lambda::Client::new(&config);
     let scheduler = aws_sdk_scheduler::Client::new(&config);
     let group = format!("{name}-intake");

@@ -373,7 +373,7 @@ async fn peek_and_export_show_a_large_messages_body_from_s3_or_where_it_is_kept(
         .unwrap()
         .queue_url
         .unwrap();
-    let s3 = redrive::s3::client(&redrive::sqs::sdk_config_from_env());
+    let s3 = redrive::aws::s3_client(&redrive::aws::sdk_config_from_env());
     s3.create_bucket().bucket(&name).send().await.unwrap();
     let body = format!(
         r#"{{"orderId":"o-large","note":"{}"}}"#,
@@ -500,7 +500,7 @@ pub(crate) fn moto_role(name: &str) -> String {
 }
 
 pub(crate) async fn deploy(name: &str, role: &str, consumer: &Consumer) {
-    let config = redrive::sqs::sdk_config_from_env();
+    let config = redrive::aws::sdk_config_from_env();
     let sqs = aws_sdk_sqs::Client::new(&config);
     let lambda = aws_sdk_lambda::Client::new(&config);
     let suffix = if consumer.fifo { ".fifo" } else { "" };

@@ -2,7 +2,7 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use redrive::fifo::FifoOnDeadLetter;
+use redrive::retry::FifoOnDeadLetter;
 use redrive::RetryPolicy;
 
 use crate::topology::Topology;
@@ -134,7 +134,7 @@ pub struct SoakConfig {
 #[derive(Debug, Clone)]
 pub struct Outage {
     pub down_for: Duration,
-    pub breaker: redrive::BreakerSettings,
+    pub breaker: redrive::breaker::BreakerSettings,
 }
 
 impl SoakConfig {

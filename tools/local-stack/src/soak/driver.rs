@@ -6,17 +6,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use redrive::aws::DynamoDbStore;
 use redrive::config::ReprocessSettings;
-use redrive::dynamodb::DynamoDbStore;
 use redrive::envelope::{OutgoingMessage, MAX_MESSAGE_BYTES};
 use redrive::event::{SqsRecord, Text};
-use redrive::fifo::FifoOnDeadLetter;
 use redrive::idempotency::{Idempotent, KeyFrom, MemoryStore};
-use redrive::ledger::{release_head, AttemptLedger, MemoryLedger, Release};
+use redrive::ledger::{release_head, AttemptLedger, Release};
 use redrive::payload;
 use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
+use redrive::reprocess::ReprocessPolicy;
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
-use redrive::reprocess_policy::ReprocessPolicy;
+use redrive::retry::FifoOnDeadLetter;
+use redrive::testing::MemoryLedger;
 use redrive::{Meta, Payloads, PortError, Processor, ProcessorConfig, RecordHandler};
 
 use super::config::SoakConfig;

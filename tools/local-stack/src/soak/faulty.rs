@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redrive::clock::Clock;
 use redrive::envelope::OutgoingMessage;
 use redrive::event::SqsRecord;
+use redrive::port::Clock;
 use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
 use redrive::PortError;
 
@@ -285,7 +285,7 @@ impl SoakQueues for redrive::SqsQueue {
     }
 
     fn clock(&self) -> Arc<dyn Clock> {
-        Arc::new(redrive::clock::SystemClock)
+        Arc::new(redrive::port::SystemClock)
     }
 }
 

@@ -4,8 +4,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redrive::clock::Clock;
-use redrive::{CircuitBreaker, Message, RecordError, RecordHandler};
+use redrive::breaker::CircuitBreaker;
+use redrive::port::Clock;
+use redrive::{Message, RecordError, RecordHandler};
 
 use super::config::SoakConfig;
 use super::duration_ms;

@@ -32,9 +32,10 @@ pub use report::SoakReport;
 /// The in-memory run's queues: a source with a redrive policy to its DLQ (and a retry lane with
 /// the same policy, for a run that holds groups there).
 pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError> {
-    let sqs =
-        crate::memory::MemorySqs::new(Arc::new(redrive::clock::ManualClock::at(1_763_790_000_000)))
-            .with_fifo_scan_window(config.fifo_scan_window);
+    let sqs = crate::memory::MemorySqs::new(Arc::new(redrive::testing::ManualClock::at(
+        1_763_790_000_000,
+    )))
+    .with_fifo_scan_window(config.fifo_scan_window);
     let suffix = config.suffix();
     let dlq_name = format!("soak-dlq{suffix}");
     let dlq_spec = QueueSpec::named(&dlq_name).retaining(Duration::from_secs(14 * 86400));
@@ -61,7 +62,7 @@ pub async fn run_in_memory(config: &SoakConfig) -> Result<SoakReport, PortError>
 /// ledger in a DynamoDB table on moto when the config names one.
 pub async fn run_on_moto(prefix: &str, config: &SoakConfig) -> Result<SoakReport, crate::Error> {
     if let Some(table) = &config.idempotency_table {
-        let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+        let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::aws::sdk_config_from_env());
         crate::provision::idempotency_table(&dynamodb, table).await?;
     }
     run_on_server(crate::sqs_client(), prefix, config).await

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redrive::dynamodb::DynamoDbStore;
+use redrive::aws::DynamoDbStore;
 use redrive::idempotency::{Claim, IdempotencyStore, MemoryStore};
-use redrive::ledger::{AttemptLedger, ForwardingLedger, LedgerCall, LedgerEntry, MemoryLedger};
+use redrive::ledger::{AttemptLedger, ForwardingLedger, LedgerCall, LedgerEntry};
+use redrive::testing::MemoryLedger;
 use redrive::PortError;
 
 use super::duration_ms;
@@ -281,7 +282,7 @@ impl IdempotencyStore for FaultyStore {
 /// The payload bucket of the large messages, in memory, failing a seeded share of its calls as a
 /// throttled or failing S3 does (a failed delete leaves an orphan, which the batch counts).
 pub(super) struct FaultyPayloads {
-    pub(super) inner: redrive::payload::MemoryPayloads,
+    pub(super) inner: redrive::testing::MemoryPayloads,
     rng: Mutex<fastrand::Rng>,
     share: f64,
     pub(super) injected: AtomicU64,
@@ -303,7 +304,7 @@ pub(super) const PAYLOAD_BUCKET: &str = "soak-payloads";
 impl FaultyPayloads {
     pub(super) fn new(seed: u64, share: f64) -> Self {
         Self {
-            inner: redrive::payload::MemoryPayloads::default(),
+            inner: redrive::testing::MemoryPayloads::default(),
             rng: Mutex::new(fastrand::Rng::with_seed(seed ^ 0x5335)),
             share,
             injected: AtomicU64::new(0),

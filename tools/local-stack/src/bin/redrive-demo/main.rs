@@ -16,16 +16,18 @@ use aws_sdk_sqs::Client;
 use lambda_runtime::{Context, LambdaEvent};
 use orders::payments::SimulatedPayments;
 use orders::OrdersHandler;
-use redrive::backoff::RetryPolicy;
-use redrive::clock::{Clock, SystemClock};
+use redrive::aws::DynamoDbStore;
+use redrive::breaker::TenantBreakers;
 use redrive::config::ReprocessSettings;
-use redrive::dynamodb::DynamoDbStore;
 use redrive::idempotency::{Idempotent, KeyFrom};
 use redrive::lambda::Bytes;
-use redrive::ledger::{AttemptLedger, Counted, Hold};
+use redrive::ledger::{AttemptLedger, Hold};
+use redrive::port::{Clock, SystemClock};
+use redrive::reprocess::ReprocessPolicy;
 use redrive::reprocess::{browse, ReprocessCommand, ReprocessSummary, Reprocessor};
-use redrive::reprocess_policy::ReprocessPolicy;
-use redrive::{BatchReport, Meta, Processor, ProcessorConfig, SqsQueue, TenantBreakers};
+use redrive::retry::RetryPolicy;
+use redrive::testing::Counted;
+use redrive::{BatchReport, Meta, Processor, ProcessorConfig, SqsQueue};
 use redrive_local::observe::{Observed, Sent};
 use redrive_local::poller::Poller;
 use redrive_local::provision::{depth, idempotency_table, provision, QueuePair};
@@ -254,7 +256,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     topology.scale_time(scale);
     let client = redrive_local::sqs_client();
     let pairs = provision(&client, &topology).await?;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::sqs::sdk_config_from_env());
+    let dynamodb = aws_sdk_dynamodb::Client::new(&redrive::aws::sdk_config_from_env());
     println!(
         "redrive demo: {} queues from {} on {}",
         pairs.len() * 2,
