@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 // The bench's file names the engine as the bench does.
 extern crate redrive_core as redrive;
 
-use redrive::testing::RecordingQueue;
+use redrive::port::RecordingQueue;
 use redrive::{Processor, ProcessorConfig, SqsEvent};
 
 // `make bench`'s own event and handler (tools/ab-cpu writes the repository's path here).
