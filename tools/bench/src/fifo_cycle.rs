@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use redrive::envelope::OutgoingMessage;
 use redrive::event::Text;
-use redrive::testing::ManualClock;
-use redrive::testing::{Counted, MemoryLedger};
+use redrive::testing::{Counted, ManualClock, MemoryLedger};
 use redrive::{Message, Processor, ProcessorConfig, QueuePort, RecordError, RecordHandler};
 use redrive_local::memory::{MemorySqs, QueueSpec};
 

@@ -11,8 +11,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use redrive::aws::DynamoDbStore;
-use redrive::aws::S3Payloads;
+use redrive::aws::{DynamoDbStore, S3Payloads};
 use redrive::config::ReprocessSettings;
 use redrive::event::SqsRecord;
 use redrive::ledger::{release_head, AttemptLedger, Release};

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{SqsRecord, Text};
-use redrive::port::Clock;
-use redrive::port::{ForwardingPort, QueuePort};
+use redrive::port::{Clock, ForwardingPort, QueuePort};
 use redrive::testing::ManualClock;
 use redrive::{PortError, Processed, Processor, ProcessorConfig, RecordHandler};
 

@@ -11,8 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redrive::breaker::CircuitBreaker;
-use redrive::breaker::ProbeVerdict;
+use redrive::breaker::{CircuitBreaker, ProbeVerdict};
 use redrive::intake::{
     take_requests, IntakeController, IntakePort, IntakeSettings, Mapping, MappingState, Probe,
 };

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use redrive::envelope::OutgoingMessage;
 use redrive::event::{Body, MessageAttributes, SqsRecord, Text};
-use redrive::port::Clock;
-use redrive::port::{EntryFailure, QueuePort, VisibilityChange};
+use redrive::port::{Clock, EntryFailure, QueuePort, VisibilityChange};
 use redrive::testing::ManualClock;
 use redrive::PortError;
 

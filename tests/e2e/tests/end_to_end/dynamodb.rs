@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use redrive::aws::DynamoDbStore;
 use redrive::idempotency::{Claim, IdempotencyStore, Idempotent, KeyFrom};
-use redrive::testing::ManualClock;
-use redrive::testing::RecordingQueue;
+use redrive::testing::{ManualClock, RecordingQueue};
 use redrive::{Message, Processor, ProcessorConfig, RecordError, RecordHandler, SqsEvent};
 
 /// A table named after the test, as `infra/` would make it: string partition key `pk`.

@@ -8,8 +8,7 @@ use redrive::event::SqsRecord;
 use redrive::eventbridge::{EventRedrive, InvokePort, Reply};
 use redrive::port::{ForwardingPort, QueuePort};
 use redrive::reprocess::{ReprocessCommand, Reprocessor};
-use redrive::testing::RecordingInvoker;
-use redrive::testing::RecordingQueue;
+use redrive::testing::{RecordingInvoker, RecordingQueue};
 use redrive::PortError;
 use redrive::{ErrorClass, Processor, ProcessorConfig, SqsEvent};
 

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use redrive::envelope::OutgoingMessage;
 use redrive::event::SqsRecord;
-use redrive::port::Clock;
-use redrive::port::{EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
+use redrive::port::{Clock, EntryFailure, ForwardingPort, QueuePort, VisibilityChange};
 use redrive::PortError;
 
 use super::stores::{FaultyPayloads, Latency};

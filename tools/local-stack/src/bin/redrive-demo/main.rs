@@ -23,8 +23,9 @@ use redrive::idempotency::{Idempotent, KeyFrom};
 use redrive::lambda::Bytes;
 use redrive::ledger::{AttemptLedger, Hold};
 use redrive::port::{Clock, SystemClock};
-use redrive::reprocess::ReprocessPolicy;
-use redrive::reprocess::{browse, ReprocessCommand, ReprocessSummary, Reprocessor};
+use redrive::reprocess::{
+    browse, ReprocessCommand, ReprocessPolicy, ReprocessSummary, Reprocessor,
+};
 use redrive::retry::RetryPolicy;
 use redrive::testing::Counted;
 use redrive::{BatchReport, Meta, Processor, ProcessorConfig, SqsQueue};
